@@ -1,0 +1,463 @@
+// Package admissiontest holds the one case table for webhook-guard's
+// ownership rule. The same table must give the same decisions through the Go
+// rule (admission.Decide), the ValidatingAdmissionPolicy in a real
+// kube-apiserver, and the static webhook (admission.Handler).
+//
+// The package imports only Kubernetes API types, so that both the admission
+// package's external tests and e2e tests can import it without a cycle:
+// callers build admission.Options themselves from Case.ManagedConfigs and the
+// breaker's username. The names below duplicate admission's constants on
+// purpose; admission's tests check that they agree.
+//
+// All cases are UPDATEs. Every object is valid for kube-apiserver as built:
+// webhooks have fully-qualified names, an https://127.0.0.1:1/... URL,
+// sideEffects None, admissionReviewVersions [v1] and an explicit
+// failurePolicy (so apiserver defaulting cannot make nil and Fail differ).
+// Starting objects that carry a circuit record or a bypass marker are what
+// the breaker writes; an e2e test must create them as the breaker (or before
+// the configuration is managed), since the guard stops anyone else.
+package admissiontest
+
+import (
+	"strings"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Names shared with package admission (kept equal by its tests).
+const (
+	// ManagedWebhook is the managed webhook of a managed configuration.
+	ManagedWebhook = "slow.mutator.webhook-guard.io"
+	// OtherWebhook is a second webhook of the same configuration, not managed.
+	OtherWebhook = "other.mutator.webhook-guard.io"
+	// CircuitAnnotation is the breaker's circuit record annotation.
+	CircuitAnnotation = "webhook-guard.io/circuit"
+	// OverrideAnnotation is the administrator override annotation.
+	OverrideAnnotation = "webhook-guard.io/override"
+	// BypassMatchConditionName is the bypass matchCondition's name.
+	BypassMatchConditionName = "webhook-guard.io/circuit-open"
+	// BypassMatchConditionExpression is the bypass matchCondition's expression.
+	BypassMatchConditionExpression = "false"
+	// OverrideReason is the reason the table's "present" override carries.
+	OverrideReason = "incident INC-1234: restoring the webhook by hand"
+	// OpenedAt is when the table's open circuits were opened.
+	OpenedAt = "2026-11-30T10:00:00Z"
+	// RecordUID is the configuration UID written in the table's circuit
+	// records (admission does not read it).
+	RecordUID = "00000000-0000-0000-0000-000000000001"
+)
+
+// Override values of Case.Override.
+const (
+	// OverridePresent sets the override annotation on New to OverrideReason.
+	OverridePresent = "present"
+	// OverrideAbsent removes the override annotation from New (a no-op when
+	// Old has none).
+	OverrideAbsent = "absent"
+	// OverrideEmpty sets the override annotation on New to "".
+	OverrideEmpty = "empty"
+)
+
+// NamePlaceholder stands for the configuration name in
+// Case.WantMessageContains; Case.WantMessage expands it.
+const NamePlaceholder = "{name}"
+
+// Actor is who sends a case's request.
+type Actor string
+
+// Actors of the table.
+const (
+	// Breaker is webhook-guard's own identity.
+	Breaker Actor = "breaker"
+	// Admin is a cluster administrator (system:masters).
+	Admin Actor = "admin"
+	// OtherSA is another service account with the same RBAC as the breaker.
+	OtherSA Actor = "other-sa"
+)
+
+// Usernames for UserInfo; an e2e test uses its own real identities instead.
+const (
+	// AdminUsername is the admin actor's username.
+	AdminUsername = "kubernetes-admin"
+	// OtherSAUsername is the other-sa actor's username.
+	OtherSAUsername = "system:serviceaccount:webhook-guard-e2e:impostor"
+)
+
+// UserInfo returns the identity of actor a for unit tests, given the
+// breaker's username.
+func UserInfo(a Actor, breakerUsername string) authenticationv1.UserInfo {
+	switch a {
+	case Breaker:
+		return authenticationv1.UserInfo{
+			Username: breakerUsername,
+			Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:webhook-guard-system", "system:authenticated"},
+		}
+	case OtherSA:
+		return authenticationv1.UserInfo{
+			Username: OtherSAUsername,
+			Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:webhook-guard-e2e", "system:authenticated"},
+		}
+	default:
+		return authenticationv1.UserInfo{
+			Username: AdminUsername,
+			Groups:   []string{"system:masters", "system:authenticated"},
+		}
+	}
+}
+
+// Case is one row of the table: an UPDATE of a MutatingWebhookConfiguration.
+type Case struct {
+	// Name reads as a sentence.
+	Name string
+	// Actor sends the request.
+	Actor Actor
+	// Managed is whether the configuration is in Options.Managed (with
+	// ManagedWebhook as its managed webhook).
+	Managed bool
+	// Old builds the starting object; name is the MWC name chosen by the
+	// caller.
+	Old func(name string) *admissionregistrationv1.MutatingWebhookConfiguration
+	// Edit is applied to a deep copy of Old to produce New; nil edits nothing.
+	Edit func(obj *admissionregistrationv1.MutatingWebhookConfiguration)
+	// Override is OverridePresent, OverrideAbsent or OverrideEmpty, applied
+	// to New after Edit.
+	Override string
+	// WantAllowed is the expected decision.
+	WantAllowed bool
+	// WantMessageContains is checked on denials by the Go rule and the
+	// webhook (not the VAP, whose wording differs); NamePlaceholder stands
+	// for the configuration name (see WantMessage).
+	WantMessageContains []string
+}
+
+// Build returns the case's old and new objects for configuration name.
+func (c Case) Build(name string) (old, new *admissionregistrationv1.MutatingWebhookConfiguration) {
+	old = c.Old(name)
+	new = old.DeepCopy()
+	if c.Edit != nil {
+		c.Edit(new)
+	}
+	switch c.Override {
+	case OverridePresent:
+		setAnnotation(new, OverrideAnnotation, OverrideReason)
+	case OverrideEmpty:
+		setAnnotation(new, OverrideAnnotation, "")
+	default:
+		delete(new.Annotations, OverrideAnnotation)
+	}
+	return old, new
+}
+
+// ManagedConfigs returns the Options.Managed map for running the case
+// against configuration name: name with ManagedWebhook when the case is
+// managed, otherwise only a different configuration.
+func (c Case) ManagedConfigs(name string) map[string][]string {
+	if c.Managed {
+		return map[string][]string{name: {ManagedWebhook}}
+	}
+	return map[string][]string{name + "-elsewhere": {ManagedWebhook}}
+}
+
+// WantMessage returns WantMessageContains with NamePlaceholder replaced by
+// name.
+func (c Case) WantMessage(name string) []string {
+	out := make([]string, 0, len(c.WantMessageContains))
+	for _, s := range c.WantMessageContains {
+		out = append(out, strings.ReplaceAll(s, NamePlaceholder, name))
+	}
+	return out
+}
+
+// Field paths and the command that the Go message must contain.
+const (
+	// FailurePolicyPath is the managed webhook's failurePolicy path.
+	FailurePolicyPath = "webhooks[name=" + ManagedWebhook + "].failurePolicy"
+	// BypassPath is the managed webhook's bypass marker path.
+	BypassPath = "webhooks[name=" + ManagedWebhook + "].matchConditions[name=" + BypassMatchConditionName + "]"
+	// OtherBypassPath is the other webhook's bypass marker path.
+	OtherBypassPath = "webhooks[name=" + OtherWebhook + "].matchConditions[name=" + BypassMatchConditionName + "]"
+	// CircuitPath is the circuit annotation's path.
+	CircuitPath = "metadata.annotations[" + CircuitAnnotation + "]"
+	// AnnotateCommand is the command that hands a configuration over.
+	AnnotateCommand = "kubectl annotate mutatingwebhookconfiguration " + NamePlaceholder + " " + OverrideAnnotation + `="<reason>"`
+)
+
+func want(paths ...string) []string {
+	return append(paths, AnnotateCommand)
+}
+
+// Healthy is a managed-shaped configuration with no circuit open: both
+// webhooks Fail, no marker, no record.
+func Healthy(name string) *admissionregistrationv1.MutatingWebhookConfiguration {
+	return &admissionregistrationv1.MutatingWebhookConfiguration{
+		TypeMeta: metav1.TypeMeta{
+			APIVersion: "admissionregistration.k8s.io/v1",
+			Kind:       "MutatingWebhookConfiguration",
+		},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:   name,
+			Labels: map[string]string{"webhook-guard.io/test": "admission"},
+		},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{
+			webhook(ManagedWebhook, "/slow"),
+			webhook(OtherWebhook, "/other"),
+		},
+	}
+}
+
+// BypassOpen is Healthy after the breaker opened a Bypass circuit on
+// ManagedWebhook: failurePolicy Ignore, the bypass marker, and the record.
+func BypassOpen(name string) *admissionregistrationv1.MutatingWebhookConfiguration {
+	obj := Healthy(name)
+	openCircuit(obj, "Bypass")
+	return obj
+}
+
+// IgnoreOpen is Healthy after the breaker opened an Ignore circuit on
+// ManagedWebhook: failurePolicy Ignore and the record, no marker.
+func IgnoreOpen(name string) *admissionregistrationv1.MutatingWebhookConfiguration {
+	obj := Healthy(name)
+	openCircuit(obj, "Ignore")
+	return obj
+}
+
+// Overridden is BypassOpen handed over to administrators with a non-empty
+// override annotation.
+func Overridden(name string) *admissionregistrationv1.MutatingWebhookConfiguration {
+	obj := BypassOpen(name)
+	setAnnotation(obj, OverrideAnnotation, OverrideReason)
+	return obj
+}
+
+// CircuitRecord returns the breaker's record of an open circuit on
+// ManagedWebhook in mode ("Ignore" or "Bypass").
+func CircuitRecord(mode string) string {
+	return `{"` + ManagedWebhook + `":{"uid":"` + RecordUID + `","mode":"` + mode + `","openedAt":"` + OpenedAt + `","reason":"timeout","originalFailurePolicy":"Fail"}}`
+}
+
+func openCircuit(obj *admissionregistrationv1.MutatingWebhookConfiguration, mode string) {
+	hook := findHook(obj, ManagedWebhook)
+	hook.FailurePolicy = policy(admissionregistrationv1.Ignore)
+	if mode == "Bypass" {
+		addMarker(hook, BypassMatchConditionExpression)
+	}
+	setAnnotation(obj, CircuitAnnotation, CircuitRecord(mode))
+}
+
+func webhook(name, path string) admissionregistrationv1.MutatingWebhook {
+	url := "https://127.0.0.1:1" + path
+	sideEffects := admissionregistrationv1.SideEffectClassNone
+	timeout := int32(10)
+	return admissionregistrationv1.MutatingWebhook{
+		Name:                    name,
+		ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: &url},
+		FailurePolicy:           policy(admissionregistrationv1.Fail),
+		SideEffects:             &sideEffects,
+		TimeoutSeconds:          &timeout,
+		AdmissionReviewVersions: []string{"v1"},
+		Rules: []admissionregistrationv1.RuleWithOperations{{
+			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+			Rule: admissionregistrationv1.Rule{
+				APIGroups:   []string{""},
+				APIVersions: []string{"v1"},
+				Resources:   []string{"configmaps"},
+			},
+		}},
+		// Only objects labelled for the test are sent, so a configuration
+		// left behind by a failed e2e run disturbs nothing.
+		ObjectSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"webhook-guard.io/test": "never"}},
+	}
+}
+
+func policy(p admissionregistrationv1.FailurePolicyType) *admissionregistrationv1.FailurePolicyType {
+	return &p
+}
+
+func findHook(obj *admissionregistrationv1.MutatingWebhookConfiguration, name string) *admissionregistrationv1.MutatingWebhook {
+	for i := range obj.Webhooks {
+		if obj.Webhooks[i].Name == name {
+			return &obj.Webhooks[i]
+		}
+	}
+	panic("admissiontest: no webhook " + name)
+}
+
+func addMarker(hook *admissionregistrationv1.MutatingWebhook, expression string) {
+	hook.MatchConditions = append(hook.MatchConditions, admissionregistrationv1.MatchCondition{
+		Name:       BypassMatchConditionName,
+		Expression: expression,
+	})
+}
+
+func removeMarker(hook *admissionregistrationv1.MutatingWebhook) {
+	var kept []admissionregistrationv1.MatchCondition
+	for _, c := range hook.MatchConditions {
+		if c.Name != BypassMatchConditionName {
+			kept = append(kept, c)
+		}
+	}
+	hook.MatchConditions = kept
+}
+
+func setAnnotation(obj *admissionregistrationv1.MutatingWebhookConfiguration, key, value string) {
+	if obj.Annotations == nil {
+		obj.Annotations = map[string]string{}
+	}
+	obj.Annotations[key] = value
+}
+
+// Edits used by the table.
+
+func setPolicy(hook string, p admissionregistrationv1.FailurePolicyType) func(*admissionregistrationv1.MutatingWebhookConfiguration) {
+	return func(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
+		findHook(obj, hook).FailurePolicy = policy(p)
+	}
+}
+
+func openBypass(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
+	openCircuit(obj, "Bypass")
+}
+
+func openIgnore(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
+	openCircuit(obj, "Ignore")
+}
+
+// closeCircuit undoes openCircuit: Fail, no marker, no record.
+func closeCircuit(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
+	hook := findHook(obj, ManagedWebhook)
+	hook.FailurePolicy = policy(admissionregistrationv1.Fail)
+	removeMarker(hook)
+	delete(obj.Annotations, CircuitAnnotation)
+}
+
+func setTimeout(seconds int32) func(*admissionregistrationv1.MutatingWebhookConfiguration) {
+	return func(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
+		findHook(obj, ManagedWebhook).TimeoutSeconds = &seconds
+	}
+}
+
+func addUpdateRule(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
+	hook := findHook(obj, ManagedWebhook)
+	hook.Rules[0].Operations = append(hook.Rules[0].Operations, admissionregistrationv1.Update)
+}
+
+func forgeRecord(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
+	setAnnotation(obj, CircuitAnnotation, CircuitRecord("Ignore"))
+}
+
+func removeRecord(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
+	delete(obj.Annotations, CircuitAnnotation)
+}
+
+func changeRecord(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
+	setAnnotation(obj, CircuitAnnotation, strings.Replace(CircuitRecord("Bypass"), OpenedAt, "2026-11-30T11:00:00Z", 1))
+}
+
+func removeManagedMarker(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
+	removeMarker(findHook(obj, ManagedWebhook))
+}
+
+func addManagedMarker(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
+	addMarker(findHook(obj, ManagedWebhook), BypassMatchConditionExpression)
+}
+
+func addOtherMarker(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
+	addMarker(findHook(obj, OtherWebhook), BypassMatchConditionExpression)
+}
+
+func alterMarker(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
+	hook := findHook(obj, ManagedWebhook)
+	for i := range hook.MatchConditions {
+		if hook.MatchConditions[i].Name == BypassMatchConditionName {
+			hook.MatchConditions[i].Expression = "true"
+		}
+	}
+}
+
+func removeManagedWebhook(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
+	var kept []admissionregistrationv1.MutatingWebhook
+	for _, h := range obj.Webhooks {
+		if h.Name != ManagedWebhook {
+			kept = append(kept, h)
+		}
+	}
+	obj.Webhooks = kept
+}
+
+func addLabel(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
+	obj.Labels["team"] = "platform"
+}
+
+func all(edits ...func(*admissionregistrationv1.MutatingWebhookConfiguration)) func(*admissionregistrationv1.MutatingWebhookConfiguration) {
+	return func(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
+		for _, e := range edits {
+			e(obj)
+		}
+	}
+}
+
+// Cases returns the table. Each call returns fresh values.
+func Cases() []Case {
+	restoreFail := setPolicy(ManagedWebhook, admissionregistrationv1.Fail)
+	return []Case{
+		// The breaker.
+		{Name: "the breaker opens an Ignore circuit", Actor: Breaker, Managed: true, Old: Healthy, Edit: openIgnore, Override: OverrideAbsent, WantAllowed: true},
+		{Name: "the breaker opens a Bypass circuit", Actor: Breaker, Managed: true, Old: Healthy, Edit: openBypass, Override: OverrideAbsent, WantAllowed: true},
+		{Name: "the breaker closes a Bypass circuit", Actor: Breaker, Managed: true, Old: BypassOpen, Edit: closeCircuit, Override: OverrideAbsent, WantAllowed: true},
+		{Name: "the breaker closes an Ignore circuit", Actor: Breaker, Managed: true, Old: IgnoreOpen, Edit: closeCircuit, Override: OverrideAbsent, WantAllowed: true},
+		{Name: "the breaker opens a circuit on a configuration with an empty override", Actor: Breaker, Managed: true, Old: Healthy, Edit: openBypass, Override: OverrideEmpty, WantAllowed: true},
+		{Name: "the breaker changes only timeoutSeconds", Actor: Breaker, Managed: true, Old: BypassOpen, Edit: setTimeout(5), Override: OverrideAbsent, WantAllowed: true},
+
+		// An administrator and the owned failurePolicy.
+		{Name: "an admin restores Fail while the circuit is open", Actor: Admin, Managed: true, Old: BypassOpen, Edit: restoreFail, Override: OverrideAbsent, WantAllowed: false, WantMessageContains: want(FailurePolicyPath, "circuit open since "+OpenedAt+", original failurePolicy Fail", "webhook-guard (")},
+		{Name: "an admin restores Fail with an override", Actor: Admin, Managed: true, Old: BypassOpen, Edit: restoreFail, Override: OverridePresent, WantAllowed: true},
+		{Name: "an admin restores Fail with an empty override", Actor: Admin, Managed: true, Old: BypassOpen, Edit: restoreFail, Override: OverrideEmpty, WantAllowed: false, WantMessageContains: want(FailurePolicyPath)},
+		{Name: "an admin restores Fail on an Ignore circuit", Actor: Admin, Managed: true, Old: IgnoreOpen, Edit: restoreFail, Override: OverrideAbsent, WantAllowed: false, WantMessageContains: want(FailurePolicyPath, "circuit open since "+OpenedAt)},
+		{Name: "an admin sets Ignore on a healthy managed webhook", Actor: Admin, Managed: true, Old: Healthy, Edit: setPolicy(ManagedWebhook, admissionregistrationv1.Ignore), Override: OverrideAbsent, WantAllowed: false, WantMessageContains: want(FailurePolicyPath)},
+		{Name: "an admin closes the circuit by hand", Actor: Admin, Managed: true, Old: BypassOpen, Edit: closeCircuit, Override: OverrideAbsent, WantAllowed: false, WantMessageContains: want(FailurePolicyPath, BypassPath, CircuitPath)},
+		{Name: "an admin closes the circuit by hand with an override", Actor: Admin, Managed: true, Old: BypassOpen, Edit: closeCircuit, Override: OverridePresent, WantAllowed: true},
+		{Name: "an admin restores Fail on a configuration already handed over", Actor: Admin, Managed: true, Old: Overridden, Edit: restoreFail, Override: OverridePresent, WantAllowed: true},
+		{Name: "an admin restores Fail while removing the override", Actor: Admin, Managed: true, Old: Overridden, Edit: restoreFail, Override: OverrideAbsent, WantAllowed: false, WantMessageContains: want(FailurePolicyPath, "--overwrite")},
+
+		// Another service account with the breaker's RBAC.
+		{Name: "another service account restores Fail while the circuit is open", Actor: OtherSA, Managed: true, Old: BypassOpen, Edit: restoreFail, Override: OverrideAbsent, WantAllowed: false, WantMessageContains: want(FailurePolicyPath, OtherSAUsername)},
+		{Name: "another service account opens a circuit", Actor: OtherSA, Managed: true, Old: Healthy, Edit: openBypass, Override: OverrideAbsent, WantAllowed: false, WantMessageContains: want(FailurePolicyPath, BypassPath, CircuitPath)},
+		{Name: "another service account forges a circuit record", Actor: OtherSA, Managed: true, Old: Healthy, Edit: forgeRecord, Override: OverrideAbsent, WantAllowed: false, WantMessageContains: want(CircuitPath)},
+		{Name: "another service account forges a circuit record with an empty override", Actor: OtherSA, Managed: true, Old: Healthy, Edit: forgeRecord, Override: OverrideEmpty, WantAllowed: false, WantMessageContains: want(CircuitPath)},
+		{Name: "another service account opens a circuit with an override", Actor: OtherSA, Managed: true, Old: Healthy, Edit: openBypass, Override: OverridePresent, WantAllowed: true},
+
+		// The circuit record.
+		{Name: "an admin removes the circuit record", Actor: Admin, Managed: true, Old: BypassOpen, Edit: removeRecord, Override: OverrideAbsent, WantAllowed: false, WantMessageContains: want(CircuitPath, "circuit open since "+OpenedAt)},
+		{Name: "an admin changes the circuit record", Actor: Admin, Managed: true, Old: BypassOpen, Edit: changeRecord, Override: OverrideAbsent, WantAllowed: false, WantMessageContains: want(CircuitPath)},
+		{Name: "an admin removes the circuit record with an override", Actor: Admin, Managed: true, Old: BypassOpen, Edit: removeRecord, Override: OverridePresent, WantAllowed: true},
+
+		// The bypass marker.
+		{Name: "an admin removes the bypass marker", Actor: Admin, Managed: true, Old: BypassOpen, Edit: removeManagedMarker, Override: OverrideAbsent, WantAllowed: false, WantMessageContains: want(BypassPath)},
+		{Name: "an admin adds a bypass marker to a healthy managed webhook", Actor: Admin, Managed: true, Old: Healthy, Edit: addManagedMarker, Override: OverrideAbsent, WantAllowed: false, WantMessageContains: want(BypassPath)},
+		{Name: "an admin alters the bypass marker's expression", Actor: Admin, Managed: true, Old: BypassOpen, Edit: alterMarker, Override: OverrideAbsent, WantAllowed: false, WantMessageContains: want(BypassPath)},
+		{Name: "an admin adds a bypass marker to the other webhook", Actor: Admin, Managed: true, Old: Healthy, Edit: addOtherMarker, Override: OverrideAbsent, WantAllowed: false, WantMessageContains: want(OtherBypassPath)},
+		{Name: "an admin removes the managed webhook that carries the bypass marker", Actor: Admin, Managed: true, Old: BypassOpen, Edit: removeManagedWebhook, Override: OverrideAbsent, WantAllowed: false, WantMessageContains: want(BypassPath)},
+		{Name: "an admin alters the bypass marker with an override", Actor: Admin, Managed: true, Old: BypassOpen, Edit: alterMarker, Override: OverridePresent, WantAllowed: true},
+
+		// Fields the breaker does not own.
+		{Name: "an admin changes only timeoutSeconds", Actor: Admin, Managed: true, Old: Healthy, Edit: setTimeout(5), Override: OverrideAbsent, WantAllowed: true},
+		{Name: "an admin changes only timeoutSeconds while the circuit is open", Actor: Admin, Managed: true, Old: BypassOpen, Edit: setTimeout(5), Override: OverrideAbsent, WantAllowed: true},
+		{Name: "an admin changes the rules while the circuit is open", Actor: Admin, Managed: true, Old: IgnoreOpen, Edit: addUpdateRule, Override: OverrideAbsent, WantAllowed: true},
+		{Name: "another service account changes only timeoutSeconds", Actor: OtherSA, Managed: true, Old: BypassOpen, Edit: setTimeout(5), Override: OverrideAbsent, WantAllowed: true},
+		{Name: "an admin changes the other webhook's failurePolicy in the same configuration", Actor: Admin, Managed: true, Old: BypassOpen, Edit: setPolicy(OtherWebhook, admissionregistrationv1.Ignore), Override: OverrideAbsent, WantAllowed: true},
+		{Name: "an admin removes the managed webhook from a healthy configuration", Actor: Admin, Managed: true, Old: Healthy, Edit: removeManagedWebhook, Override: OverrideAbsent, WantAllowed: true},
+		{Name: "an admin adds a label while the circuit is open", Actor: Admin, Managed: true, Old: BypassOpen, Edit: addLabel, Override: OverrideAbsent, WantAllowed: true},
+
+		// The override annotation itself.
+		{Name: "an admin adds the override annotation alone", Actor: Admin, Managed: true, Old: BypassOpen, Override: OverridePresent, WantAllowed: true},
+		{Name: "an admin adds an empty override annotation alone", Actor: Admin, Managed: true, Old: BypassOpen, Override: OverrideEmpty, WantAllowed: true},
+		{Name: "an admin removes the override annotation alone", Actor: Admin, Managed: true, Old: Overridden, Override: OverrideAbsent, WantAllowed: true},
+
+		// Unmanaged configurations.
+		{Name: "an admin changes the failurePolicy of an unmanaged configuration", Actor: Admin, Managed: false, Old: Healthy, Edit: setPolicy(ManagedWebhook, admissionregistrationv1.Ignore), Override: OverrideAbsent, WantAllowed: true},
+		{Name: "another service account forges a circuit record on an unmanaged configuration", Actor: OtherSA, Managed: false, Old: Healthy, Edit: openBypass, Override: OverrideAbsent, WantAllowed: true},
+		{Name: "an admin closes a circuit by hand on an unmanaged configuration", Actor: Admin, Managed: false, Old: BypassOpen, Edit: closeCircuit, Override: OverrideEmpty, WantAllowed: true},
+	}
+}

@@ -1,0 +1,7 @@
+package admission
+
+// Exported for the external test package.
+var (
+	CelQuote                   = celQuote
+	NoManagedConfigurationName = noManagedConfigurationName
+)

@@ -1,0 +1,314 @@
+package admission_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+
+	"github.com/webhook-guard/webhook-guard/internal/admission"
+	"github.com/webhook-guard/webhook-guard/internal/admission/admissiontest"
+)
+
+const breaker = admission.DefaultBreakerUsername
+
+func caseName(i int) string { return fmt.Sprintf("guard-case-%02d", i) }
+
+func options(c admissiontest.Case, name string) admission.Options {
+	return admission.Options{BreakerUsername: breaker, Managed: c.ManagedConfigs(name)}
+}
+
+func admin() authenticationv1.UserInfo { return admissiontest.UserInfo(admissiontest.Admin, breaker) }
+
+func managedOpts(names ...string) admission.Options {
+	m := map[string][]string{}
+	for _, n := range names {
+		m[n] = []string{admissiontest.ManagedWebhook}
+	}
+	return admission.Options{BreakerUsername: breaker, Managed: m}
+}
+
+func TestCases_shape(t *testing.T) {
+	cases := admissiontest.Cases()
+	require.GreaterOrEqual(t, len(cases), 20)
+	seen := map[string]bool{}
+	actors := map[admissiontest.Actor]bool{}
+	overrides := map[string]bool{}
+	for _, c := range cases {
+		assert.False(t, seen[c.Name], "duplicate case name %q", c.Name)
+		seen[c.Name] = true
+		actors[c.Actor] = true
+		overrides[c.Override] = true
+		require.NotNil(t, c.Old, c.Name)
+		if !c.WantAllowed {
+			assert.Contains(t, c.WantMessageContains, admissiontest.AnnotateCommand, c.Name)
+			assert.GreaterOrEqual(t, len(c.WantMessageContains), 2, "%s: a denial must name a field path", c.Name)
+		}
+		old, _ := c.Build("x")
+		for _, h := range old.Webhooks {
+			require.NotNil(t, h.ClientConfig.URL, c.Name)
+			assert.True(t, strings.HasPrefix(*h.ClientConfig.URL, "https://127.0.0.1:1/"), c.Name)
+			require.NotNil(t, h.SideEffects, c.Name)
+			assert.Equal(t, admissionregistrationv1.SideEffectClassNone, *h.SideEffects, c.Name)
+			assert.NotNil(t, h.FailurePolicy, c.Name)
+		}
+	}
+	assert.Len(t, actors, 3)
+	assert.Len(t, overrides, 3)
+}
+
+func TestCases_namesAgreeWithAdmission(t *testing.T) {
+	assert.Equal(t, admission.CircuitAnnotation, admissiontest.CircuitAnnotation)
+	assert.Equal(t, admission.OverrideAnnotation, admissiontest.OverrideAnnotation)
+	assert.Equal(t, admission.BypassMatchConditionName, admissiontest.BypassMatchConditionName)
+	assert.Equal(t, admission.BypassMatchConditionExpression, admissiontest.BypassMatchConditionExpression)
+	assert.Equal(t, strings.ReplaceAll(admissiontest.AnnotateCommand, admissiontest.NamePlaceholder, "cfg"), admission.AnnotateCommand("cfg", false))
+}
+
+func TestCases_buildDoesNotShareState(t *testing.T) {
+	c := admissiontest.Cases()[0]
+	old, new := c.Build("x")
+	assert.NotEqual(t, old, new)
+	old2, _ := c.Build("x")
+	assert.Equal(t, old, old2)
+}
+
+func TestDecide_table(t *testing.T) {
+	for i, c := range admissiontest.Cases() {
+		t.Run(c.Name, func(t *testing.T) {
+			name := caseName(i)
+			old, new := c.Build(name)
+			d := admission.Decide(admission.Request{
+				Operation: admissionv1.Update,
+				Old:       old,
+				New:       new,
+				User:      admissiontest.UserInfo(c.Actor, breaker),
+			}, options(c, name))
+			require.Equal(t, c.WantAllowed, d.Allowed, "reason %s, message %q", d.Reason, d.Message)
+			assert.NotEmpty(t, d.Reason)
+			if c.WantAllowed {
+				assert.Empty(t, d.Message)
+				return
+			}
+			assert.Equal(t, admission.ReasonOwnedFieldChanged, d.Reason)
+			for _, want := range c.WantMessage(name) {
+				assert.Contains(t, d.Message, want)
+			}
+			assert.Contains(t, d.Message, fmt.Sprintf("%q", name))
+			assert.Contains(t, d.Message, "webhook-guard ("+breaker+")")
+			assert.NotContains(t, d.Message, "\n", "the message is one paragraph")
+		})
+	}
+}
+
+func restoreFail(old *admissionregistrationv1.MutatingWebhookConfiguration) *admissionregistrationv1.MutatingWebhookConfiguration {
+	n := old.DeepCopy()
+	fail := admissionregistrationv1.Fail
+	n.Webhooks[0].FailurePolicy = &fail
+	return n
+}
+
+func TestDecide_messageNamesOpenCircuit(t *testing.T) {
+	old := admissiontest.BypassOpen("cfg")
+	d := admission.Decide(admission.Request{Operation: admissionv1.Update, Old: old, New: restoreFail(old), User: admin()}, managedOpts("cfg"))
+	require.False(t, d.Allowed)
+	assert.Contains(t, d.Message, "circuit open since 2026-11-30T10:00:00Z, original failurePolicy Fail")
+	assert.Contains(t, d.Message, "mode Bypass")
+	assert.Contains(t, d.Message, "webhooks[name=slow.mutator.webhook-guard.io].failurePolicy (Ignore -> Fail)")
+	assert.Contains(t, d.Message, `user "kubernetes-admin"`)
+	assert.Contains(t, d.Message, `kubectl annotate mutatingwebhookconfiguration cfg webhook-guard.io/override="<reason>" and retry`)
+	assert.NotContains(t, d.Message, "--overwrite")
+	t.Log(d.Message)
+}
+
+func TestDecide_messageOriginalPolicyNull(t *testing.T) {
+	old := admissiontest.BypassOpen("cfg")
+	old.Annotations[admission.CircuitAnnotation] = `{"slow.mutator.webhook-guard.io":{"uid":"u","mode":"Ignore","openedAt":"2026-11-30T10:00:00Z","reason":"timeout","originalFailurePolicy":null}}`
+	d := admission.Decide(admission.Request{Operation: admissionv1.Update, Old: old, New: restoreFail(old), User: admin()}, managedOpts("cfg"))
+	require.False(t, d.Allowed)
+	assert.Contains(t, d.Message, "circuit open since 2026-11-30T10:00:00Z, original failurePolicy unset")
+}
+
+func TestDecide_malformedRecord(t *testing.T) {
+	for _, record := range []string{
+		`{not json`,
+		``,
+		`null`,
+		`[]`,
+		`"a string"`,
+		`{"slow.mutator.webhook-guard.io":"not an object"}`,
+		`{"slow.mutator.webhook-guard.io":{"openedAt":42,"originalFailurePolicy":["x"]}}`,
+		`{"slow.mutator.webhook-guard.io":null}`,
+		"{\"slow.mutator.webhook-guard.io\":{\"openedAt\":\"line\\nbreak\",\"mode\":\"By\\rpass\"}}",
+		"{\n  \"pretty\": \"printed\"\n}",
+	} {
+		t.Run(record, func(t *testing.T) {
+			old := admissiontest.BypassOpen("cfg")
+			old.Annotations[admission.CircuitAnnotation] = record
+			var d admission.Decision
+			require.NotPanics(t, func() {
+				d = admission.Decide(admission.Request{Operation: admissionv1.Update, Old: old, New: restoreFail(old), User: admin()}, managedOpts("cfg"))
+			})
+			require.False(t, d.Allowed)
+			assert.Contains(t, d.Message, "webhooks[name=slow.mutator.webhook-guard.io].failurePolicy")
+			assert.NotContains(t, d.Message, "\n")
+			// Timeout-only edits on a malformed record still pass.
+			n := old.DeepCopy()
+			n.Webhooks[0].TimeoutSeconds = nil
+			require.NotPanics(t, func() {
+				d = admission.Decide(admission.Request{Operation: admissionv1.Update, Old: old, New: n, User: admin()}, managedOpts("cfg"))
+			})
+			assert.True(t, d.Allowed)
+		})
+	}
+	old := admissiontest.BypassOpen("cfg")
+	old.Annotations[admission.CircuitAnnotation] = `{not json`
+	d := admission.Decide(admission.Request{Operation: admissionv1.Update, Old: old, New: restoreFail(old), User: admin()}, managedOpts("cfg"))
+	assert.Contains(t, d.Message, "unreadable")
+}
+
+func TestDecide_deleteAndConnectAllowed(t *testing.T) {
+	old := admissiontest.BypassOpen("cfg")
+	for _, op := range []admissionv1.Operation{admissionv1.Delete, admissionv1.Connect} {
+		d := admission.Decide(admission.Request{Operation: op, Old: old, User: admin()}, managedOpts("cfg"))
+		assert.True(t, d.Allowed, op)
+		assert.Equal(t, admission.ReasonNotGuarded, d.Reason)
+	}
+}
+
+func TestDecide_create(t *testing.T) {
+	forged := admissiontest.Healthy("cfg")
+	forged.Annotations = map[string]string{admission.CircuitAnnotation: admissiontest.CircuitRecord("Ignore")}
+	d := admission.Decide(admission.Request{Operation: admissionv1.Create, New: forged, User: admissiontest.UserInfo(admissiontest.OtherSA, breaker)}, managedOpts("cfg"))
+	require.False(t, d.Allowed, "a forged record on CREATE is denied")
+	assert.Contains(t, d.Message, "metadata.annotations[webhook-guard.io/circuit] (added)")
+	assert.Contains(t, d.Message, `kubectl annotate mutatingwebhookconfiguration cfg webhook-guard.io/override="<reason>"`)
+
+	emptyRecord := admissiontest.Healthy("cfg")
+	emptyRecord.Annotations = map[string]string{admission.CircuitAnnotation: ""}
+	d = admission.Decide(admission.Request{Operation: admissionv1.Create, New: emptyRecord, User: admin()}, managedOpts("cfg"))
+	assert.False(t, d.Allowed, "any value counts as adding")
+
+	marked := admissiontest.BypassOpen("cfg")
+	delete(marked.Annotations, admission.CircuitAnnotation)
+	d = admission.Decide(admission.Request{Operation: admissionv1.Create, New: marked, User: admin()}, managedOpts("cfg"))
+	require.False(t, d.Allowed, "a bypass marker on CREATE is denied")
+	assert.Contains(t, d.Message, "matchConditions[name=webhook-guard.io/circuit-open] (added")
+	assert.NotContains(t, d.Message, "failurePolicy", "a webhook present on one side only is no failurePolicy change")
+
+	ignore := admissiontest.IgnoreOpen("cfg")
+	delete(ignore.Annotations, admission.CircuitAnnotation)
+	d = admission.Decide(admission.Request{Operation: admissionv1.Create, New: ignore, User: admin()}, managedOpts("cfg"))
+	assert.True(t, d.Allowed, "creating with failurePolicy Ignore is not a change")
+
+	d = admission.Decide(admission.Request{Operation: admissionv1.Create, New: forged, User: admissiontest.UserInfo(admissiontest.Breaker, breaker)}, managedOpts("cfg"))
+	assert.True(t, d.Allowed)
+	assert.Equal(t, admission.ReasonBreakerIdentity, d.Reason)
+
+	// CREATE ignores a stray Old.
+	d = admission.Decide(admission.Request{Operation: admissionv1.Create, Old: forged, New: forged, User: admin()}, managedOpts("cfg"))
+	assert.False(t, d.Allowed)
+}
+
+func TestDecide_reasons(t *testing.T) {
+	old := admissiontest.BypassOpen("cfg")
+	n := restoreFail(old)
+	upd := func(user authenticationv1.UserInfo, n *admissionregistrationv1.MutatingWebhookConfiguration, opts admission.Options) admission.Decision {
+		return admission.Decide(admission.Request{Operation: admissionv1.Update, Old: old, New: n, User: user}, opts)
+	}
+	assert.Equal(t, admission.ReasonUnmanaged, upd(admin(), n, managedOpts("other")).Reason)
+	assert.Equal(t, admission.ReasonBreakerIdentity, upd(admissiontest.UserInfo(admissiontest.Breaker, breaker), n, managedOpts("cfg")).Reason)
+	assert.Equal(t, admission.ReasonOwnedFieldChanged, upd(admin(), n, managedOpts("cfg")).Reason)
+	assert.Equal(t, admission.ReasonAllowed, upd(admin(), old.DeepCopy(), managedOpts("cfg")).Reason)
+	over := n.DeepCopy()
+	over.Annotations[admission.OverrideAnnotation] = "x"
+	assert.Equal(t, admission.ReasonOverride, upd(admin(), over, managedOpts("cfg")).Reason)
+
+	d := admission.Decide(admission.Request{Operation: admissionv1.Update, Old: old, User: admin()}, managedOpts("cfg"))
+	assert.False(t, d.Allowed)
+	assert.Equal(t, admission.ReasonInvalidRequest, d.Reason)
+}
+
+func TestDecide_breakerUsername(t *testing.T) {
+	old := admissiontest.BypassOpen("cfg")
+	n := restoreFail(old)
+	custom := "system:serviceaccount:guard:breaker"
+	opts := admission.Options{BreakerUsername: custom, Managed: map[string][]string{"cfg": {admissiontest.ManagedWebhook}}}
+	req := admission.Request{Operation: admissionv1.Update, Old: old, New: n, User: authenticationv1.UserInfo{Username: custom}}
+	assert.True(t, admission.Decide(req, opts).Allowed)
+	req.User.Username = admission.DefaultBreakerUsername
+	d := admission.Decide(req, opts)
+	assert.False(t, d.Allowed, "only the configured identity is the breaker")
+	assert.Contains(t, d.Message, "webhook-guard ("+custom+")")
+
+	opts.BreakerUsername = ""
+	assert.True(t, admission.Decide(req, opts).Allowed, "empty BreakerUsername means the default service account")
+	req.User.Username = ""
+	assert.False(t, admission.Decide(req, opts).Allowed, "an empty username is never the breaker")
+}
+
+func TestDecide_nilAndFailDiffer(t *testing.T) {
+	old := admissiontest.Healthy("cfg")
+	old.Webhooks[0].FailurePolicy = nil
+	d := admission.Decide(admission.Request{Operation: admissionv1.Update, Old: old, New: restoreFail(old), User: admin()}, managedOpts("cfg"))
+	require.False(t, d.Allowed)
+	assert.Contains(t, d.Message, "(unset -> Fail)")
+}
+
+func TestDecide_managedWithoutWebhooks(t *testing.T) {
+	old := admissiontest.Healthy("cfg")
+	opts := admission.Options{Managed: map[string][]string{"cfg": nil}}
+	n := old.DeepCopy()
+	ignore := admissionregistrationv1.Ignore
+	n.Webhooks[0].FailurePolicy = &ignore
+	assert.True(t, admission.Decide(admission.Request{Operation: admissionv1.Update, Old: old, New: n, User: admin()}, opts).Allowed)
+	n.Annotations = map[string]string{admission.CircuitAnnotation: "{}"}
+	assert.False(t, admission.Decide(admission.Request{Operation: admissionv1.Update, Old: old, New: n, User: admin()}, opts).Allowed,
+		"the circuit annotation of a managed configuration is owned even with no managed webhook")
+}
+
+func TestDecide_warnings(t *testing.T) {
+	// Override present on a managed configuration.
+	old := admissiontest.Overridden("cfg")
+	d := admission.Decide(admission.Request{Operation: admissionv1.Update, Old: old, New: old.DeepCopy(), User: admin()}, managedOpts("cfg"))
+	require.True(t, d.Allowed)
+	require.Len(t, d.Warnings, 1)
+	assert.Contains(t, d.Warnings[0], "webhook-guard has handed this configuration over; remove the annotation to return it")
+
+	// Not on an unmanaged one.
+	d = admission.Decide(admission.Request{Operation: admissionv1.Update, Old: old, New: old.DeepCopy(), User: admin()}, managedOpts("other"))
+	assert.Empty(t, d.Warnings)
+
+	// timeoutSeconds and rules while the circuit is open.
+	old = admissiontest.BypassOpen("cfg")
+	n := old.DeepCopy()
+	five := int32(5)
+	n.Webhooks[0].TimeoutSeconds = &five
+	n.Webhooks[0].Rules[0].Operations = append(n.Webhooks[0].Rules[0].Operations, admissionregistrationv1.Update)
+	d = admission.Decide(admission.Request{Operation: admissionv1.Update, Old: old, New: n, User: admin()}, managedOpts("cfg"))
+	require.True(t, d.Allowed)
+	require.Len(t, d.Warnings, 1)
+	assert.Contains(t, d.Warnings[0], "rules, timeoutSeconds")
+	assert.Contains(t, d.Warnings[0], "circuit open since 2026-11-30T10:00:00Z")
+
+	// Same edit by the breaker, or on a healthy configuration: no warning.
+	d = admission.Decide(admission.Request{Operation: admissionv1.Update, Old: old, New: n, User: admissiontest.UserInfo(admissiontest.Breaker, breaker)}, managedOpts("cfg"))
+	assert.Empty(t, d.Warnings)
+	healthy := admissiontest.Healthy("cfg")
+	hn := healthy.DeepCopy()
+	hn.Webhooks[0].TimeoutSeconds = &five
+	d = admission.Decide(admission.Request{Operation: admissionv1.Update, Old: healthy, New: hn, User: admin()}, managedOpts("cfg"))
+	assert.Empty(t, d.Warnings)
+
+	// An empty selector versus none is no change.
+	n = old.DeepCopy()
+	n.Webhooks[0].Rules[0].APIGroups = []string{""}
+	n.Webhooks[0].MatchConditions = append(n.Webhooks[0].MatchConditions[:0:0], n.Webhooks[0].MatchConditions...)
+	d = admission.Decide(admission.Request{Operation: admissionv1.Update, Old: old, New: n, User: admin()}, managedOpts("cfg"))
+	assert.Empty(t, d.Warnings)
+}

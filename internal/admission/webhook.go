@@ -1,0 +1,88 @@
+package admission
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+)
+
+// WebhookPath is the HTTP path at which the binary serves Handler.
+const WebhookPath = "/validate-mutatingwebhookconfigurations"
+
+// Handler implements controller-runtime admission.Handler; it decodes old/new
+// MWC from the AdmissionRequest raw objects and calls Decide.
+//
+// Register it only behind the static manifest (RenderStaticWebhook): an
+// API-registered ValidatingWebhookConfiguration is never called for
+// mutatingwebhookconfigurations.
+type Handler struct {
+	// Options returns the current rule options; it is a func so the service
+	// can update names and identity at runtime. It is called once per request.
+	Options func() Options
+}
+
+var _ admission.Handler = (*Handler)(nil)
+
+// Handle decides one admission request. Denials carry code 403, reason
+// Forbidden and Decision.Message; warnings go in the response's Warnings; an
+// object that cannot be decoded yields 400.
+func (h *Handler) Handle(_ context.Context, req admission.Request) admission.Response {
+	if h == nil || h.Options == nil {
+		return admission.Errored(http.StatusInternalServerError, errors.New("webhook-guard: admission handler has no options"))
+	}
+	if r := req.Resource; r.Resource != "" && (r.Group != mwcGroup || r.Resource != mwcResource) {
+		return admission.Allowed(fmt.Sprintf("webhook-guard does not guard %s", r.String()))
+	}
+
+	in := Request{Operation: req.Operation, User: req.UserInfo}
+	var err error
+	switch req.Operation {
+	case admissionv1.Create:
+		in.New, err = decodeMWC(req.Object, "object")
+	case admissionv1.Update:
+		if in.New, err = decodeMWC(req.Object, "object"); err == nil {
+			in.Old, err = decodeMWC(req.OldObject, "oldObject")
+		}
+	}
+	if err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+
+	d := Decide(in, h.Options())
+	var resp admission.Response
+	if d.Allowed {
+		resp = admission.Allowed(d.Reason)
+	} else {
+		resp = admission.Denied(d.Message)
+	}
+	if len(d.Warnings) > 0 {
+		resp = resp.WithWarnings(d.Warnings...)
+	}
+	return resp
+}
+
+// decodeMWC decodes a MutatingWebhookConfiguration from a request's raw
+// object.
+func decodeMWC(raw runtime.RawExtension, field string) (*admissionregistrationv1.MutatingWebhookConfiguration, error) {
+	if len(raw.Raw) == 0 {
+		if obj, ok := raw.Object.(*admissionregistrationv1.MutatingWebhookConfiguration); ok && obj != nil {
+			return obj.DeepCopy(), nil
+		}
+		return nil, fmt.Errorf("webhook-guard: request has no %s", field)
+	}
+	obj := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	if err := json.Unmarshal(raw.Raw, obj); err != nil {
+		return nil, fmt.Errorf("webhook-guard: cannot decode %s as a MutatingWebhookConfiguration: %w", field, err)
+	}
+	if obj.Kind != "" && obj.Kind != "MutatingWebhookConfiguration" {
+		return nil, fmt.Errorf("webhook-guard: %s is a %s, not a MutatingWebhookConfiguration", field, obj.Kind)
+	}
+	return obj, nil
+}

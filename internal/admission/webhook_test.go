@@ -1,0 +1,187 @@
+package admission_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	ctrladmission "sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/webhook-guard/webhook-guard/internal/admission"
+	"github.com/webhook-guard/webhook-guard/internal/admission/admissiontest"
+)
+
+var mwcResource = metav1.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "mutatingwebhookconfigurations"}
+
+func raw(t *testing.T, obj *admissionregistrationv1.MutatingWebhookConfiguration) runtime.RawExtension {
+	t.Helper()
+	if obj == nil {
+		return runtime.RawExtension{}
+	}
+	b, err := json.Marshal(obj)
+	require.NoError(t, err)
+	return runtime.RawExtension{Raw: b}
+}
+
+func request(t *testing.T, op admissionv1.Operation, old, new *admissionregistrationv1.MutatingWebhookConfiguration, user authenticationv1.UserInfo) ctrladmission.Request {
+	name := ""
+	if new != nil {
+		name = new.Name
+	} else if old != nil {
+		name = old.Name
+	}
+	return ctrladmission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+		UID:       types.UID("uid-" + name),
+		Kind:      metav1.GroupVersionKind{Group: "admissionregistration.k8s.io", Version: "v1", Kind: "MutatingWebhookConfiguration"},
+		Resource:  mwcResource,
+		Name:      name,
+		Operation: op,
+		UserInfo:  user,
+		Object:    raw(t, new),
+		OldObject: raw(t, old),
+	}}
+}
+
+func handlerFor(opts admission.Options) *admission.Handler {
+	return &admission.Handler{Options: func() admission.Options { return opts }}
+}
+
+func TestHandler_Handle_table(t *testing.T) {
+	for i, c := range admissiontest.Cases() {
+		t.Run(c.Name, func(t *testing.T) {
+			name := caseName(i)
+			old, new := c.Build(name)
+			user := admissiontest.UserInfo(c.Actor, breaker)
+			resp := handlerFor(options(c, name)).Handle(context.Background(), request(t, admissionv1.Update, old, new, user))
+			require.Equal(t, c.WantAllowed, resp.Allowed, "result %+v", resp.Result)
+			want := admission.Decide(admission.Request{Operation: admissionv1.Update, Old: old, New: new, User: user}, options(c, name))
+			assert.Equal(t, want.Warnings, []string(resp.Warnings))
+			if c.WantAllowed {
+				return
+			}
+			require.NotNil(t, resp.Result)
+			assert.EqualValues(t, http.StatusForbidden, resp.Result.Code)
+			assert.Equal(t, metav1.StatusReasonForbidden, resp.Result.Reason)
+			assert.Equal(t, want.Message, resp.Result.Message)
+			for _, s := range c.WantMessage(name) {
+				assert.Contains(t, resp.Result.Message, s)
+			}
+		})
+	}
+}
+
+func TestHandler_Handle_warnings(t *testing.T) {
+	old := admissiontest.Overridden("cfg")
+	resp := handlerFor(managedOpts("cfg")).Handle(context.Background(), request(t, admissionv1.Update, old, old.DeepCopy(), admin()))
+	require.True(t, resp.Allowed)
+	require.Len(t, resp.Warnings, 1)
+	assert.Contains(t, resp.Warnings[0], "handed this configuration over")
+}
+
+func TestHandler_Handle_undecodable(t *testing.T) {
+	h := handlerFor(managedOpts("cfg"))
+	old := admissiontest.BypassOpen("cfg")
+
+	req := request(t, admissionv1.Update, old, old, admin())
+	req.Object.Raw = []byte(`{"metadata": "not an object"`)
+	resp := h.Handle(context.Background(), req)
+	assert.False(t, resp.Allowed)
+	assert.EqualValues(t, http.StatusBadRequest, resp.Result.Code)
+
+	req = request(t, admissionv1.Update, old, old, admin())
+	req.OldObject.Raw = []byte(`not json`)
+	resp = h.Handle(context.Background(), req)
+	assert.False(t, resp.Allowed)
+	assert.EqualValues(t, http.StatusBadRequest, resp.Result.Code)
+
+	req = request(t, admissionv1.Update, nil, old, admin())
+	resp = h.Handle(context.Background(), req)
+	assert.EqualValues(t, http.StatusBadRequest, resp.Result.Code, "UPDATE without oldObject")
+
+	req = request(t, admissionv1.Create, nil, nil, admin())
+	resp = h.Handle(context.Background(), req)
+	assert.EqualValues(t, http.StatusBadRequest, resp.Result.Code, "CREATE without object")
+
+	req = request(t, admissionv1.Create, nil, old, admin())
+	req.Object.Raw = []byte(`{"kind":"Pod","apiVersion":"v1","metadata":{"name":"cfg"}}`)
+	resp = h.Handle(context.Background(), req)
+	assert.EqualValues(t, http.StatusBadRequest, resp.Result.Code, "wrong kind")
+}
+
+func TestHandler_Handle_create(t *testing.T) {
+	forged := admissiontest.Healthy("cfg")
+	forged.Annotations = map[string]string{admission.CircuitAnnotation: admissiontest.CircuitRecord("Ignore")}
+	resp := handlerFor(managedOpts("cfg")).Handle(context.Background(), request(t, admissionv1.Create, nil, forged, admissiontest.UserInfo(admissiontest.OtherSA, breaker)))
+	assert.False(t, resp.Allowed)
+	assert.EqualValues(t, http.StatusForbidden, resp.Result.Code)
+	assert.Contains(t, resp.Result.Message, "metadata.annotations[webhook-guard.io/circuit] (added)")
+}
+
+func TestHandler_Handle_deleteAllowed(t *testing.T) {
+	old := admissiontest.BypassOpen("cfg")
+	resp := handlerFor(managedOpts("cfg")).Handle(context.Background(), request(t, admissionv1.Delete, old, nil, admin()))
+	assert.True(t, resp.Allowed)
+}
+
+func TestHandler_Handle_otherResourceAllowed(t *testing.T) {
+	old := admissiontest.BypassOpen("cfg")
+	req := request(t, admissionv1.Update, old, restoreFail(old), admin())
+	req.Resource = metav1.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingwebhookconfigurations"}
+	assert.True(t, handlerFor(managedOpts("cfg")).Handle(context.Background(), req).Allowed)
+}
+
+func TestHandler_Handle_noOptions(t *testing.T) {
+	old := admissiontest.BypassOpen("cfg")
+	resp := (&admission.Handler{}).Handle(context.Background(), request(t, admissionv1.Update, old, old, admin()))
+	assert.False(t, resp.Allowed)
+	assert.EqualValues(t, http.StatusInternalServerError, resp.Result.Code)
+}
+
+func TestHandler_Handle_optionsReadPerRequest(t *testing.T) {
+	opts := managedOpts("other")
+	h := &admission.Handler{Options: func() admission.Options { return opts }}
+	old := admissiontest.BypassOpen("cfg")
+	req := request(t, admissionv1.Update, old, restoreFail(old), admin())
+	assert.True(t, h.Handle(context.Background(), req).Allowed)
+	opts = managedOpts("cfg")
+	assert.False(t, h.Handle(context.Background(), req).Allowed)
+}
+
+// TestHandler_ServeHTTP runs a denial through controller-runtime's webhook
+// HTTP handling, as kube-apiserver would see it.
+func TestHandler_ServeHTTP(t *testing.T) {
+	wh := &ctrladmission.Webhook{Handler: handlerFor(managedOpts("cfg"))}
+	old := admissiontest.BypassOpen("cfg")
+	req := request(t, admissionv1.Update, old, restoreFail(old), admin())
+	review := admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request:  &req.AdmissionRequest,
+	}
+	body, err := json.Marshal(review)
+	require.NoError(t, err)
+	rec := httptest.NewRecorder()
+	httpReq := httptest.NewRequest(http.MethodPost, admission.WebhookPath, bytes.NewReader(body))
+	httpReq.Header.Set("Content-Type", "application/json")
+	wh.ServeHTTP(rec, httpReq)
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+
+	var got admissionv1.AdmissionReview
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &got))
+	require.NotNil(t, got.Response)
+	assert.Equal(t, review.Request.UID, got.Response.UID)
+	assert.False(t, got.Response.Allowed)
+	assert.EqualValues(t, http.StatusForbidden, got.Response.Result.Code)
+	assert.Equal(t, metav1.StatusReasonForbidden, got.Response.Result.Reason)
+	assert.Contains(t, got.Response.Result.Message, `kubectl annotate mutatingwebhookconfiguration cfg webhook-guard.io/override="<reason>"`)
+}

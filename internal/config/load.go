@@ -1,0 +1,147 @@
+package config
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/yaml"
+)
+
+// Load reads, strictly decodes, validates and defaults the
+// GuardConfiguration at path. Every error names the file, and validation
+// errors name the field and the value.
+func Load(path string) (*Configuration, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading configuration: %w", err)
+	}
+	cfg, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// Parse is Load without the file.
+func Parse(data []byte) (*Configuration, error) {
+	var f file
+	if err := yaml.UnmarshalStrict(data, &f); err != nil {
+		return nil, fmt.Errorf("decoding %s: %w", Kind, err)
+	}
+	cfg, errs := convert(&f)
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("invalid %s: %w", Kind, errs.ToAggregate())
+	}
+	return cfg, nil
+}
+
+func convert(f *file) (*Configuration, field.ErrorList) {
+	var errs field.ErrorList
+	if f.APIVersion != APIVersion {
+		errs = append(errs, field.NotSupported(field.NewPath("apiVersion"), f.APIVersion, []string{APIVersion}))
+	}
+	if f.Kind != Kind {
+		errs = append(errs, field.NotSupported(field.NewPath("kind"), f.Kind, []string{Kind}))
+	}
+	targets := field.NewPath("targets")
+	if len(f.Targets) == 0 {
+		errs = append(errs, field.Required(targets, "list at least one approved webhook"))
+	}
+	cfg := &Configuration{}
+	seen := map[string]int{}
+	for i, ft := range f.Targets {
+		p := targets.Index(i)
+		t, terrs := convertTarget(p, ft)
+		errs = append(errs, terrs...)
+		if j, dup := seen[t.Key()]; dup {
+			errs = append(errs, field.Duplicate(p, fmt.Sprintf("%s (same as targets[%d])", t.Key(), j)))
+		}
+		seen[t.Key()] = i
+		cfg.Targets = append(cfg.Targets, t)
+	}
+	return cfg, errs
+}
+
+func convertTarget(p *field.Path, ft fileTarget) (Target, field.ErrorList) {
+	var errs field.ErrorList
+	t := Target{Configuration: ft.Configuration, Webhook: ft.Webhook}
+	if ft.Configuration == "" {
+		errs = append(errs, field.Required(p.Child("configuration"), "the MutatingWebhookConfiguration name"))
+	} else {
+		for _, msg := range validation.IsDNS1123Subdomain(ft.Configuration) {
+			errs = append(errs, field.Invalid(p.Child("configuration"), ft.Configuration, msg))
+		}
+	}
+	if ft.Webhook == "" {
+		errs = append(errs, field.Required(p.Child("webhook"), "the webhook name inside the configuration"))
+	}
+	switch {
+	case ft.AllowAdmissionWithoutMutation == nil:
+		errs = append(errs, field.Required(p.Child("allowAdmissionWithoutMutation"),
+			"must be true: opening the circuit admits objects without this webhook's mutation, and only an operator can approve that"))
+	case !*ft.AllowAdmissionWithoutMutation:
+		errs = append(errs, field.Invalid(p.Child("allowAdmissionWithoutMutation"), false,
+			"must be true: a webhook whose mutation is required must not be listed as a target"))
+	}
+
+	t.Mode = Mode(ft.Mode)
+	if t.Mode == "" {
+		t.Mode = DefaultMode
+	}
+	if t.Mode != ModeIgnore && t.Mode != ModeBypass {
+		errs = append(errs, field.NotSupported(p.Child("mode"), ft.Mode, []string{string(ModeIgnore), string(ModeBypass)}))
+	}
+	t.OpenAfter = threshold(p.Child("openAfter"), ft.OpenAfter, DefaultOpenAfter, &errs)
+	t.CloseAfter = threshold(p.Child("closeAfter"), ft.CloseAfter, DefaultCloseAfter, &errs)
+
+	pp := p.Child("probe")
+	t.Probe.Kind = ProbeKind(ft.Probe.Kind)
+	if t.Probe.Kind == "" {
+		t.Probe.Kind = DefaultProbeKind
+	}
+	switch t.Probe.Kind {
+	case ProbeAdmissionReview:
+		if ft.Probe.Path != "" {
+			errs = append(errs, field.Invalid(pp.Child("path"), ft.Probe.Path, "only HTTPGet probes take a path; AdmissionReview probes use the webhook's own path"))
+		}
+	case ProbeHTTPGet:
+		if !strings.HasPrefix(ft.Probe.Path, "/") {
+			errs = append(errs, field.Invalid(pp.Child("path"), ft.Probe.Path, "an HTTPGet probe needs an absolute path such as /healthz"))
+		}
+		t.Probe.Path = ft.Probe.Path
+	default:
+		errs = append(errs, field.NotSupported(pp.Child("kind"), ft.Probe.Kind, []string{string(ProbeAdmissionReview), string(ProbeHTTPGet)}))
+	}
+	t.Probe.Interval = duration(pp.Child("interval"), ft.Probe.Interval, DefaultProbeInterval, &errs)
+	t.Probe.Timeout = duration(pp.Child("timeout"), ft.Probe.Timeout, 0, &errs)
+	return t, errs
+}
+
+func threshold(p *field.Path, v *int, def int, errs *field.ErrorList) int {
+	if v == nil {
+		return def
+	}
+	if *v < 1 {
+		*errs = append(*errs, field.Invalid(p, *v, "must be at least 1"))
+	}
+	return *v
+}
+
+func duration(p *field.Path, s string, def time.Duration, errs *field.ErrorList) time.Duration {
+	if s == "" {
+		return def
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		*errs = append(*errs, field.Invalid(p, s, "not a duration such as 250ms or 1s"))
+		return def
+	}
+	if d <= 0 {
+		*errs = append(*errs, field.Invalid(p, s, "must be positive"))
+	}
+	return d
+}

@@ -1,0 +1,168 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const header = "apiVersion: config.webhook-guard.io/v1alpha1\nkind: GuardConfiguration\n"
+
+const minimalTarget = `targets:
+- configuration: slow-mutator
+  webhook: slow-mutator.example.com
+  allowAdmissionWithoutMutation: true
+`
+
+func TestParse_defaults(t *testing.T) {
+	cfg, err := Parse([]byte(header + minimalTarget))
+	require.NoError(t, err)
+	require.Len(t, cfg.Targets, 1)
+	assert.Equal(t, Target{
+		Configuration: "slow-mutator",
+		Webhook:       "slow-mutator.example.com",
+		Mode:          ModeIgnore,
+		OpenAfter:     3,
+		CloseAfter:    5,
+		Probe:         Probe{Kind: ProbeAdmissionReview, Interval: time.Second},
+	}, cfg.Targets[0])
+}
+
+func TestParse_everyField(t *testing.T) {
+	cfg, err := Parse([]byte(header + `targets:
+- configuration: slow-mutator
+  webhook: slow-mutator.example.com
+  allowAdmissionWithoutMutation: true
+  mode: Bypass
+  openAfter: 2
+  closeAfter: 4
+  probe:
+    kind: HTTPGet
+    interval: 200ms
+    timeout: 250ms
+    path: /healthz
+- configuration: slow-mutator
+  webhook: other.example.com
+  allowAdmissionWithoutMutation: true
+- configuration: second
+  webhook: a.example.com
+  allowAdmissionWithoutMutation: true
+`))
+	require.NoError(t, err)
+	assert.Equal(t, Target{
+		Configuration: "slow-mutator", Webhook: "slow-mutator.example.com", Mode: ModeBypass, OpenAfter: 2, CloseAfter: 4,
+		Probe: Probe{Kind: ProbeHTTPGet, Interval: 200 * time.Millisecond, Timeout: 250 * time.Millisecond, Path: "/healthz"},
+	}, cfg.Targets[0])
+	assert.Equal(t, []string{"slow-mutator", "second"}, cfg.Names())
+	assert.Equal(t, map[string][]string{
+		"slow-mutator": {"slow-mutator.example.com", "other.example.com"},
+		"second":       {"a.example.com"},
+	}, cfg.Managed())
+}
+
+func TestParse_malformed(t *testing.T) {
+	cases := map[string]struct {
+		yaml string
+		want string
+	}{
+		"an unknown top-level field is rejected": {
+			header + minimalTarget + "extra: 1\n",
+			`decoding GuardConfiguration: error unmarshaling JSON: while decoding JSON: json: unknown field "extra"`,
+		},
+		"an unknown target field is rejected": {
+			header + minimalTarget + "  opnAfter: 2\n",
+			`decoding GuardConfiguration: error unmarshaling JSON: while decoding JSON: json: unknown field "opnAfter"`,
+		},
+		"a missing allowAdmissionWithoutMutation is rejected": {
+			header + "targets:\n- configuration: a\n  webhook: a.example.com\n",
+			"invalid GuardConfiguration: targets[0].allowAdmissionWithoutMutation: Required value: must be true: opening the circuit admits objects without this webhook's mutation, and only an operator can approve that",
+		},
+		"a false allowAdmissionWithoutMutation is rejected": {
+			header + "targets:\n- configuration: a\n  webhook: a.example.com\n  allowAdmissionWithoutMutation: false\n",
+			"invalid GuardConfiguration: targets[0].allowAdmissionWithoutMutation: Invalid value: false: must be true: a webhook whose mutation is required must not be listed as a target",
+		},
+		"a duplicate target is rejected": {
+			header + minimalTarget + "- configuration: slow-mutator\n  webhook: slow-mutator.example.com\n  allowAdmissionWithoutMutation: true\n",
+			`invalid GuardConfiguration: targets[1]: Duplicate value: "slow-mutator/slow-mutator.example.com (same as targets[0])"`,
+		},
+		"a bad duration is rejected": {
+			header + minimalTarget + "  probe:\n    interval: soon\n",
+			`invalid GuardConfiguration: targets[0].probe.interval: Invalid value: "soon": not a duration such as 250ms or 1s`,
+		},
+		"a negative timeout is rejected": {
+			header + minimalTarget + "  probe:\n    timeout: -1s\n",
+			`invalid GuardConfiguration: targets[0].probe.timeout: Invalid value: "-1s": must be positive`,
+		},
+		"openAfter below 1 is rejected": {
+			header + minimalTarget + "  openAfter: 0\n",
+			"invalid GuardConfiguration: targets[0].openAfter: Invalid value: 0: must be at least 1",
+		},
+		"closeAfter below 1 is rejected": {
+			header + minimalTarget + "  closeAfter: -2\n",
+			"invalid GuardConfiguration: targets[0].closeAfter: Invalid value: -2: must be at least 1",
+		},
+		"an unknown mode is rejected": {
+			header + minimalTarget + "  mode: Open\n",
+			`invalid GuardConfiguration: targets[0].mode: Unsupported value: "Open": supported values: "Ignore", "Bypass"`,
+		},
+		"an unknown probe kind is rejected": {
+			header + minimalTarget + "  probe:\n    kind: TCP\n",
+			`invalid GuardConfiguration: targets[0].probe.kind: Unsupported value: "TCP": supported values: "AdmissionReview", "HTTPGet"`,
+		},
+		"an HTTPGet probe without a path is rejected": {
+			header + minimalTarget + "  probe:\n    kind: HTTPGet\n",
+			`invalid GuardConfiguration: targets[0].probe.path: Invalid value: "": an HTTPGet probe needs an absolute path such as /healthz`,
+		},
+		"a path on an AdmissionReview probe is rejected": {
+			header + minimalTarget + "  probe:\n    path: /healthz\n",
+			`invalid GuardConfiguration: targets[0].probe.path: Invalid value: "/healthz": only HTTPGet probes take a path; AdmissionReview probes use the webhook's own path`,
+		},
+		"a wrong kind is rejected": {
+			"apiVersion: config.webhook-guard.io/v1alpha1\nkind: Config\n" + minimalTarget,
+			`invalid GuardConfiguration: kind: Unsupported value: "Config": supported values: "GuardConfiguration"`,
+		},
+		"a wrong apiVersion is rejected": {
+			"apiVersion: v1\nkind: GuardConfiguration\n" + minimalTarget,
+			`invalid GuardConfiguration: apiVersion: Unsupported value: "v1": supported values: "config.webhook-guard.io/v1alpha1"`,
+		},
+		"an empty target list is rejected": {
+			header + "targets: []\n",
+			"invalid GuardConfiguration: targets: Required value: list at least one approved webhook",
+		},
+		"a configuration name that is not a DNS subdomain is rejected": {
+			header + "targets:\n- configuration: Slow_Mutator\n  webhook: a.example.com\n  allowAdmissionWithoutMutation: true\n",
+			"invalid GuardConfiguration: targets[0].configuration: Invalid value: \"Slow_Mutator\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
+		},
+		"a field given twice is rejected": {
+			header + "targets:\n- configuration: a\n  configuration: b\n  webhook: a.example.com\n  allowAdmissionWithoutMutation: true\n",
+			`decoding GuardConfiguration: error converting YAML to JSON: yaml: unmarshal errors:` + "\n" + `  line 5: key "configuration" already set in map`,
+		},
+		"not YAML at all is rejected": {
+			"{targets: [",
+			"decoding GuardConfiguration: error converting YAML to JSON: yaml: line 1: did not find expected node content",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			cfg, err := Parse([]byte(tc.yaml))
+			require.Error(t, err)
+			assert.Nil(t, cfg)
+			assert.Equal(t, tc.want, err.Error())
+		})
+	}
+}
+
+func TestLoad_errorNamesTheFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "guard.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(header+minimalTarget+"  openAfter: 0\n"), 0o600))
+	_, err := Load(path)
+	require.Error(t, err)
+	assert.Equal(t, path+": invalid GuardConfiguration: targets[0].openAfter: Invalid value: 0: must be at least 1", err.Error())
+
+	_, err = Load(filepath.Join(t.TempDir(), "missing.yaml"))
+	require.ErrorContains(t, err, "missing.yaml: no such file or directory")
+}

@@ -1,0 +1,129 @@
+package config
+
+import (
+	"time"
+)
+
+// APIVersion and Kind identify a GuardConfiguration file.
+const (
+	APIVersion = "config.webhook-guard.io/v1alpha1"
+	Kind       = "GuardConfiguration"
+)
+
+// Mode is what the breaker does to a webhook while its circuit is open.
+type Mode string
+
+const (
+	// ModeIgnore sets failurePolicy Ignore. Requests still wait for the
+	// webhook's timeout before the apiserver moves on.
+	ModeIgnore Mode = "Ignore"
+	// ModeBypass sets failurePolicy Ignore and adds the matchCondition
+	// webhook-guard.io/circuit-open with expression false, so the apiserver
+	// skips the call and requests do not wait.
+	ModeBypass Mode = "Bypass"
+)
+
+// ProbeKind names how a target is probed.
+type ProbeKind string
+
+const (
+	// ProbeAdmissionReview POSTs a dry-run AdmissionReview to the webhook's
+	// own path. It needs sideEffects None or NoneOnDryRun.
+	ProbeAdmissionReview ProbeKind = "AdmissionReview"
+	// ProbeHTTPGet GETs a health path on the webhook's host and port.
+	ProbeHTTPGet ProbeKind = "HTTPGet"
+)
+
+// Defaults applied by Load.
+const (
+	DefaultMode          = ModeIgnore
+	DefaultOpenAfter     = 3
+	DefaultCloseAfter    = 5
+	DefaultProbeKind     = ProbeAdmissionReview
+	DefaultProbeInterval = time.Second
+)
+
+// file is the on-disk form, decoded strictly.
+type file struct {
+	APIVersion string       `json:"apiVersion"`
+	Kind       string       `json:"kind"`
+	Targets    []fileTarget `json:"targets"`
+}
+
+type fileTarget struct {
+	Configuration                 string    `json:"configuration"`
+	Webhook                       string    `json:"webhook"`
+	AllowAdmissionWithoutMutation *bool     `json:"allowAdmissionWithoutMutation"`
+	Mode                          string    `json:"mode"`
+	OpenAfter                     *int      `json:"openAfter"`
+	CloseAfter                    *int      `json:"closeAfter"`
+	Probe                         fileProbe `json:"probe"`
+}
+
+type fileProbe struct {
+	Kind     string `json:"kind"`
+	Interval string `json:"interval"`
+	Timeout  string `json:"timeout"`
+	Path     string `json:"path"`
+}
+
+// Configuration is a validated GuardConfiguration with defaults applied.
+type Configuration struct {
+	// Targets are the approved webhooks, in file order.
+	Targets []Target
+}
+
+// Target is one approved webhook.
+type Target struct {
+	// Configuration is the MutatingWebhookConfiguration name.
+	Configuration string
+	// Webhook is the webhook's name inside that configuration.
+	Webhook string
+	// Mode is applied while the circuit is open. Default Ignore.
+	Mode Mode
+	// OpenAfter is the number of consecutive failed probes that opens the
+	// circuit. Default 3.
+	OpenAfter int
+	// CloseAfter is the number of consecutive healthy probes that closes
+	// it. Default 5.
+	CloseAfter int
+	// Probe says how the webhook is probed.
+	Probe Probe
+}
+
+// Key is "configuration/webhook", unique per target.
+func (t Target) Key() string { return t.Configuration + "/" + t.Webhook }
+
+// Probe says how a target is probed.
+type Probe struct {
+	// Kind is AdmissionReview (default) or HTTPGet.
+	Kind ProbeKind
+	// Interval between probes. Default 1s.
+	Interval time.Duration
+	// Timeout of one probe; zero means the webhook's own timeoutSeconds.
+	Timeout time.Duration
+	// Path is the health path for HTTPGet.
+	Path string
+}
+
+// Names returns the configuration names in target order, without repeats.
+func (c *Configuration) Names() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, t := range c.Targets {
+		if !seen[t.Configuration] {
+			seen[t.Configuration] = true
+			out = append(out, t.Configuration)
+		}
+	}
+	return out
+}
+
+// Managed maps each configuration name to its target webhook names.
+func (c *Configuration) Managed() map[string][]string {
+	out := map[string][]string{}
+	for _, t := range c.Targets {
+		out[t.Configuration] = append(out[t.Configuration], t.Webhook)
+	}
+	return out
+}
