@@ -9,11 +9,31 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 )
 
+var (
+	scheme   = runtime.NewScheme()
+	setupLog = ctrl.Log.WithName("setup")
+)
+
+func init() {
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		panic(err)
+	}
+}
+
 func main() {
-	if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
+	opts := zap.Options{}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
+	if err := run(ctrl.SetupSignalHandler(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
+			setupLog.Error(err, "guard failed")
 			fmt.Fprintln(os.Stderr, "guard:", err)
 		}
 		os.Exit(exitCode(err))
@@ -34,16 +54,19 @@ func exitCode(err error) int {
 // usageError marks a mistake on the command line.
 type usageError struct{ error }
 
+func (u usageError) Unwrap() error { return u.error }
+
 const usage = `guard keeps admission working when an approved mutating webhook goes down.
 
 Usage:
   guard <command> [flags]
 
 Commands:
-  run        run the breaker and the guard (the service)
-  status     print every configured target with its circuit state
-  manifests  render manifests (static: the static admission webhook)
-  version    print the version
+  run               run the breaker and the guard (the service)
+  status            print every configured target with its circuit state and probe counts
+  manifests static  render the static admission webhook manifest (webhook-guard.static.k8s.io)
+  manifests policy  render the ValidatingAdmissionPolicy and binding
+  version           print the version
 
 Run "guard <command> --help" for the flags of a command.
 `
@@ -51,6 +74,10 @@ Run "guard <command> --help" for the flags of a command.
 // run dispatches a subcommand. It is main without the process: tests call
 // it to check flags and configuration handling without starting servers.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return dispatch(ctx, args, stdout, stderr, ctrl.GetConfig)
+}
+
+func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer, restConfig func() (*rest.Config, error)) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return usageError{errors.New("no command given")}
@@ -62,8 +89,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "version":
 		fmt.Fprintln(stdout, versionString())
 		return nil
+	case "run":
+		return runCommand(ctx, args[1:], stderr, restConfig)
+	case "status":
+		return statusCommand(ctx, args[1:], stdout, stderr, restConfig)
+	case "manifests":
+		return manifestsCommand(args[1:], stdout, stderr)
 	default:
 		fmt.Fprint(stderr, usage)
 		return usageError{fmt.Errorf("unknown command %q", args[0])}
 	}
+}
+
+func flagSet(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
 }

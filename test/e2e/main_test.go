@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap/zapcore"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"go.uber.org/zap/zapcore"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
@@ -26,15 +26,23 @@ var env *harness.Env
 func TestMain(m *testing.M) {
 	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr), zap.Level(zapLevel())))
 	start := time.Now()
-	var err error
-	env, err = harness.Start(harness.Options{})
+	// The product's static webhook must be serving, and its manifest
+	// written, before the apiserver starts (guard_equivalence_test.go).
+	guardManifests, err := startGuardStatic()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: starting webhook-guard's static webhook:", err)
+		os.Exit(1)
+	}
+	env, err = harness.Start(harness.Options{ExtraStaticManifests: guardManifests})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: starting the control plane:", err)
+		stopGuardStatic()
 		os.Exit(1)
 	}
 	fmt.Fprintf(os.Stderr, "e2e: control plane up in %s at %s\n", time.Since(start).Round(time.Millisecond), env.Config.Host)
 	code := m.Run()
 	env.Stop()
+	stopGuardStatic()
 	os.Exit(code)
 }
 

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -54,6 +55,10 @@ type Env struct {
 	Dir string
 
 	env *envtest.Environment
+
+	buildOnce sync.Once
+	guardBin  string
+	buildErr  error
 }
 
 // StaticPrefix is the name prefix of the MutatingWebhookConfigurations that

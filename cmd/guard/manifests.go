@@ -1,0 +1,56 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/webhook-guard/webhook-guard/internal/admission"
+	"github.com/webhook-guard/webhook-guard/internal/config"
+)
+
+// manifestsCommand renders the guard's admission objects from a
+// configuration, for control planes and for kustomize.
+func manifestsCommand(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || (args[0] != "static" && args[0] != "policy") {
+		return usageError{errors.New("manifests: want \"static\" or \"policy\"")}
+	}
+	fs := flagSet("manifests "+args[0], stderr)
+	path := fs.String("config", "", "GuardConfiguration file (required): the managed configurations.")
+	breakerUser := fs.String("breaker", admission.DefaultBreakerUsername, "The breaker's username; the running service fills in its real identity.")
+	url := fs.String("url", "", "static: the URL at which control-plane hosts reach the guard's webhook (https://.../validate-mutatingwebhookconfigurations).")
+	caFile := fs.String("ca-file", "", "static: PEM CA bundle that verifies the webhook's serving certificate.")
+	if err := fs.Parse(args[1:]); err != nil {
+		return usageError{err}
+	}
+	if *path == "" {
+		return usageError{errors.New("manifests: --config is required")}
+	}
+	cfg, err := config.Load(*path)
+	if err != nil {
+		return err
+	}
+	opts := admission.Options{BreakerUsername: *breakerUser, Managed: cfg.Managed()}
+
+	var out []byte
+	switch args[0] {
+	case "policy":
+		policy, binding := admission.RenderPolicy(opts)
+		out, err = admission.MarshalManifest(policy, binding)
+	case "static":
+		if *url == "" || *caFile == "" {
+			return usageError{errors.New("manifests static: --url and --ca-file are required")}
+		}
+		ca, rerr := os.ReadFile(*caFile)
+		if rerr != nil {
+			return fmt.Errorf("reading --ca-file: %w", rerr)
+		}
+		out, err = admission.MarshalManifest(admission.RenderStaticWebhook(*url, ca, opts))
+	}
+	if err != nil {
+		return err
+	}
+	_, err = stdout.Write(out)
+	return err
+}

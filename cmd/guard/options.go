@@ -1,0 +1,64 @@
+package main
+
+import (
+	"flag"
+	"time"
+)
+
+// runOptions are the flags of "guard run". Defaults are applied in
+// newRunFlags, the only place they are set.
+type runOptions struct {
+	// ConfigPath is the GuardConfiguration file (--config). Required.
+	ConfigPath string
+	// MetricsAddr serves metrics over HTTPS with authentication and
+	// authorization (--metrics-bind-address). Default "0": off.
+	MetricsAddr string
+	// ProbeAddr serves /healthz, /readyz and /status (--health-probe-bind-address).
+	// Default ":8081".
+	ProbeAddr string
+	// LeaderElect enables leader election on a Lease (--leader-elect).
+	// Default false; the deployment turns it on.
+	LeaderElect bool
+	// LeaderElectionNamespace holds the Lease (--leader-election-namespace).
+	// Default webhook-guard-system.
+	LeaderElectionNamespace string
+	// WebhookPort serves the guard's admission webhook for static admission
+	// (--webhook-port). Default 9443.
+	WebhookPort int
+	// WebhookCertDir holds tls.crt and tls.key for the webhook
+	// (--webhook-cert-dir). Default empty: the webhook server is off.
+	WebhookCertDir string
+	// WebhookHost is the address the webhook listens on (--webhook-host).
+	// Default empty: all addresses.
+	WebhookHost string
+	// StatusAddr serves GET /status, the leader's per-target probe counts as
+	// JSON, read by "guard status" (--status-bind-address). Default
+	// "127.0.0.1:8082"; "0" turns it off.
+	StatusAddr string
+	// GracefulShutdown bounds shutdown, including releasing the Lease.
+	GracefulShutdown time.Duration
+}
+
+func newRunFlags(o *runOptions) *flag.FlagSet {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.StringVar(&o.ConfigPath, "config", "", "GuardConfiguration file (required).")
+	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", "0", "Address of the HTTPS metrics endpoint (authenticated and authorized); \"0\" turns it off.")
+	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "Address of /healthz, /readyz and /status.")
+	fs.BoolVar(&o.LeaderElect, "leader-elect", false, "Elect a leader on a Lease; only the leader probes and writes.")
+	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "webhook-guard-system", "Namespace of the leader-election Lease.")
+	fs.IntVar(&o.WebhookPort, "webhook-port", 9443, "Port of the guard's admission webhook (for static admission).")
+	fs.StringVar(&o.WebhookCertDir, "webhook-cert-dir", "", "Folder with tls.crt and tls.key for the webhook; empty turns the webhook server off.")
+	fs.StringVar(&o.WebhookHost, "webhook-host", "", "Address the webhook listens on; empty means all.")
+	fs.StringVar(&o.StatusAddr, "status-bind-address", "127.0.0.1:8082", "Address of GET /status (probe counts as JSON, for \"guard status\"); \"0\" turns it off.")
+	fs.DurationVar(&o.GracefulShutdown, "graceful-shutdown-timeout", 10*time.Second, "How long shutdown may take.")
+	addKubeconfigFlag(fs)
+	return fs
+}
+
+// addKubeconfigFlag exposes controller-runtime's global --kubeconfig on a
+// subcommand's flag set.
+func addKubeconfigFlag(fs *flag.FlagSet) {
+	if f := flag.CommandLine.Lookup("kubeconfig"); f != nil {
+		fs.Var(f.Value, f.Name, f.Usage)
+	}
+}

@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	webhookadmission "sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/webhook-guard/webhook-guard/internal/admission"
+	"github.com/webhook-guard/webhook-guard/internal/breaker"
+	"github.com/webhook-guard/webhook-guard/internal/config"
+	"github.com/webhook-guard/webhook-guard/internal/probe"
+)
+
+// LeaderElectionID names the Lease. Keep it stable across versions so
+// that an upgrade hands over to the new leader.
+const LeaderElectionID = "webhook-guard.webhook-guard.io"
+
+func runCommand(ctx context.Context, args []string, stderr io.Writer, restConfig func() (*rest.Config, error)) error {
+	var o runOptions
+	fs := newRunFlags(&o)
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		return usageError{err}
+	}
+	if o.ConfigPath == "" {
+		return usageError{errors.New("run: --config is required")}
+	}
+	// The configuration is validated before anything touches the cluster.
+	cfg, err := config.Load(o.ConfigPath)
+	if err != nil {
+		return err
+	}
+	rc, err := restConfig()
+	if err != nil {
+		return fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	return serve(ctx, o, cfg, rc)
+}
+
+func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *rest.Config) error {
+	log := ctrl.Log.WithName("setup")
+	identity, err := whoAmI(ctx, rc)
+	if err != nil {
+		return err
+	}
+	log.Info("Starting webhook-guard", "version", version, "identity", identity, "targets", len(cfg.Targets))
+
+	m := breaker.NewMetrics()
+	if err := m.Register(); err != nil {
+		return fmt.Errorf("registering metrics: %w", err)
+	}
+	if err := metrics.Registry.Register(admission.PolicyRepairs); err != nil {
+		return fmt.Errorf("registering metrics: %w", err)
+	}
+
+	var webhookServer webhook.Server
+	if o.WebhookCertDir != "" {
+		webhookServer = webhook.NewServer(webhook.Options{Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.WebhookCertDir})
+	}
+	mgr, err := ctrl.NewManager(rc, ctrl.Options{
+		Scheme: scheme,
+		Metrics: metricsserver.Options{
+			BindAddress:    o.MetricsAddr,
+			SecureServing:  true,
+			FilterProvider: filters.WithAuthenticationAndAuthorization,
+		},
+		HealthProbeBindAddress:        o.ProbeAddr,
+		WebhookServer:                 webhookServer,
+		LeaderElection:                o.LeaderElect,
+		LeaderElectionID:              LeaderElectionID,
+		LeaderElectionNamespace:       o.LeaderElectionNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		GracefulShutdownTimeout:       &o.GracefulShutdown,
+		Controller:                    ctrlConfig(),
+	})
+	if err != nil {
+		return fmt.Errorf("creating the manager: %w", err)
+	}
+
+	opts := admission.Options{BreakerUsername: identity, Managed: cfg.Managed()}
+	policy := &admission.PolicyReconciler{Client: mgr.GetClient(), Options: opts, Recorder: mgr.GetEventRecorder("webhook-guard")}
+	if err := policy.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the guard policy controller: %w", err)
+	}
+	if webhookServer != nil {
+		webhookServer.Register(admission.WebhookPath, &webhookadmission.Webhook{Handler: &admission.Handler{Options: func() admission.Options { return opts }}})
+	}
+
+	state := breaker.NewState()
+	trigger := make(chan event.GenericEvent, len(cfg.Targets))
+	recorder := mgr.GetEventRecorder("webhook-guard")
+	targets := &breaker.TargetReconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Targets: cfg.Targets,
+		State: state, Recorder: recorder, Metrics: m,
+	}
+	if err := targets.SetupWithManager(mgr, trigger); err != nil {
+		return fmt.Errorf("setting up the breaker controller: %w", err)
+	}
+	runner := &breaker.ProbeRunner{
+		Reader: mgr.GetClient(), Targets: cfg.Targets, State: state, Metrics: m, Recorder: recorder, Trigger: trigger,
+		Prober: &probe.Prober{Resolver: probe.NewServiceResolver(mgr.GetAPIReader()), Username: identity},
+	}
+	if err := mgr.Add(runner); err != nil {
+		return fmt.Errorf("adding the probe runner: %w", err)
+	}
+
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	reader := mgr.GetAPIReader()
+	if err := mgr.AddReadyzCheck("guard-policy", func(req *http.Request) error {
+		return admission.PolicyInPlace(req.Context(), reader, opts)
+	}); err != nil {
+		return err
+	}
+	if webhookServer != nil {
+		if err := mgr.AddReadyzCheck("webhook", webhookServer.StartedChecker()); err != nil {
+			return err
+		}
+	}
+	if o.StatusAddr != "0" {
+		if err := mgr.Add(&statusServer{addr: o.StatusAddr, cfg: cfg, state: state}); err != nil {
+			return err
+		}
+	}
+
+	log.Info("Starting the manager")
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("running the manager: %w", err)
+	}
+	return nil
+}
+
+// whoAmI asks the apiserver who this process is, with a SelfSubjectReview.
+// The answer is the identity the guard exempts; no flag can claim it.
+func whoAmI(ctx context.Context, rc *rest.Config) (string, error) {
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	review, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("finding this process's identity with a SelfSubjectReview: %w", err)
+	}
+	if review.Status.UserInfo.Username == "" {
+		return "", errors.New("the SelfSubjectReview returned no username")
+	}
+	return review.Status.UserInfo.Username, nil
+}
+
+func ctrlConfig() ctrlconfig.Controller { return ctrlconfig.Controller{RecoverPanic: ptr.To(true)} }

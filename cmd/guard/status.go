@@ -1,0 +1,219 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"text/tabwriter"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/webhook-guard/webhook-guard/internal/breaker"
+	"github.com/webhook-guard/webhook-guard/internal/config"
+)
+
+// targetStatus is one row of /status and of "guard status".
+type targetStatus struct {
+	Configuration string `json:"configuration"`
+	Webhook       string `json:"webhook"`
+	State         string `json:"state,omitempty"`
+	Mode          string `json:"mode,omitempty"`
+	Since         string `json:"since,omitempty"`
+	LastResult    string `json:"lastResult,omitempty"`
+	LastProbe     string `json:"lastProbe,omitempty"`
+	Failures      int    `json:"consecutiveFailures"`
+	Successes     int    `json:"consecutiveSuccesses"`
+	Problem       string `json:"problem,omitempty"`
+}
+
+// statusServer serves the leader's in-memory probe counts as JSON. It
+// holds no secrets and changes nothing.
+type statusServer struct {
+	addr  string
+	cfg   *config.Configuration
+	state *breaker.State
+}
+
+var (
+	_ manager.Runnable               = (*statusServer)(nil)
+	_ manager.LeaderElectionRunnable = (*statusServer)(nil)
+)
+
+func (s *statusServer) NeedLeaderElection() bool { return false }
+
+func (s *statusServer) Start(ctx context.Context) error {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
+		rows := make([]targetStatus, 0, len(s.cfg.Targets))
+		for _, t := range s.cfg.Targets {
+			rows = append(rows, probeRow(t, s.state))
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(rows)
+	})
+	srv := &http.Server{Addr: s.addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	l, err := net.Listen("tcp", s.addr)
+	if err != nil {
+		return fmt.Errorf("status endpoint: %w", err)
+	}
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+func probeRow(t config.Target, state *breaker.State) targetStatus {
+	row := targetStatus{Configuration: t.Configuration, Webhook: t.Webhook}
+	st, ok := state.Get(t.Key())
+	if !ok {
+		row.Problem = "not probed yet by this replica (only the leader probes)"
+		return row
+	}
+	row.Failures, row.Successes, row.Problem = st.Failures, st.Successes, st.Problem
+	if !st.LastProbe.IsZero() {
+		row.LastProbe = st.LastProbe.UTC().Format(time.RFC3339)
+	}
+	switch {
+	case st.LastUnknown != nil:
+		row.LastResult = fmt.Sprintf("Unknown: %v", st.LastUnknown.Err)
+	case st.Last.Outcome == "":
+	case st.Last.Err != nil:
+		row.LastResult = fmt.Sprintf("%s (%s, %s): %v", st.Last.Outcome, st.Last.Reason, st.Last.Duration.Round(time.Millisecond), st.Last.Err)
+	default:
+		row.LastResult = fmt.Sprintf("%s (%s)", st.Last.Outcome, st.Last.Duration.Round(time.Millisecond))
+	}
+	return row
+}
+
+// statusCommand prints every target: its circuit state from the objects,
+// and its probe counts from the service's /status endpoint when reachable.
+func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer, restConfig func() (*rest.Config, error)) error {
+	fs := flagSet("status", stderr)
+	path := fs.String("config", "", "GuardConfiguration file (required).")
+	endpoint := fs.String("endpoint", "http://127.0.0.1:8082/status", "The service's /status endpoint (port-forward it from the cluster); empty skips probe counts.")
+	addKubeconfigFlag(fs)
+	if err := fs.Parse(args); err != nil {
+		return usageError{err}
+	}
+	if *path == "" {
+		return usageError{errors.New("status: --config is required")}
+	}
+	cfg, err := config.Load(*path)
+	if err != nil {
+		return err
+	}
+	rc, err := restConfig()
+	if err != nil {
+		return fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	c, err := client.New(rc, client.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	counts := map[string]targetStatus{}
+	countsNote := ""
+	if *endpoint != "" {
+		rows, err := fetchStatus(ctx, *endpoint)
+		if err != nil {
+			countsNote = fmt.Sprintf("probe counts unavailable: %v", err)
+		}
+		for _, r := range rows {
+			counts[r.Configuration+"/"+r.Webhook] = r
+		}
+	}
+
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "CONFIGURATION\tWEBHOOK\tSTATE\tMODE\tSINCE\tFAILURES\tSUCCESSES\tLAST PROBE")
+	for _, t := range cfg.Targets {
+		row := objectRow(ctx, c, t)
+		if cr, ok := counts[t.Key()]; ok {
+			row.Failures, row.Successes, row.LastResult = cr.Failures, cr.Successes, cr.LastResult
+			if cr.Problem != "" && row.Problem == "" {
+				row.Problem = cr.Problem
+			}
+		}
+		last := row.LastResult
+		if row.Problem != "" {
+			last = row.Problem
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", t.Configuration, t.Webhook, row.State, row.Mode, dash(row.Since), row.Failures, row.Successes, dash(last))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if countsNote != "" {
+		fmt.Fprintln(stderr, countsNote)
+	}
+	return nil
+}
+
+// objectRow reads a target's circuit state from its configuration.
+func objectRow(ctx context.Context, c client.Reader, t config.Target) targetStatus {
+	row := targetStatus{Configuration: t.Configuration, Webhook: t.Webhook, State: "Closed", Mode: string(t.Mode)}
+	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	if err := c.Get(ctx, client.ObjectKey{Name: t.Configuration}, mwc); err != nil {
+		row.State = "Unknown"
+		if apierrors.IsNotFound(err) {
+			row.State, row.Problem = "Missing", "configuration not found"
+		} else {
+			row.Problem = err.Error()
+		}
+		return row
+	}
+	if mwc.Annotations[breaker.OverrideAnnotation] != "" {
+		row.State = "HandedOff"
+		row.Problem = fmt.Sprintf("override: %s", mwc.Annotations[breaker.OverrideAnnotation])
+		return row
+	}
+	rec, err := breaker.DecodeRecord(mwc.Annotations)
+	if err != nil {
+		row.State, row.Problem = "Unknown", err.Error()
+		return row
+	}
+	if e, open := rec[t.Webhook]; open {
+		row.State, row.Mode, row.Since = "Open", string(e.Mode), e.OpenedAt.UTC().Format(time.RFC3339)
+	}
+	return row
+}
+
+func fetchStatus(ctx context.Context, endpoint string) ([]targetStatus, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s answered %s", endpoint, resp.Status)
+	}
+	var rows []targetStatus
+	if err := json.NewDecoder(resp.Body).Decode(&rows); err != nil {
+		return nil, fmt.Errorf("decoding %s: %w", endpoint, err)
+	}
+	return rows, nil
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,64 @@
+package breaker
+
+import (
+	"github.com/webhook-guard/webhook-guard/internal/probe"
+)
+
+// Counts are the consecutive probe outcomes of one target. They live in
+// the leader's memory only; the circuit's state lives on the object.
+type Counts struct {
+	// Failures is the number of consecutive failed probes.
+	Failures int
+	// Successes is the number of consecutive healthy probes.
+	Successes int
+	// Last is the most recent result that was not Unknown.
+	Last probe.Result
+	// LastUnknown is the most recent Unknown result, if any came after Last.
+	LastUnknown *probe.Result
+}
+
+// Observe adds one probe result. Unknown moves no counter: a probe that
+// could not run for reasons on the guard's side says nothing about the
+// webhook.
+func (c *Counts) Observe(r probe.Result) {
+	switch r.Outcome {
+	case probe.OutcomeHealthy:
+		c.Successes++
+		c.Failures = 0
+	case probe.OutcomeFailed:
+		c.Failures++
+		c.Successes = 0
+	default:
+		c.LastUnknown = &r
+		return
+	}
+	c.Last = r
+	c.LastUnknown = nil
+}
+
+// Action is what the circuit wants done.
+type Action string
+
+const (
+	// Stay leaves the webhook as it is.
+	Stay Action = "Stay"
+	// Open applies the mode's changes.
+	Open Action = "Open"
+	// Close restores what was there before opening.
+	Close Action = "Close"
+)
+
+// Decide is the circuit's state machine. open is whether the breaker's
+// changes are in place now (a record entry exists). A closed circuit opens
+// after openAfter consecutive failures; an open one closes after
+// closeAfter consecutive successes.
+func Decide(open bool, c Counts, openAfter, closeAfter int) Action {
+	switch {
+	case !open && c.Failures >= openAfter:
+		return Open
+	case open && c.Successes >= closeAfter:
+		return Close
+	default:
+		return Stay
+	}
+}

@@ -1,0 +1,166 @@
+package breaker
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/webhook-guard/webhook-guard/internal/probe"
+)
+
+func healthyResult() probe.Result {
+	return probe.Result{Outcome: probe.OutcomeHealthy, HTTPStatus: 200}
+}
+
+func failedResult(reason probe.FailureReason) probe.Result {
+	return probe.Result{Outcome: probe.OutcomeFailed, Reason: reason, Err: errors.New("probe failed: " + string(reason))}
+}
+
+func unknownResult() probe.Result {
+	return probe.Result{Outcome: probe.OutcomeUnknown, Err: errors.New("guard could not probe")}
+}
+
+// observeSeq feeds a sequence written as letters: H healthy, F failed
+// (reason timeout), U unknown.
+func observeSeq(t *testing.T, c *Counts, seq string) {
+	t.Helper()
+	for _, ch := range seq {
+		switch ch {
+		case 'H':
+			c.Observe(healthyResult())
+		case 'F':
+			c.Observe(failedResult(probe.ReasonTimeout))
+		case 'U':
+			c.Observe(unknownResult())
+		default:
+			t.Fatalf("bad sequence letter %q", ch)
+		}
+	}
+}
+
+func TestDecide_table(t *testing.T) {
+	cases := map[string]struct {
+		open                  bool
+		failures, successes   int
+		openAfter, closeAfter int
+		want                  Action
+	}{
+		"a closed circuit with no probes stays":                       {open: false, openAfter: 3, closeAfter: 5, want: Stay},
+		"a closed circuit below the failure threshold stays":          {open: false, failures: 2, openAfter: 3, closeAfter: 5, want: Stay},
+		"a closed circuit at the failure threshold opens":             {open: false, failures: 3, openAfter: 3, closeAfter: 5, want: Open},
+		"a closed circuit above the failure threshold opens":          {open: false, failures: 7, openAfter: 3, closeAfter: 5, want: Open},
+		"a closed circuit with successes stays closed":                {open: false, successes: 10, openAfter: 3, closeAfter: 5, want: Stay},
+		"an open circuit below the success threshold stays":           {open: true, successes: 4, openAfter: 3, closeAfter: 5, want: Stay},
+		"an open circuit at the success threshold closes":             {open: true, successes: 5, openAfter: 3, closeAfter: 5, want: Close},
+		"an open circuit above the success threshold closes":          {open: true, successes: 9, openAfter: 3, closeAfter: 5, want: Close},
+		"an open circuit with failures stays open":                    {open: true, failures: 10, openAfter: 3, closeAfter: 5, want: Stay},
+		"an open circuit with no probes stays":                        {open: true, openAfter: 3, closeAfter: 5, want: Stay},
+		"a closed circuit with threshold one opens after one failure": {open: false, failures: 1, openAfter: 1, closeAfter: 1, want: Open},
+		"a closed circuit with threshold one stays with no failure":   {open: false, successes: 1, openAfter: 1, closeAfter: 1, want: Stay},
+		"an open circuit with threshold one closes after one success": {open: true, successes: 1, openAfter: 1, closeAfter: 1, want: Close},
+		"an open circuit with threshold one stays with no success":    {open: true, failures: 1, openAfter: 1, closeAfter: 1, want: Stay},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			c := Counts{Failures: tc.failures, Successes: tc.successes}
+			assert.Equal(t, tc.want, Decide(tc.open, c, tc.openAfter, tc.closeAfter))
+		})
+	}
+}
+
+func TestCounts_Observe_sequences(t *testing.T) {
+	cases := map[string]struct {
+		seq                 string
+		failures, successes int
+		last                probe.Outcome
+		lastUnknown         bool
+	}{
+		"no probes leaves everything zero":                   {seq: "", last: ""},
+		"two failures count two":                             {seq: "FF", failures: 2, last: probe.OutcomeFailed},
+		"a success after failures resets the failures":       {seq: "FFH", successes: 1, last: probe.OutcomeHealthy},
+		"a failure after a success resets the successes":     {seq: "FFHF", failures: 1, last: probe.OutcomeFailed},
+		"alternating ends on the last outcome":               {seq: "HFHFHF", failures: 1, last: probe.OutcomeFailed},
+		"a run of successes counts them all":                 {seq: "FHHHH", successes: 4, last: probe.OutcomeHealthy},
+		"unknown in the middle of failures does not reset":   {seq: "FFUF", failures: 3, last: probe.OutcomeFailed},
+		"unknown in the middle of successes does not reset":  {seq: "HUUH", successes: 2, last: probe.OutcomeHealthy},
+		"trailing unknown keeps the counts and is recorded":  {seq: "FFU", failures: 2, last: probe.OutcomeFailed, lastUnknown: true},
+		"only unknowns move nothing":                         {seq: "UUU", last: "", lastUnknown: true},
+		"a known result after an unknown clears LastUnknown": {seq: "UH", successes: 1, last: probe.OutcomeHealthy},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var c Counts
+			observeSeq(t, &c, tc.seq)
+			assert.Equal(t, tc.failures, c.Failures, "failures")
+			assert.Equal(t, tc.successes, c.Successes, "successes")
+			assert.Equal(t, tc.last, c.Last.Outcome, "last outcome")
+			if tc.lastUnknown {
+				require.NotNil(t, c.LastUnknown)
+				assert.Equal(t, probe.OutcomeUnknown, c.LastUnknown.Outcome)
+			} else {
+				assert.Nil(t, c.LastUnknown)
+			}
+		})
+	}
+}
+
+func TestCounts_Observe_unknownMovesNothing(t *testing.T) {
+	cases := map[string]Counts{
+		"zero counts stay zero":                     {},
+		"failures are not reset":                    {Failures: 2, Last: failedResult(probe.ReasonTLS)},
+		"successes are not reset":                   {Successes: 4, Last: healthyResult()},
+		"an earlier unknown is replaced by the new": {Failures: 1, Last: failedResult(probe.ReasonRefused), LastUnknown: &probe.Result{Outcome: probe.OutcomeUnknown}},
+	}
+	for name, before := range cases {
+		t.Run(name, func(t *testing.T) {
+			c := before
+			u := unknownResult()
+			c.Observe(u)
+			assert.Equal(t, before.Failures, c.Failures)
+			assert.Equal(t, before.Successes, c.Successes)
+			assert.Equal(t, before.Last, c.Last, "Last is the last known result")
+			require.NotNil(t, c.LastUnknown)
+			assert.Equal(t, u, *c.LastUnknown, "LastUnknown is the newest unknown")
+		})
+	}
+}
+
+func TestCounts_Observe_lastBookkeeping(t *testing.T) {
+	var c Counts
+	c.Observe(failedResult(probe.ReasonRefused))
+	c.Observe(failedResult(probe.ReasonTLS))
+	assert.Equal(t, probe.ReasonTLS, c.Last.Reason, "Last is the most recent known result")
+	assert.Nil(t, c.LastUnknown)
+
+	u1 := unknownResult()
+	c.Observe(u1)
+	u2 := probe.Result{Outcome: probe.OutcomeUnknown, Err: errors.New("second unknown")}
+	c.Observe(u2)
+	assert.Equal(t, probe.ReasonTLS, c.Last.Reason, "unknowns do not replace Last")
+	require.NotNil(t, c.LastUnknown)
+	assert.Equal(t, "second unknown", c.LastUnknown.Err.Error(), "LastUnknown is the newest unknown")
+	assert.Equal(t, 2, c.Failures)
+
+	c.Observe(failedResult(probe.ReasonNoRoute))
+	assert.Equal(t, 3, c.Failures)
+	assert.Equal(t, probe.ReasonNoRoute, c.Last.Reason)
+	assert.Nil(t, c.LastUnknown, "a known result clears LastUnknown")
+
+	c.Observe(healthyResult())
+	assert.Equal(t, 0, c.Failures)
+	assert.Equal(t, 1, c.Successes)
+	assert.Equal(t, probe.OutcomeHealthy, c.Last.Outcome)
+	assert.Empty(t, c.Last.Reason)
+}
+
+// An unknown outcome the breaker does not know by name (for example the
+// zero value) must be treated as Unknown too.
+func TestCounts_Observe_unrecognisedOutcomeMovesNothing(t *testing.T) {
+	c := Counts{Failures: 2, Last: failedResult(probe.ReasonTimeout)}
+	c.Observe(probe.Result{})
+	assert.Equal(t, 2, c.Failures)
+	assert.Equal(t, 0, c.Successes)
+	assert.Equal(t, probe.ReasonTimeout, c.Last.Reason)
+}

@@ -1,0 +1,65 @@
+package breaker
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// Metrics are the breaker's Prometheus collectors. Labels are bounded: one
+// series per target, or per reason from a fixed set.
+type Metrics struct {
+	CircuitOpen      *prometheus.GaugeVec
+	ProbeDuration    *prometheus.HistogramVec
+	ProbeFailures    *prometheus.CounterVec
+	ProbeUnknown     *prometheus.CounterVec
+	Transitions      *prometheus.CounterVec
+	WriteConflicts   prometheus.Counter
+	WriteErrors      prometheus.Counter
+	TargetMissing    *prometheus.GaugeVec
+	TargetUnprobable *prometheus.GaugeVec
+}
+
+// NewMetrics creates the collectors without registering them.
+func NewMetrics() *Metrics {
+	target := []string{"configuration", "webhook"}
+	return &Metrics{
+		CircuitOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "guard_circuit_open", Help: "1 while the breaker's changes are in place on a target webhook.",
+		}, target),
+		ProbeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "guard_probe_duration_seconds", Help: "Duration of probes, by target.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, target),
+		ProbeFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "guard_probe_failures_total", Help: "Failed probes, by target and reason.",
+		}, append(target, "reason")),
+		ProbeUnknown: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "guard_probe_unknown_total", Help: "Probes that could not run for reasons on the guard's side; they count for nothing.",
+		}, target),
+		Transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "guard_circuit_transitions_total", Help: "Changes the breaker wrote, by kind (to).",
+		}, []string{"to"}),
+		WriteConflicts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "guard_write_conflicts_total", Help: "Updates refused for a stale resourceVersion; each was re-read and decided again.",
+		}),
+		WriteErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "guard_write_errors_total", Help: "Updates that failed for a reason other than a conflict.",
+		}),
+		TargetMissing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "guard_target_missing", Help: "1 while a target's configuration or webhook does not exist.",
+		}, target),
+		TargetUnprobable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "guard_target_unprobeable", Help: "1 while a target cannot be probed safely (e.g. AdmissionReview probe on sideEffects Some/Unknown); it is never opened.",
+		}, target),
+	}
+}
+
+// Register adds the collectors to controller-runtime's registry.
+func (m *Metrics) Register() error {
+	for _, c := range []prometheus.Collector{m.CircuitOpen, m.ProbeDuration, m.ProbeFailures, m.ProbeUnknown, m.Transitions, m.WriteConflicts, m.WriteErrors, m.TargetMissing, m.TargetUnprobable} {
+		if err := metrics.Registry.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}

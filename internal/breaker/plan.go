@@ -1,0 +1,208 @@
+package breaker
+
+import (
+	"fmt"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/webhook-guard/webhook-guard/internal/config"
+)
+
+// ChangeKind names a change the breaker makes to one webhook.
+type ChangeKind string
+
+const (
+	// Opened: the circuit opened; the mode's changes are in place.
+	Opened ChangeKind = "CircuitOpened"
+	// Closed: the circuit closed; the original fields are back.
+	Closed ChangeKind = "CircuitClosed"
+	// HandedOff: the override annotation appeared; the breaker removed its
+	// entry and bypass marker and kept the failurePolicy that is there now.
+	HandedOff ChangeKind = "HandedOff"
+	// DroppedStale: the entry belonged to another incarnation of the
+	// configuration (another UID) or to a webhook that no longer exists.
+	DroppedStale ChangeKind = "StaleRecordDropped"
+)
+
+// Change is one webhook's transition in a Plan.
+type Change struct {
+	Webhook string
+	Kind    ChangeKind
+	// Message explains the change for an Event.
+	Message string
+}
+
+// Inputs are what Plan decides from, besides the object.
+type Inputs struct {
+	// Targets are the approved webhooks of this configuration.
+	Targets []config.Target
+	// Counts are each target's consecutive probe outcomes, keyed by
+	// webhook name. A target without counts stays as it is.
+	Counts map[string]Counts
+	// Now stamps new record entries.
+	Now time.Time
+}
+
+// Plan computes the configuration the breaker wants from the current one.
+// It returns a modified deep copy and the changes it made; no changes
+// means no write. Plan is pure: the reconciler writes its result in one
+// Update, so the record and the policy change together or not at all.
+func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) (*admissionregistrationv1.MutatingWebhookConfiguration, []Change, error) {
+	rec, err := DecodeRecord(cur.Annotations)
+	if err != nil {
+		return nil, nil, err
+	}
+	next := cur.DeepCopy()
+	var changes []Change
+
+	if cur.Annotations[OverrideAnnotation] != "" {
+		for _, name := range rec.Webhooks() {
+			if wh := webhook(next, name); wh != nil {
+				removeBypass(wh)
+			}
+			delete(rec, name)
+			changes = append(changes, Change{Webhook: name, Kind: HandedOff, Message: fmt.Sprintf(
+				"administrator override %q: webhook-guard released %s and keeps its hands off this configuration; failurePolicy stays as it is now; remove the annotation to hand it back",
+				cur.Annotations[OverrideAnnotation], name)})
+		}
+		return finish(next, rec, changes)
+	}
+
+	targets := map[string]config.Target{}
+	for _, t := range in.Targets {
+		targets[t.Webhook] = t
+	}
+	for _, name := range rec.Webhooks() {
+		entry := rec[name]
+		wh := webhook(next, name)
+		switch {
+		case entry.UID != cur.UID:
+			if wh != nil {
+				removeBypass(wh)
+			}
+			delete(rec, name)
+			changes = append(changes, Change{Webhook: name, Kind: DroppedStale, Message: fmt.Sprintf(
+				"dropped a circuit record for %s written for configuration UID %s, not this one (%s); the current policy is the baseline", name, entry.UID, cur.UID)})
+		case wh == nil:
+			delete(rec, name)
+			changes = append(changes, Change{Webhook: name, Kind: DroppedStale, Message: fmt.Sprintf(
+				"dropped the circuit record for %s: the webhook no longer exists in this configuration", name)})
+		default:
+			if _, ok := targets[name]; !ok {
+				restore(wh, entry)
+				delete(rec, name)
+				changes = append(changes, Change{Webhook: name, Kind: Closed, Message: fmt.Sprintf(
+					"closed the circuit on %s because it is no longer a target; restored failurePolicy %s", name, policyString(entry.OriginalFailurePolicy))})
+			}
+		}
+	}
+
+	for _, t := range in.Targets {
+		wh := webhook(next, t.Webhook)
+		c, probed := in.Counts[t.Webhook]
+		if wh == nil || !probed {
+			continue
+		}
+		entry, open := rec[t.Webhook]
+		switch Decide(open, c, t.OpenAfter, t.CloseAfter) {
+		case Open:
+			if !openWebhook(wh, t.Mode) {
+				continue // Ignore is already the administrator's baseline.
+			}
+			rec[t.Webhook] = Entry{
+				UID:                   cur.UID,
+				Mode:                  t.Mode,
+				OpenedAt:              metav1.NewTime(in.Now.UTC().Truncate(time.Second)),
+				Reason:                string(c.Last.Reason),
+				OriginalFailurePolicy: cur.DeepCopy().Webhooks[index(cur, t.Webhook)].FailurePolicy,
+			}
+			changes = append(changes, Change{Webhook: t.Webhook, Kind: Opened, Message: fmt.Sprintf(
+				"opened the circuit on %s in %s mode after %d consecutive failed probes (last: %s: %v); original failurePolicy %s",
+				t.Webhook, t.Mode, c.Failures, c.Last.Reason, c.Last.Err, policyString(cur.Webhooks[index(cur, t.Webhook)].FailurePolicy))})
+		case Close:
+			restore(wh, entry)
+			delete(rec, t.Webhook)
+			changes = append(changes, Change{Webhook: t.Webhook, Kind: Closed, Message: fmt.Sprintf(
+				"closed the circuit on %s after %d consecutive healthy probes; restored failurePolicy %s (open since %s)",
+				t.Webhook, c.Successes, policyString(entry.OriginalFailurePolicy), entry.OpenedAt.UTC().Format(time.RFC3339))})
+		}
+	}
+	return finish(next, rec, changes)
+}
+
+func finish(next *admissionregistrationv1.MutatingWebhookConfiguration, rec Record, changes []Change) (*admissionregistrationv1.MutatingWebhookConfiguration, []Change, error) {
+	if len(changes) == 0 {
+		return next, nil, nil
+	}
+	annotations, err := EncodeRecord(next.Annotations, rec)
+	if err != nil {
+		return nil, nil, err
+	}
+	next.Annotations = annotations
+	return next, changes, nil
+}
+
+// openWebhook applies mode to wh and reports whether anything changed.
+func openWebhook(wh *admissionregistrationv1.MutatingWebhook, mode config.Mode) bool {
+	changed := false
+	if wh.FailurePolicy == nil || *wh.FailurePolicy != admissionregistrationv1.Ignore {
+		wh.FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
+		changed = true
+	}
+	if mode == config.ModeBypass && bypassIndex(wh) < 0 {
+		wh.MatchConditions = append(wh.MatchConditions, admissionregistrationv1.MatchCondition{Name: BypassCondition, Expression: "false"})
+		changed = true
+	}
+	return changed
+}
+
+// restore puts back what entry says was there, and removes the bypass
+// marker. The guard forbids anyone else to touch either while open.
+func restore(wh *admissionregistrationv1.MutatingWebhook, entry Entry) {
+	wh.FailurePolicy = entry.OriginalFailurePolicy
+	removeBypass(wh)
+}
+
+func removeBypass(wh *admissionregistrationv1.MutatingWebhook) {
+	if i := bypassIndex(wh); i >= 0 {
+		wh.MatchConditions = append(wh.MatchConditions[:i:i], wh.MatchConditions[i+1:]...)
+		if len(wh.MatchConditions) == 0 {
+			wh.MatchConditions = nil
+		}
+	}
+}
+
+func bypassIndex(wh *admissionregistrationv1.MutatingWebhook) int {
+	for i, mc := range wh.MatchConditions {
+		if mc.Name == BypassCondition {
+			return i
+		}
+	}
+	return -1
+}
+
+func webhook(mwc *admissionregistrationv1.MutatingWebhookConfiguration, name string) *admissionregistrationv1.MutatingWebhook {
+	if i := index(mwc, name); i >= 0 {
+		return &mwc.Webhooks[i]
+	}
+	return nil
+}
+
+func index(mwc *admissionregistrationv1.MutatingWebhookConfiguration, name string) int {
+	for i := range mwc.Webhooks {
+		if mwc.Webhooks[i].Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+func policyString(p *admissionregistrationv1.FailurePolicyType) string {
+	if p == nil {
+		return "<unset>"
+	}
+	return string(*p)
+}

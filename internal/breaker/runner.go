@@ -1,0 +1,173 @@
+package breaker
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	"github.com/webhook-guard/webhook-guard/internal/config"
+	"github.com/webhook-guard/webhook-guard/internal/probe"
+)
+
+// Prober probes one webhook; *probe.Prober implements it.
+type Prober interface {
+	Probe(ctx context.Context, wh admissionregistrationv1.MutatingWebhook, spec probe.Spec) probe.Result
+}
+
+var _ Prober = (*probe.Prober)(nil)
+
+// ProbeRunner probes every target at its interval, feeds the results to
+// State, and asks the TargetReconciler to act when a target's counts call
+// for a transition. It runs on the leader only.
+type ProbeRunner struct {
+	// Reader reads MutatingWebhookConfigurations (the manager's cache).
+	Reader client.Reader
+	// Prober reaches the webhooks.
+	Prober Prober
+	// Targets are the approved webhooks.
+	Targets []config.Target
+	// State receives the results.
+	State *State
+	// Metrics receive probe durations and failures.
+	Metrics *Metrics
+	// Recorder emits Events for targets that cannot be probed.
+	Recorder recorder.EventRecorder
+	// Trigger wakes the TargetReconciler for a configuration.
+	Trigger chan<- event.GenericEvent
+	// Clock drives the intervals. Default: the real clock.
+	Clock clock.WithTicker
+}
+
+var (
+	_ manager.Runnable               = (*ProbeRunner)(nil)
+	_ manager.LeaderElectionRunnable = (*ProbeRunner)(nil)
+)
+
+// NeedLeaderElection reports true: only the leader probes and counts.
+func (r *ProbeRunner) NeedLeaderElection() bool { return true }
+
+// Start probes until ctx ends.
+func (r *ProbeRunner) Start(ctx context.Context) error {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	var wg sync.WaitGroup
+	for _, t := range r.Targets {
+		wg.Go(func() { r.loop(ctx, t) })
+	}
+	wg.Wait()
+	return nil
+}
+
+func (r *ProbeRunner) loop(ctx context.Context, t config.Target) {
+	ctx = logf.IntoContext(ctx, logf.FromContext(ctx).WithValues("configuration", t.Configuration, "webhook", t.Webhook))
+	ticker := r.Clock.NewTicker(t.Probe.Interval)
+	defer ticker.Stop()
+	for {
+		r.ProbeOnce(ctx, t)
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C():
+		}
+	}
+}
+
+// ProbeOnce probes t once and triggers a reconcile if its counts call for
+// a transition.
+func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
+	log := logf.FromContext(ctx)
+	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	if err := r.Reader.Get(ctx, client.ObjectKey{Name: t.Configuration}, mwc); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.problem(ctx, t, nil, "MutatingWebhookConfiguration not found; it will be picked up when it appears")
+			return
+		}
+		log.Error(err, "Reading the target configuration failed; nothing counted")
+		return
+	}
+	wh := webhook(mwc, t.Webhook)
+	if wh == nil {
+		r.problem(ctx, t, mwc, "webhook not found in the configuration; it will be picked up when it appears")
+		return
+	}
+	if t.Probe.Kind == config.ProbeAdmissionReview && !probe.DryRunSafe(wh.SideEffects) {
+		r.problem(ctx, t, mwc, fmt.Sprintf("sideEffects is %s, so a dry-run AdmissionReview probe is not safe; configure an HTTPGet probe. The circuit will never open", sideEffects(wh)))
+		return
+	}
+	r.Metrics.TargetMissing.WithLabelValues(t.Configuration, t.Webhook).Set(0)
+	r.Metrics.TargetUnprobable.WithLabelValues(t.Configuration, t.Webhook).Set(0)
+
+	res := r.Prober.Probe(ctx, *wh, probe.Spec{Kind: probe.Kind(t.Probe.Kind), Timeout: t.Probe.Timeout, Path: t.Probe.Path})
+	labels := []string{t.Configuration, t.Webhook}
+	r.Metrics.ProbeDuration.WithLabelValues(labels...).Observe(res.Duration.Seconds())
+	switch res.Outcome {
+	case probe.OutcomeFailed:
+		r.Metrics.ProbeFailures.WithLabelValues(t.Configuration, t.Webhook, string(res.Reason)).Inc()
+		log.V(1).Info("Probe failed", "reason", res.Reason, "error", res.Err, "duration", res.Duration)
+	case probe.OutcomeUnknown:
+		r.Metrics.ProbeUnknown.WithLabelValues(labels...).Inc()
+		log.Info("Probe could not run; nothing counted", "error", res.Err)
+	default:
+		log.V(1).Info("Probe healthy", "duration", res.Duration)
+	}
+	counts := r.State.Observe(t.Key(), res, r.Clock.Now())
+
+	if mwc.Annotations[OverrideAnnotation] != "" {
+		return
+	}
+	rec, err := DecodeRecord(mwc.Annotations)
+	if err != nil {
+		return // the reconciler reports it
+	}
+	_, open := rec[t.Webhook]
+	if Decide(open, counts, t.OpenAfter, t.CloseAfter) != Stay {
+		select {
+		case r.Trigger <- event.GenericEvent{Object: mwc}:
+		case <-ctx.Done():
+		}
+	}
+}
+
+func (r *ProbeRunner) problem(ctx context.Context, t config.Target, mwc *admissionregistrationv1.MutatingWebhookConfiguration, problem string) {
+	missing, unprobeable := 1.0, 0.0
+	reason := "TargetMissing"
+	if mwc != nil && webhook(mwc, t.Webhook) != nil {
+		missing, unprobeable, reason = 0, 1, "TargetUnprobeable"
+	}
+	r.Metrics.TargetMissing.WithLabelValues(t.Configuration, t.Webhook).Set(missing)
+	r.Metrics.TargetUnprobable.WithLabelValues(t.Configuration, t.Webhook).Set(unprobeable)
+	if !r.State.SetProblem(t.Key(), problem) {
+		return
+	}
+	logf.FromContext(ctx).Info("Target is not probed", "problem", problem)
+	if mwc != nil {
+		r.Recorder.Eventf(mwc, nil, corev1.EventTypeWarning, reason, "Probe", "%s: %s", t.Webhook, problem)
+	}
+}
+
+func sideEffects(wh *admissionregistrationv1.MutatingWebhook) string {
+	if wh.SideEffects == nil {
+		return "unset"
+	}
+	return string(*wh.SideEffects)
+}
+
+// now is split out so tests can stamp deterministic times.
+func now(c clock.PassiveClock) time.Time {
+	if c == nil {
+		return time.Now()
+	}
+	return c.Now()
+}

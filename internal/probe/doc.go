@@ -1,0 +1,22 @@
+// Package probe reaches one mutating admission webhook the way kube-apiserver
+// does and classifies the outcome.
+//
+// It owns:
+//   - turning a webhook's clientConfig into an address, a TLS configuration and
+//     a URL (clientConfig.url as given; clientConfig.service at the Service's
+//     ClusterIP with ServerName <service>.<namespace>.svc, exactly like
+//     kube-apiserver's ClusterIP service resolver);
+//   - sending a single probe over a fresh connection: a dry-run
+//     admission.k8s.io/v1 AdmissionReview, or a plain HTTP GET;
+//   - verifying the response the way kube-apiserver verifies it;
+//   - classifying the outcome as Healthy, Failed (with a FailureReason) or
+//     Unknown (the guard itself could not tell, e.g. its own API lookups or
+//     context failed; an Unknown result must never count as a failure).
+//
+// It must not:
+//   - write anything to the cluster (the only cluster access is the read-only
+//     Service lookup in ServiceResolver);
+//   - decide anything about circuits, thresholds or failure policies: it only
+//     reports outcomes, and callers decide what they mean;
+//   - import any other package of this repository.
+package probe

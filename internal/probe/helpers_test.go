@@ -1,0 +1,191 @@
+package probe
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"io"
+	"log"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+)
+
+// testCA is a throw-away certificate authority for local TLS servers.
+type testCA struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	pem  []byte
+}
+
+var serial atomic.Int64
+
+func newTestCA(t testing.TB) *testCA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(serial.Add(1)),
+		Subject:               pkix.Name{CommonName: "webhook-guard test CA"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	cert, err := x509.ParseCertificate(der)
+	require.NoError(t, err)
+	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+}
+
+// leaf issues a serving certificate with exactly the given SANs.
+func (ca *testCA) leaf(t testing.TB, dnsNames []string, ips []net.IP) tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial.Add(1)),
+		Subject:      pkix.Name{CommonName: "webhook"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames:     dnsNames,
+		IPAddresses:  ips,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	require.NoError(t, err)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+var localhost = []net.IP{net.ParseIP("127.0.0.1")}
+
+// startTLS starts a TLS server on 127.0.0.1 serving cert; it counts requests.
+func startTLS(t testing.TB, cert tls.Certificate, h http.HandlerFunc) (*httptest.Server, *atomic.Int64) {
+	t.Helper()
+	calls := &atomic.Int64{}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		h(w, r)
+	}))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	return srv, calls
+}
+
+// readReview decodes the AdmissionReview a handler received.
+func readReview(t testing.TB, r *http.Request) *admissionv1.AdmissionReview {
+	var review admissionv1.AdmissionReview
+	if err := json.NewDecoder(r.Body).Decode(&review); err != nil || review.Request == nil {
+		t.Errorf("server received an invalid AdmissionReview: %v", err)
+		return &admissionv1.AdmissionReview{Request: &admissionv1.AdmissionRequest{}}
+	}
+	return &review
+}
+
+// answer is a handler that reads the AdmissionReview and writes an allowing
+// v1 response for it, after letting mutate change the response.
+func answer(t testing.TB, mutate func(*admissionv1.AdmissionReview)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		writeAnswer(w, readReview(t, r), mutate)
+	}
+}
+
+// writeAnswer writes an allowing v1 response to in, changed by mutate.
+func writeAnswer(w http.ResponseWriter, in *admissionv1.AdmissionReview, mutate func(*admissionv1.AdmissionReview)) {
+	out := &admissionv1.AdmissionReview{
+		TypeMeta: in.TypeMeta,
+		Response: &admissionv1.AdmissionResponse{UID: in.Request.UID, Allowed: true},
+	}
+	if mutate != nil {
+		mutate(out)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(out)
+}
+
+// recorder hands values from server handlers to the test goroutine; the
+// race detector cannot see the ordering a TCP round trip gives.
+type recorder[T any] struct {
+	mu     sync.Mutex
+	values []T
+}
+
+func (r *recorder[T]) add(v T) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.values = append(r.values, v)
+}
+
+func (r *recorder[T]) all() []T {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]T(nil), r.values...)
+}
+
+// urlWebhook is a dry-run-safe webhook reached at url with caBundle.
+func urlWebhook(url string, caBundle []byte) admissionregistrationv1.MutatingWebhook {
+	none := admissionregistrationv1.SideEffectClassNone
+	return admissionregistrationv1.MutatingWebhook{
+		Name: "hook.example.com",
+		ClientConfig: admissionregistrationv1.WebhookClientConfig{
+			URL:      &url,
+			CABundle: caBundle,
+		},
+		Rules: []admissionregistrationv1.RuleWithOperations{{
+			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+			Rule: admissionregistrationv1.Rule{
+				APIGroups:   []string{"apps"},
+				APIVersions: []string{"v1"},
+				Resources:   []string{"deployments"},
+			},
+		}},
+		SideEffects:             &none,
+		AdmissionReviewVersions: []string{"v1"},
+	}
+}
+
+// serviceWebhook is a dry-run-safe webhook reached through a service reference.
+func serviceWebhook(namespace, name string, port *int32, path string, caBundle []byte) admissionregistrationv1.MutatingWebhook {
+	wh := urlWebhook("", caBundle)
+	wh.ClientConfig = admissionregistrationv1.WebhookClientConfig{
+		Service: &admissionregistrationv1.ServiceReference{
+			Namespace: namespace, Name: name, Port: port, Path: &path,
+		},
+		CABundle: caBundle,
+	}
+	return wh
+}
+
+// fakeResolver returns a fixed address or error and records its arguments.
+type fakeResolver struct {
+	addr string
+	err  error
+
+	namespace, name string
+	port            int32
+}
+
+func (f *fakeResolver) Resolve(_ context.Context, namespace, name string, port int32) (string, error) {
+	f.namespace, f.name, f.port = namespace, name, port
+	return f.addr, f.err
+}

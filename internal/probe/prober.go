@@ -1,0 +1,300 @@
+package probe
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// maxResponseBytes bounds how much of a response body is read; a longer
+// AdmissionReview answer is a bad-response.
+const maxResponseBytes = 16 << 20
+
+// defaultServicePort is the port of a service reference whose port is nil.
+const defaultServicePort int32 = 443
+
+// Prober sends probes to webhooks. The zero value is usable for url
+// references; service references need a Resolver. A Prober is safe for
+// concurrent use and keeps no connections between probes.
+type Prober struct {
+	// Resolver resolves service references to host:port. Required for
+	// webhooks using clientConfig.service; nil makes such probes Unknown.
+	Resolver Resolver
+	// Username is request.userInfo.username in AdmissionReview probes;
+	// empty means DefaultUsername.
+	Username string
+	// SystemRoots, when non-nil, replaces the system roots used to verify
+	// webhooks with an empty caBundle (for tests). Nil means the real
+	// system roots.
+	SystemRoots *x509.CertPool
+}
+
+// endpoint is where and how to reach a webhook.
+type endpoint struct {
+	url        *url.URL
+	serverName string
+	roots      *x509.CertPool // nil = system roots
+}
+
+// Probe sends one probe to wh as described by spec and classifies the
+// outcome. It always returns a Result with Duration set.
+func (p *Prober) Probe(ctx context.Context, wh admissionregistrationv1.MutatingWebhook, spec Spec) (res Result) {
+	start := time.Now()
+	defer func() { res.Duration = time.Since(start) }()
+
+	kind := spec.Kind
+	if kind == "" {
+		kind = KindAdmissionReview
+	}
+	switch kind {
+	case KindAdmissionReview:
+		if !DryRunSafe(wh.SideEffects) {
+			return unknown(fmt.Errorf("webhook %q cannot be probed with an AdmissionReview: sideEffects %s is neither None nor NoneOnDryRun",
+				wh.Name, sideEffectsString(wh.SideEffects)))
+		}
+		if !acceptsV1(wh.AdmissionReviewVersions) {
+			return unknown(fmt.Errorf("webhook %q cannot be probed with an AdmissionReview: admissionReviewVersions %v lack %q",
+				wh.Name, wh.AdmissionReviewVersions, admissionReviewVersion))
+		}
+	case KindHTTPGet:
+		if !strings.HasPrefix(spec.Path, "/") {
+			return unknown(fmt.Errorf("HTTPGet probe needs an absolute path, got %q", spec.Path))
+		}
+	default:
+		return unknown(fmt.Errorf("unsupported probe kind %q", kind))
+	}
+	if spec.Timeout < 0 {
+		return unknown(fmt.Errorf("negative probe timeout %s", spec.Timeout))
+	}
+
+	timeout := probeTimeout(wh, spec)
+	probeCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	ep, res, ok := p.endpoint(ctx, probeCtx, wh.ClientConfig)
+	if !ok {
+		return res
+	}
+
+	if kind == KindHTTPGet {
+		return p.httpGet(ctx, probeCtx, ep, spec.Path)
+	}
+	return p.admissionReview(ctx, probeCtx, ep, wh, timeout)
+}
+
+// probeTimeout is spec.Timeout, else the webhook's timeoutSeconds, else
+// DefaultTimeout.
+func probeTimeout(wh admissionregistrationv1.MutatingWebhook, spec Spec) time.Duration {
+	switch {
+	case spec.Timeout > 0:
+		return spec.Timeout
+	case wh.TimeoutSeconds != nil && *wh.TimeoutSeconds > 0:
+		return time.Duration(*wh.TimeoutSeconds) * time.Second
+	default:
+		return DefaultTimeout
+	}
+}
+
+// endpoint turns clientConfig into a URL, TLS server name and roots, like
+// kube-apiserver's webhook client does. ok is false when res is final.
+func (p *Prober) endpoint(ctx, probeCtx context.Context, cc admissionregistrationv1.WebhookClientConfig) (ep endpoint, res Result, ok bool) {
+	switch {
+	case cc.URL != nil && cc.Service != nil:
+		return ep, unknown(errors.New("clientConfig sets both url and service")), false
+	case cc.URL != nil:
+		// The URL is used as given; the TLS server name is its host.
+		u, err := url.Parse(*cc.URL)
+		if err != nil || u.Host == "" {
+			// kube-apiserver cannot call an unusable URL either.
+			return ep, failed(ReasonNoRoute, fmt.Errorf("%w: clientConfig.url is not a usable URL", ErrNoRoute), 0), false
+		}
+		ep.url = u
+		ep.serverName = u.Hostname()
+	case cc.Service != nil:
+		svc := cc.Service
+		if p.Resolver == nil {
+			return ep, unknown(errors.New("webhook uses a service reference but the prober has no Resolver")), false
+		}
+		port := defaultServicePort
+		if svc.Port != nil {
+			port = *svc.Port
+		}
+		hostPort, err := p.Resolver.Resolve(probeCtx, svc.Namespace, svc.Name, port)
+		if err != nil {
+			if errors.Is(err, ErrNoRoute) && ctx.Err() == nil {
+				return ep, failed(ReasonNoRoute, err, 0), false
+			}
+			// The guard's own lookup failed: that says nothing about the webhook.
+			return ep, unknown(fmt.Errorf("resolving service %s/%s: %w", svc.Namespace, svc.Name, err)), false
+		}
+		path := ""
+		if svc.Path != nil {
+			path = *svc.Path
+		}
+		ep.url = &url.URL{Scheme: "https", Host: hostPort, Path: path}
+		ep.serverName = svc.Name + "." + svc.Namespace + ".svc"
+	default:
+		return ep, unknown(errors.New("clientConfig sets neither url nor service")), false
+	}
+
+	if len(cc.CABundle) > 0 {
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(cc.CABundle) {
+			return ep, failed(ReasonTLS, errBadCABundle, 0), false
+		}
+		ep.roots = pool
+	} else {
+		ep.roots = p.SystemRoots
+	}
+	return ep, Result{}, true
+}
+
+// client returns an HTTP client that opens one fresh connection per request
+// (keep-alives off, so a dead server cannot hide behind a cached
+// connection), uses no proxy, and does not follow redirects (a 3xx is an
+// http-status failure).
+func (ep endpoint) client() (*http.Client, *http.Transport) {
+	tr := &http.Transport{
+		Proxy:       nil,
+		DialContext: (&net.Dialer{KeepAlive: -1}).DialContext,
+		TLSClientConfig: &tls.Config{
+			RootCAs:    ep.roots,
+			ServerName: ep.serverName,
+			MinVersion: tls.VersionTLS12,
+		},
+		DisableKeepAlives:      true,
+		ForceAttemptHTTP2:      true, // kube-apiserver talks HTTP/2 to webhooks when offered
+		MaxResponseHeaderBytes: 1 << 20,
+	}
+	return &http.Client{
+		Transport:     tr,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}, tr
+}
+
+func (p *Prober) admissionReview(ctx, probeCtx context.Context, ep endpoint, wh admissionregistrationv1.MutatingWebhook, timeout time.Duration) Result {
+	username := p.Username
+	if username == "" {
+		username = DefaultUsername
+	}
+	review, err := newAdmissionReview(wh, username)
+	if err != nil {
+		return unknown(fmt.Errorf("building AdmissionReview: %w", err))
+	}
+	body, err := json.Marshal(review)
+	if err != nil {
+		return unknown(fmt.Errorf("encoding AdmissionReview: %w", err))
+	}
+
+	u := *ep.url
+	// kube-apiserver's REST client adds the call timeout as a query parameter.
+	q := u.Query()
+	q.Set("timeout", timeout.String())
+	u.RawQuery = q.Encode()
+
+	req, err := http.NewRequestWithContext(probeCtx, http.MethodPost, u.String(), bytes.NewReader(body))
+	if err != nil {
+		return failed(ReasonNoRoute, fmt.Errorf("%w: building request: %v", ErrNoRoute, err), 0)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, */*")
+
+	status, respBody, err := ep.do(req, true)
+	if err != nil {
+		return p.callFailed(ctx, err, status)
+	}
+	if err := verifyAdmissionResponse(types.UID(review.Request.UID), respBody); err != nil {
+		return failed(ReasonBadResponse, err, status)
+	}
+	return Result{Outcome: OutcomeHealthy, HTTPStatus: status}
+}
+
+func (p *Prober) httpGet(ctx, probeCtx context.Context, ep endpoint, path string) Result {
+	ref, err := url.Parse(path)
+	if err != nil {
+		return unknown(fmt.Errorf("HTTPGet probe path %q: %w", path, err))
+	}
+	u := *ep.url
+	u.Path, u.RawPath, u.RawQuery = ref.Path, ref.RawPath, ref.RawQuery
+
+	req, err := http.NewRequestWithContext(probeCtx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return failed(ReasonNoRoute, fmt.Errorf("%w: building request: %v", ErrNoRoute, err), 0)
+	}
+	status, _, err := ep.do(req, false)
+	if err != nil {
+		return p.callFailed(ctx, err, status)
+	}
+	return Result{Outcome: OutcomeHealthy, HTTPStatus: status}
+}
+
+// do sends req over a fresh connection. For AdmissionReview calls
+// (wantBody) only 200 is acceptable and the body is returned; otherwise any
+// 2xx is. status is 0 when no response arrived.
+func (ep endpoint) do(req *http.Request, wantBody bool) (status int, body []byte, err error) {
+	c, tr := ep.client()
+	defer tr.CloseIdleConnections()
+
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	status = resp.StatusCode
+
+	if !wantBody {
+		if status < 200 || status > 299 {
+			return status, nil, &httpStatusError{code: status}
+		}
+		return status, nil, nil
+	}
+	if status != http.StatusOK {
+		return status, nil, &httpStatusError{code: status}
+	}
+	body, err = io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
+	if err != nil {
+		return status, nil, fmt.Errorf("reading response body: %w", err)
+	}
+	if len(body) > maxResponseBytes {
+		return status, nil, badResponsef("body exceeds %d bytes", maxResponseBytes)
+	}
+	return status, body, nil
+}
+
+// callFailed classifies a call error; if the caller's own context ended,
+// the result is Unknown rather than a failure of the webhook.
+func (p *Prober) callFailed(ctx context.Context, err error, status int) Result {
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return Result{Outcome: OutcomeUnknown, Err: fmt.Errorf("probe abandoned: %w", ctxErr), HTTPStatus: status}
+	}
+	return failed(Classify(err), err, status)
+}
+
+func failed(reason FailureReason, err error, status int) Result {
+	return Result{Outcome: OutcomeFailed, Reason: reason, Err: err, HTTPStatus: status}
+}
+
+func unknown(err error) Result {
+	return Result{Outcome: OutcomeUnknown, Err: err}
+}
+
+func sideEffectsString(s *admissionregistrationv1.SideEffectClass) string {
+	if s == nil {
+		return "<unset>"
+	}
+	return strconv.Quote(string(*s))
+}

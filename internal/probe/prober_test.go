@@ -1,0 +1,614 @@
+package probe
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+// localWebhook starts a TLS server on 127.0.0.1 signed by a fresh CA and
+// returns a dry-run-safe url webhook trusting that CA.
+func localWebhook(t testing.TB, h http.HandlerFunc) (admissionregistrationv1.MutatingWebhook, *atomic.Int64) {
+	t.Helper()
+	ca := newTestCA(t)
+	srv, calls := startTLS(t, ca.leaf(t, nil, localhost), h)
+	return urlWebhook(srv.URL+"/mutate", ca.pem), calls
+}
+
+func TestProber_Probe_healthyAnswers(t *testing.T) {
+	tests := map[string]func(*admissionv1.AdmissionReview){
+		"an allowing webhook is healthy": nil,
+		"a webhook answering allowed false is healthy": func(r *admissionv1.AdmissionReview) {
+			r.Response.Allowed = false
+			r.Response.Result = &metav1.Status{Message: "denied by policy", Code: 403}
+		},
+		"a webhook answering with a JSONPatch is healthy": func(r *admissionv1.AdmissionReview) {
+			r.Response.Patch = []byte(`[{"op":"add","path":"/metadata/labels","value":{"a":"b"}}]`)
+			r.Response.PatchType = ptr.To(admissionv1.PatchTypeJSONPatch)
+		},
+	}
+	for name, mutate := range tests {
+		t.Run(name, func(t *testing.T) {
+			wh, calls := localWebhook(t, answer(t, mutate))
+			res := (&Prober{}).Probe(t.Context(), wh, Spec{})
+			require.NoError(t, res.Err)
+			assert.Equal(t, OutcomeHealthy, res.Outcome)
+			assert.Empty(t, res.Reason)
+			assert.Equal(t, http.StatusOK, res.HTTPStatus)
+			assert.Positive(t, res.Duration)
+			assert.EqualValues(t, 1, calls.Load())
+		})
+	}
+}
+
+func TestProber_Probe_allowedFalseIsHealthy(t *testing.T) {
+	wh, _ := localWebhook(t, answer(t, func(r *admissionv1.AdmissionReview) { r.Response.Allowed = false }))
+	res := (&Prober{}).Probe(t.Context(), wh, Spec{Kind: KindAdmissionReview})
+	assert.Equal(t, OutcomeHealthy, res.Outcome, "err: %v", res.Err)
+}
+
+func TestProber_Probe_failures(t *testing.T) {
+	hijackAndClose := func(w http.ResponseWriter, r *http.Request) {
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			_ = conn.Close()
+		}
+	}
+	sleepPastTimeout := func(w http.ResponseWriter, r *http.Request) {
+		// Reading the body lets the server notice the client hanging up.
+		_, _ = io.Copy(io.Discard, r.Body)
+		select {
+		case <-time.After(5 * time.Second):
+		case <-r.Context().Done():
+		}
+	}
+	respond := func(status int, body string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(status)
+			_, _ = io.WriteString(w, body)
+		}
+	}
+	tests := map[string]struct {
+		webhook    func(t *testing.T) admissionregistrationv1.MutatingWebhook
+		spec       Spec
+		reason     FailureReason
+		httpStatus int
+	}{
+		"a server slower than the spec timeout is a timeout": {
+			webhook: func(t *testing.T) admissionregistrationv1.MutatingWebhook {
+				wh, _ := localWebhook(t, sleepPastTimeout)
+				wh.TimeoutSeconds = ptr.To[int32](30) // the spec timeout wins
+				return wh
+			},
+			spec:   Spec{Timeout: 200 * time.Millisecond},
+			reason: ReasonTimeout,
+		},
+		"a closed port is refused": {
+			webhook: func(t *testing.T) admissionregistrationv1.MutatingWebhook {
+				l, err := net.Listen("tcp", "127.0.0.1:0")
+				require.NoError(t, err)
+				addr := l.Addr().String()
+				require.NoError(t, l.Close())
+				return urlWebhook("https://"+addr+"/mutate", newTestCA(t).pem)
+			},
+			reason: ReasonRefused,
+		},
+		"a connection the server drops before answering is refused": {
+			webhook: func(t *testing.T) admissionregistrationv1.MutatingWebhook {
+				wh, _ := localWebhook(t, hijackAndClose)
+				return wh
+			},
+			reason: ReasonRefused,
+		},
+		"a certificate signed by another CA is a tls failure": {
+			webhook: func(t *testing.T) admissionregistrationv1.MutatingWebhook {
+				wh, _ := localWebhook(t, answer(t, nil))
+				wh.ClientConfig.CABundle = newTestCA(t).pem
+				return wh
+			},
+			reason: ReasonTLS,
+		},
+		"a certificate without the URL host is a tls failure": {
+			webhook: func(t *testing.T) admissionregistrationv1.MutatingWebhook {
+				ca := newTestCA(t)
+				srv, _ := startTLS(t, ca.leaf(t, []string{"elsewhere.example.com"}, nil), answer(t, nil))
+				return urlWebhook(srv.URL+"/mutate", ca.pem)
+			},
+			reason: ReasonTLS,
+		},
+		"a caBundle without a PEM certificate is a tls failure": {
+			webhook: func(t *testing.T) admissionregistrationv1.MutatingWebhook {
+				wh, _ := localWebhook(t, answer(t, nil))
+				wh.ClientConfig.CABundle = []byte("not a certificate")
+				return wh
+			},
+			reason: ReasonTLS,
+		},
+		"a plain HTTP server is a tls failure": {
+			webhook: func(t *testing.T) admissionregistrationv1.MutatingWebhook {
+				srv := httptest.NewServer(answer(t, nil))
+				t.Cleanup(srv.Close)
+				return urlWebhook("https://"+srv.Listener.Addr().String()+"/mutate", newTestCA(t).pem)
+			},
+			reason: ReasonTLS,
+		},
+		"HTTP 500 is an http-status failure": {
+			webhook: func(t *testing.T) admissionregistrationv1.MutatingWebhook {
+				wh, _ := localWebhook(t, respond(http.StatusInternalServerError, "boom"))
+				return wh
+			},
+			reason:     ReasonHTTPStatus,
+			httpStatus: http.StatusInternalServerError,
+		},
+		"a redirect is an http-status failure and is not followed": {
+			webhook: func(t *testing.T) admissionregistrationv1.MutatingWebhook {
+				wh, _ := localWebhook(t, func(w http.ResponseWriter, r *http.Request) {
+					http.Redirect(w, r, "https://example.com/", http.StatusTemporaryRedirect)
+				})
+				return wh
+			},
+			reason:     ReasonHTTPStatus,
+			httpStatus: http.StatusTemporaryRedirect,
+		},
+		"a garbage body is a bad response": {
+			webhook: func(t *testing.T) admissionregistrationv1.MutatingWebhook {
+				wh, _ := localWebhook(t, respond(http.StatusOK, "<html>hello</html>"))
+				return wh
+			},
+			reason:     ReasonBadResponse,
+			httpStatus: http.StatusOK,
+		},
+		"an empty body is a bad response": {
+			webhook: func(t *testing.T) admissionregistrationv1.MutatingWebhook {
+				wh, _ := localWebhook(t, respond(http.StatusOK, ""))
+				return wh
+			},
+			reason:     ReasonBadResponse,
+			httpStatus: http.StatusOK,
+		},
+		"a body of the wrong structure is a bad response": {
+			webhook: func(t *testing.T) admissionregistrationv1.MutatingWebhook {
+				wh, _ := localWebhook(t, respond(http.StatusOK,
+					`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":"yes"}`))
+				return wh
+			},
+			reason:     ReasonBadResponse,
+			httpStatus: http.StatusOK,
+		},
+		"a response with the wrong uid is a bad response": {
+			webhook: func(t *testing.T) admissionregistrationv1.MutatingWebhook {
+				wh, _ := localWebhook(t, answer(t, func(r *admissionv1.AdmissionReview) { r.Response.UID = "not-the-request-uid" }))
+				return wh
+			},
+			reason:     ReasonBadResponse,
+			httpStatus: http.StatusOK,
+		},
+		"a response with the wrong kind is a bad response": {
+			webhook: func(t *testing.T) admissionregistrationv1.MutatingWebhook {
+				wh, _ := localWebhook(t, answer(t, func(r *admissionv1.AdmissionReview) { r.Kind = "AdmissionResponse" }))
+				return wh
+			},
+			reason:     ReasonBadResponse,
+			httpStatus: http.StatusOK,
+		},
+		"a response with the wrong apiVersion is a bad response": {
+			webhook: func(t *testing.T) admissionregistrationv1.MutatingWebhook {
+				wh, _ := localWebhook(t, answer(t, func(r *admissionv1.AdmissionReview) { r.APIVersion = "admission.k8s.io/v1beta1" }))
+				return wh
+			},
+			reason:     ReasonBadResponse,
+			httpStatus: http.StatusOK,
+		},
+		"a review without a response is a bad response": {
+			webhook: func(t *testing.T) admissionregistrationv1.MutatingWebhook {
+				wh, _ := localWebhook(t, answer(t, func(r *admissionv1.AdmissionReview) { r.Response = nil }))
+				return wh
+			},
+			reason:     ReasonBadResponse,
+			httpStatus: http.StatusOK,
+		},
+		"a patch without a patchType is a bad response": {
+			webhook: func(t *testing.T) admissionregistrationv1.MutatingWebhook {
+				wh, _ := localWebhook(t, answer(t, func(r *admissionv1.AdmissionReview) {
+					r.Response.Patch = []byte(`[]`)
+				}))
+				return wh
+			},
+			reason:     ReasonBadResponse,
+			httpStatus: http.StatusOK,
+		},
+		"a patchType other than JSONPatch is a bad response": {
+			webhook: func(t *testing.T) admissionregistrationv1.MutatingWebhook {
+				wh, _ := localWebhook(t, answer(t, func(r *admissionv1.AdmissionReview) {
+					r.Response.Patch = []byte(`{"metadata":{"labels":{"a":"b"}}}`)
+					r.Response.PatchType = ptr.To(admissionv1.PatchType("MergePatch"))
+				}))
+				return wh
+			},
+			reason:     ReasonBadResponse,
+			httpStatus: http.StatusOK,
+		},
+		"a JSONPatch that is not a list of operations is a bad response": {
+			webhook: func(t *testing.T) admissionregistrationv1.MutatingWebhook {
+				wh, _ := localWebhook(t, answer(t, func(r *admissionv1.AdmissionReview) {
+					r.Response.Patch = []byte(`{"op":"add"}`)
+					r.Response.PatchType = ptr.To(admissionv1.PatchTypeJSONPatch)
+				}))
+				return wh
+			},
+			reason:     ReasonBadResponse,
+			httpStatus: http.StatusOK,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			wh := tc.webhook(t)
+			spec := tc.spec
+			if spec.Timeout == 0 {
+				spec.Timeout = 5 * time.Second
+			}
+			res := (&Prober{}).Probe(t.Context(), wh, spec)
+			t.Logf("err: %v", res.Err)
+			require.Equal(t, OutcomeFailed, res.Outcome, "err: %v", res.Err)
+			assert.Equal(t, tc.reason, res.Reason, "err: %v", res.Err)
+			assert.Error(t, res.Err)
+			assert.Equal(t, tc.httpStatus, res.HTTPStatus)
+			assert.Less(t, res.Duration, 4*time.Second)
+		})
+	}
+}
+
+func TestProber_Probe_callerContextEndingIsUnknown(t *testing.T) {
+	wh, _ := localWebhook(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		select {
+		case <-time.After(5 * time.Second):
+		case <-r.Context().Done():
+		}
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	res := (&Prober{}).Probe(ctx, wh, Spec{Timeout: 5 * time.Second})
+	assert.Equal(t, OutcomeUnknown, res.Outcome)
+	assert.Empty(t, res.Reason)
+	assert.Error(t, res.Err)
+}
+
+func TestProber_Probe_serviceReference(t *testing.T) {
+	const ns, svc = "team", "hook"
+	tests := map[string]struct {
+		port       *int32
+		certDNS    string
+		wantPort   int32
+		wantResult Outcome
+		wantReason FailureReason
+	}{
+		"a non-443 port is passed to the resolver and ServerName is <svc>.<ns>.svc": {
+			port: ptr.To[int32](8443), certDNS: "hook.team.svc", wantPort: 8443, wantResult: OutcomeHealthy,
+		},
+		"a nil port defaults to 443": {
+			port: nil, certDNS: "hook.team.svc", wantPort: 443, wantResult: OutcomeHealthy,
+		},
+		"a certificate for another service name is a tls failure": {
+			port: ptr.To[int32](8443), certDNS: "other.team.svc", wantPort: 8443, wantResult: OutcomeFailed, wantReason: ReasonTLS,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			ca := newTestCA(t)
+			var paths recorder[string]
+			srv, _ := startTLS(t, ca.leaf(t, []string{tc.certDNS}, nil), func(w http.ResponseWriter, r *http.Request) {
+				paths.add(r.URL.Path)
+				answer(t, nil)(w, r)
+			})
+			resolver := &fakeResolver{addr: srv.Listener.Addr().String()}
+			wh := serviceWebhook(ns, svc, tc.port, "/mutate", ca.pem)
+
+			res := (&Prober{Resolver: resolver}).Probe(t.Context(), wh, Spec{})
+
+			assert.Equal(t, tc.wantResult, res.Outcome, "err: %v", res.Err)
+			assert.Equal(t, tc.wantReason, res.Reason)
+			assert.Equal(t, ns, resolver.namespace)
+			assert.Equal(t, svc, resolver.name)
+			assert.Equal(t, tc.wantPort, resolver.port)
+			if tc.wantResult == OutcomeHealthy {
+				assert.Equal(t, []string{"/mutate"}, paths.all())
+			}
+		})
+	}
+}
+
+func TestProber_Probe_resolverErrors(t *testing.T) {
+	tests := map[string]struct {
+		prober     *Prober
+		outcome    Outcome
+		wantReason FailureReason
+	}{
+		"an error wrapping ErrNoRoute is a no-route failure": {
+			prober:     &Prober{Resolver: &fakeResolver{err: errors.Join(errors.New("service gone"), ErrNoRoute)}},
+			outcome:    OutcomeFailed,
+			wantReason: ReasonNoRoute,
+		},
+		"any other resolver error is unknown": {
+			prober:  &Prober{Resolver: &fakeResolver{err: errors.New("forbidden: cannot get services")}},
+			outcome: OutcomeUnknown,
+		},
+		"a missing resolver is unknown": {
+			prober:  &Prober{},
+			outcome: OutcomeUnknown,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			wh := serviceWebhook("team", "hook", nil, "/mutate", newTestCA(t).pem)
+			res := tc.prober.Probe(t.Context(), wh, Spec{})
+			assert.Equal(t, tc.outcome, res.Outcome)
+			assert.Equal(t, tc.wantReason, res.Reason)
+			assert.Error(t, res.Err)
+		})
+	}
+}
+
+func TestProber_Probe_emptyCABundleUsesSystemRoots(t *testing.T) {
+	tests := map[string]*x509.CertPool{
+		"an empty override pool does not trust a self-signed server": x509.NewCertPool(),
+		"the real system roots do not trust a self-signed server":    nil,
+	}
+	for name, roots := range tests {
+		t.Run(name, func(t *testing.T) {
+			wh, calls := localWebhook(t, answer(t, nil))
+			wh.ClientConfig.CABundle = nil
+			res := (&Prober{SystemRoots: roots}).Probe(t.Context(), wh, Spec{})
+			assert.Equal(t, OutcomeFailed, res.Outcome)
+			assert.Equal(t, ReasonTLS, res.Reason, "err: %v", res.Err)
+			assert.Zero(t, calls.Load())
+		})
+	}
+	t.Run("an override pool holding the CA is trusted", func(t *testing.T) {
+		ca := newTestCA(t)
+		srv, _ := startTLS(t, ca.leaf(t, nil, localhost), answer(t, nil))
+		pool := x509.NewCertPool()
+		pool.AddCert(ca.cert)
+		res := (&Prober{SystemRoots: pool}).Probe(t.Context(), urlWebhook(srv.URL, nil), Spec{})
+		assert.Equal(t, OutcomeHealthy, res.Outcome, "err: %v", res.Err)
+	})
+}
+
+func TestProber_Probe_unsafeSideEffectsAreUnknown(t *testing.T) {
+	tests := map[string]*admissionregistrationv1.SideEffectClass{
+		"sideEffects Some is not probed":    ptr.To(admissionregistrationv1.SideEffectClassSome),
+		"sideEffects Unknown is not probed": ptr.To(admissionregistrationv1.SideEffectClassUnknown),
+		"unset sideEffects are not probed":  nil,
+	}
+	for name, sideEffects := range tests {
+		t.Run(name, func(t *testing.T) {
+			wh, calls := localWebhook(t, answer(t, nil))
+			wh.SideEffects = sideEffects
+			res := (&Prober{}).Probe(t.Context(), wh, Spec{Kind: KindAdmissionReview})
+			assert.Equal(t, OutcomeUnknown, res.Outcome)
+			assert.ErrorContains(t, res.Err, "sideEffects")
+			assert.Zero(t, calls.Load(), "no request may reach the webhook")
+		})
+	}
+}
+
+func TestProber_Probe_invalidSpecsAreUnknown(t *testing.T) {
+	tests := map[string]struct {
+		mutate func(*admissionregistrationv1.MutatingWebhook)
+		spec   Spec
+	}{
+		"an unknown probe kind":                       {spec: Spec{Kind: "Ping"}},
+		"an HTTPGet without a path":                   {spec: Spec{Kind: KindHTTPGet}},
+		"a negative timeout":                          {spec: Spec{Timeout: -time.Second}},
+		"a webhook accepting only v1beta1 reviews":    {mutate: func(wh *admissionregistrationv1.MutatingWebhook) { wh.AdmissionReviewVersions = []string{"v1beta1"} }},
+		"a clientConfig with neither url nor service": {mutate: func(wh *admissionregistrationv1.MutatingWebhook) { wh.ClientConfig.URL = nil }},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			wh, calls := localWebhook(t, answer(t, nil))
+			if tc.mutate != nil {
+				tc.mutate(&wh)
+			}
+			res := (&Prober{}).Probe(t.Context(), wh, tc.spec)
+			assert.Equal(t, OutcomeUnknown, res.Outcome)
+			assert.Error(t, res.Err)
+			assert.Zero(t, calls.Load())
+		})
+	}
+}
+
+func TestProber_Probe_sendsDryRunAdmissionReview(t *testing.T) {
+	type received struct {
+		method, path, timeout, contentType string
+		review                             *admissionv1.AdmissionReview
+	}
+	var rec recorder[received]
+	wh, _ := localWebhook(t, func(w http.ResponseWriter, r *http.Request) {
+		in := readReview(t, r)
+		rec.add(received{r.Method, r.URL.Path, r.URL.Query().Get("timeout"), r.Header.Get("Content-Type"), in})
+		writeAnswer(w, in, nil)
+	})
+	wh.TimeoutSeconds = ptr.To[int32](7)
+	res := (&Prober{Username: "system:serviceaccount:guard:probe"}).Probe(t.Context(), wh, Spec{})
+	require.Equal(t, OutcomeHealthy, res.Outcome, "err: %v", res.Err)
+
+	all := rec.all()
+	require.Len(t, all, 1)
+	got := all[0].review
+	assert.Equal(t, http.MethodPost, all[0].method)
+	assert.Equal(t, "/mutate", all[0].path)
+	assert.Equal(t, "7s", all[0].timeout)
+	assert.Equal(t, "application/json", all[0].contentType)
+	assert.Equal(t, "admission.k8s.io/v1", got.APIVersion)
+	assert.Equal(t, "AdmissionReview", got.Kind)
+
+	req := got.Request
+	require.NotNil(t, req.DryRun)
+	assert.True(t, *req.DryRun)
+	assert.NotEmpty(t, req.UID)
+	assert.Equal(t, admissionv1.Create, req.Operation)
+	assert.Equal(t, metav1.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, req.Resource)
+	assert.Equal(t, metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}, req.Kind)
+	assert.Equal(t, "webhook-guard-probe", req.Name)
+	assert.Equal(t, "webhook-guard-probe", req.Namespace)
+	assert.Equal(t, "system:serviceaccount:guard:probe", req.UserInfo.Username)
+	assert.JSONEq(t,
+		`{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"webhook-guard-probe","namespace":"webhook-guard-probe"}}`,
+		string(req.Object.Raw))
+
+	var opts metav1.CreateOptions
+	require.NoError(t, json.Unmarshal(req.Options.Raw, &opts))
+	assert.Equal(t, "CreateOptions", opts.Kind)
+	assert.Equal(t, []string{metav1.DryRunAll}, opts.DryRun)
+}
+
+func TestProber_Probe_eachProbeSendsAFreshUID(t *testing.T) {
+	var rec recorder[string]
+	wh, _ := localWebhook(t, func(w http.ResponseWriter, r *http.Request) {
+		in := readReview(t, r)
+		rec.add(string(in.Request.UID))
+		writeAnswer(w, in, nil)
+	})
+	p := &Prober{}
+	for range 2 {
+		require.Equal(t, OutcomeHealthy, p.Probe(t.Context(), wh, Spec{}).Outcome)
+	}
+	uids := rec.all()
+	require.Len(t, uids, 2)
+	assert.NotEqual(t, uids[0], uids[1])
+}
+
+func TestProber_Probe_httpGet(t *testing.T) {
+	tests := map[string]struct {
+		status  int
+		outcome Outcome
+		reason  FailureReason
+	}{
+		"200 is healthy":                {status: http.StatusOK, outcome: OutcomeHealthy},
+		"204 is healthy":                {status: http.StatusNoContent, outcome: OutcomeHealthy},
+		"503 is an http-status failure": {status: http.StatusServiceUnavailable, outcome: OutcomeFailed, reason: ReasonHTTPStatus},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var rec recorder[[3]string]
+			wh, _ := localWebhook(t, func(w http.ResponseWriter, r *http.Request) {
+				rec.add([3]string{r.Method, r.URL.Path, r.URL.RawQuery})
+				w.WriteHeader(tc.status)
+			})
+			// HTTPGet needs no dry-run safety.
+			wh.SideEffects = ptr.To(admissionregistrationv1.SideEffectClassSome)
+			res := (&Prober{}).Probe(t.Context(), wh, Spec{Kind: KindHTTPGet, Path: "/healthz?verbose=1"})
+			assert.Equal(t, tc.outcome, res.Outcome, "err: %v", res.Err)
+			assert.Equal(t, tc.reason, res.Reason)
+			assert.Equal(t, tc.status, res.HTTPStatus)
+			assert.Equal(t, [][3]string{{http.MethodGet, "/healthz", "verbose=1"}}, rec.all())
+		})
+	}
+}
+
+func TestProbeTimeout_precedence(t *testing.T) {
+	tests := map[string]struct {
+		spec           Spec
+		timeoutSeconds *int32
+		want           time.Duration
+	}{
+		"the spec timeout wins":                        {spec: Spec{Timeout: 3 * time.Second}, timeoutSeconds: ptr.To[int32](5), want: 3 * time.Second},
+		"the webhook timeoutSeconds is used otherwise": {timeoutSeconds: ptr.To[int32](5), want: 5 * time.Second},
+		"ten seconds is the default":                   {want: 10 * time.Second},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			wh := admissionregistrationv1.MutatingWebhook{TimeoutSeconds: tc.timeoutSeconds}
+			assert.Equal(t, tc.want, probeTimeout(wh, tc.spec))
+		})
+	}
+}
+
+func TestDryRunSafe(t *testing.T) {
+	tests := map[string]struct {
+		sideEffects *admissionregistrationv1.SideEffectClass
+		want        bool
+	}{
+		"None is safe":         {ptr.To(admissionregistrationv1.SideEffectClassNone), true},
+		"NoneOnDryRun is safe": {ptr.To(admissionregistrationv1.SideEffectClassNoneOnDryRun), true},
+		"Some is not safe":     {ptr.To(admissionregistrationv1.SideEffectClassSome), false},
+		"Unknown is not safe":  {ptr.To(admissionregistrationv1.SideEffectClassUnknown), false},
+		"unset is not safe":    {nil, false},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			assert.Equal(t, tc.want, DryRunSafe(tc.sideEffects))
+		})
+	}
+}
+
+func TestTargetFor_firstRule(t *testing.T) {
+	rule := func(groups, versions, resources []string, scope *admissionregistrationv1.ScopeType) []admissionregistrationv1.RuleWithOperations {
+		return []admissionregistrationv1.RuleWithOperations{{Rule: admissionregistrationv1.Rule{
+			APIGroups: groups, APIVersions: versions, Resources: resources, Scope: scope,
+		}}}
+	}
+	tests := map[string]struct {
+		rules []admissionregistrationv1.RuleWithOperations
+		want  probeTarget
+	}{
+		"no rules fall back to core v1 configmaps": {
+			want: probeTarget{gvr: metav1.GroupVersionResource{Version: "v1", Resource: "configmaps"}, kind: "ConfigMap", namespace: probeObjectName},
+		},
+		"wildcards fall back to core v1 configmaps": {
+			rules: rule([]string{"*"}, []string{"*"}, []string{"*"}, nil),
+			want:  probeTarget{gvr: metav1.GroupVersionResource{Version: "v1", Resource: "configmaps"}, kind: "ConfigMap", namespace: probeObjectName},
+		},
+		"the first non-wildcard entries are picked": {
+			rules: rule([]string{"*", "batch"}, []string{"*", "v1"}, []string{"*", "cronjobs"}, nil),
+			want:  probeTarget{gvr: metav1.GroupVersionResource{Group: "batch", Version: "v1", Resource: "cronjobs"}, kind: "CronJob", namespace: probeObjectName},
+		},
+		"a subresource entry probes its parent resource": {
+			rules: rule([]string{""}, []string{"v1"}, []string{"pods/status"}, nil),
+			want:  probeTarget{gvr: metav1.GroupVersionResource{Version: "v1", Resource: "pods"}, kind: "Pod", namespace: probeObjectName},
+		},
+		"an unknown resource gets a derived kind": {
+			rules: rule([]string{"example.com"}, []string{"v1alpha1"}, []string{"widgetpolicies"}, nil),
+			want:  probeTarget{gvr: metav1.GroupVersionResource{Group: "example.com", Version: "v1alpha1", Resource: "widgetpolicies"}, kind: "Widgetpolicy", namespace: probeObjectName},
+		},
+		"a cluster-scoped rule gets no namespace": {
+			rules: rule([]string{"example.com"}, []string{"v1"}, []string{"gadgets"}, ptr.To(admissionregistrationv1.ClusterScope)),
+			want:  probeTarget{gvr: metav1.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "gadgets"}, kind: "Gadget"},
+		},
+		"namespaces are cluster-scoped": {
+			rules: rule([]string{""}, []string{"v1"}, []string{"namespaces"}, nil),
+			want:  probeTarget{gvr: metav1.GroupVersionResource{Version: "v1", Resource: "namespaces"}, kind: "Namespace"},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			assert.Equal(t, tc.want, targetFor(admissionregistrationv1.MutatingWebhook{Rules: tc.rules}))
+		})
+	}
+}
+
+func BenchmarkProber_Probe_admissionReview(b *testing.B) {
+	wh, _ := localWebhook(b, answer(b, nil))
+	p := &Prober{}
+	ctx := context.Background()
+	for b.Loop() {
+		if res := p.Probe(ctx, wh, Spec{}); res.Outcome != OutcomeHealthy {
+			b.Fatalf("probe not healthy: %v", res.Err)
+		}
+	}
+}

@@ -1,0 +1,120 @@
+package probe
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+)
+
+func service(typ corev1.ServiceType, clusterIP string, ports ...int32) *corev1.Service {
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "hook"},
+		Spec:       corev1.ServiceSpec{Type: typ, ClusterIP: clusterIP},
+	}
+	for _, p := range ports {
+		svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Port: p})
+	}
+	return svc
+}
+
+func TestServiceResolver_Resolve(t *testing.T) {
+	tests := map[string]struct {
+		objects   []client.Object
+		port      int32
+		want      string
+		wantRoute bool // error wraps ErrNoRoute
+		wantErr   bool
+	}{
+		"a ClusterIP service resolves to IP:port": {
+			objects: []client.Object{service(corev1.ServiceTypeClusterIP, "10.96.0.12", 443)},
+			port:    443, want: "10.96.0.12:443",
+		},
+		"a non-443 port is honoured": {
+			objects: []client.Object{service(corev1.ServiceTypeClusterIP, "10.96.0.12", 443, 8443)},
+			port:    8443, want: "10.96.0.12:8443",
+		},
+		"an IPv6 ClusterIP is bracketed": {
+			objects: []client.Object{service(corev1.ServiceTypeClusterIP, "fd00::12", 443)},
+			port:    443, want: "[fd00::12]:443",
+		},
+		"a NodePort service resolves to its ClusterIP": {
+			objects: []client.Object{service(corev1.ServiceTypeNodePort, "10.96.0.13", 443)},
+			port:    443, want: "10.96.0.13:443",
+		},
+		"an ExternalName service resolves to its external name": {
+			objects: []client.Object{&corev1.Service{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "hook"},
+				Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "hook.example.com"},
+			}},
+			port: 443, want: "hook.example.com:443",
+		},
+		"a missing service is no-route": {
+			port: 443, wantErr: true, wantRoute: true,
+		},
+		"a headless service is no-route": {
+			objects: []client.Object{service(corev1.ServiceTypeClusterIP, corev1.ClusterIPNone, 443)},
+			port:    443, wantErr: true, wantRoute: true,
+		},
+		"a service without a ClusterIP is no-route": {
+			objects: []client.Object{service(corev1.ServiceTypeClusterIP, "", 443)},
+			port:    443, wantErr: true, wantRoute: true,
+		},
+		"a service without the port is no-route": {
+			objects: []client.Object{service(corev1.ServiceTypeClusterIP, "10.96.0.12", 443)},
+			port:    8443, wantErr: true, wantRoute: true,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			c := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(tc.objects...).Build()
+			got, err := NewServiceResolver(c).Resolve(t.Context(), "team", "hook", tc.port)
+			if !tc.wantErr {
+				require.NoError(t, err)
+				assert.Equal(t, tc.want, got)
+				return
+			}
+			require.Error(t, err)
+			assert.Equal(t, tc.wantRoute, errors.Is(err, ErrNoRoute), "err: %v", err)
+		})
+	}
+}
+
+func TestServiceResolver_Resolve_guardSideErrorsAreNotNoRoute(t *testing.T) {
+	tests := map[string]error{
+		"a Forbidden lookup":      apierrors.NewForbidden(schema.GroupResource{Resource: "services"}, "hook", errors.New("rbac")),
+		"an Unauthorized lookup":  apierrors.NewUnauthorized("token expired"),
+		"a canceled context":      context.Canceled,
+		"an apiserver connection": errors.New("dial tcp 10.96.0.1:443: connect: connection refused"),
+	}
+	for name, lookupErr := range tests {
+		t.Run(name, func(t *testing.T) {
+			c := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).
+				WithObjects(service(corev1.ServiceTypeClusterIP, "10.96.0.12", 443)).
+				WithInterceptorFuncs(interceptor.Funcs{
+					Get: func(context.Context, client.WithWatch, client.ObjectKey, client.Object, ...client.GetOption) error {
+						return lookupErr
+					},
+				}).Build()
+			_, err := NewServiceResolver(c).Resolve(t.Context(), "team", "hook", 443)
+			require.Error(t, err)
+			assert.NotErrorIs(t, err, ErrNoRoute)
+			assert.ErrorIs(t, err, lookupErr)
+
+			// Through the Prober, such an error is Unknown, never a failure.
+			wh := serviceWebhook("team", "hook", nil, "/mutate", newTestCA(t).pem)
+			res := (&Prober{Resolver: NewServiceResolver(c)}).Probe(t.Context(), wh, Spec{})
+			assert.Equal(t, OutcomeUnknown, res.Outcome)
+		})
+	}
+}

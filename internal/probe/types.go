@@ -1,0 +1,106 @@
+package probe
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Kind is the kind of probe sent to a webhook.
+type Kind string
+
+const (
+	// KindAdmissionReview POSTs a synthetic dry-run admission.k8s.io/v1
+	// AdmissionReview to the webhook's own path. It is only allowed for
+	// webhooks whose sideEffects are None or NoneOnDryRun (see DryRunSafe).
+	KindAdmissionReview Kind = "AdmissionReview"
+	// KindHTTPGet GETs Spec.Path on the webhook's host, port and TLS config;
+	// any 2xx status is healthy.
+	KindHTTPGet Kind = "HTTPGet"
+)
+
+// Outcome is the overall verdict of one probe.
+type Outcome string
+
+const (
+	// OutcomeHealthy means the webhook answered the way kube-apiserver
+	// requires (for AdmissionReview, allowed:false is healthy too).
+	OutcomeHealthy Outcome = "Healthy"
+	// OutcomeFailed means kube-apiserver would have failed the same call;
+	// Result.Reason says why.
+	OutcomeFailed Outcome = "Failed"
+	// OutcomeUnknown means the guard could not tell (its own lookup failed,
+	// its context ended, or the webhook cannot be probed safely). It must
+	// not be counted as a failure.
+	OutcomeUnknown Outcome = "Unknown"
+)
+
+// FailureReason classifies a failed probe.
+type FailureReason string
+
+const (
+	// ReasonTimeout means no complete answer arrived within the probe timeout.
+	ReasonTimeout FailureReason = "timeout"
+	// ReasonRefused means the connection was refused, or the server dropped
+	// it (reset / EOF) before a complete response.
+	ReasonRefused FailureReason = "refused"
+	// ReasonTLS means the TLS handshake or certificate verification failed,
+	// including an unusable caBundle.
+	ReasonTLS FailureReason = "tls"
+	// ReasonHTTPStatus means an HTTP response arrived with an unacceptable
+	// status code.
+	ReasonHTTPStatus FailureReason = "http-status"
+	// ReasonBadResponse means a 200 response whose body is not a valid
+	// AdmissionReview answer for the request sent.
+	ReasonBadResponse FailureReason = "bad-response"
+	// ReasonNoRoute means there is no way to reach the webhook: missing
+	// Service or ClusterIP, unreachable host or network, unknown host name,
+	// or an unclassifiable network error.
+	ReasonNoRoute FailureReason = "no-route"
+)
+
+// DefaultUsername is the request.userInfo.username sent in AdmissionReview
+// probes when Prober.Username is empty.
+const DefaultUsername = "system:serviceaccount:webhook-guard-system:webhook-guard"
+
+// DefaultTimeout is the probe timeout used when neither Spec.Timeout nor the
+// webhook's timeoutSeconds is set (kube-apiserver's default is 10s too).
+const DefaultTimeout = 10 * time.Second
+
+// Result is the outcome of one probe. Probe always returns one.
+type Result struct {
+	// Outcome is Healthy, Failed or Unknown.
+	Outcome Outcome
+	// Reason is set when Outcome is Failed.
+	Reason FailureReason
+	// Err is set when Outcome is Failed or Unknown. Its message is safe to
+	// log: it never contains response bodies or credentials.
+	Err error
+	// Duration is how long the probe took, including Service resolution.
+	Duration time.Duration
+	// HTTPStatus is the HTTP status code received, when a response arrived.
+	HTTPStatus int
+}
+
+// Spec says how to probe one webhook.
+type Spec struct {
+	// Kind is the probe kind; empty means KindAdmissionReview.
+	Kind Kind
+	// Timeout bounds the whole probe; 0 means the webhook's timeoutSeconds
+	// (DefaultTimeout when that is nil).
+	Timeout time.Duration
+	// Path is the absolute path (optionally with a query) used by HTTPGet
+	// probes, e.g. "/healthz". It is ignored for AdmissionReview probes.
+	Path string
+}
+
+// Resolver turns a webhook's service reference into an address.
+type Resolver interface {
+	// Resolve returns host:port for a service reference, or an error. Errors
+	// wrapping ErrNoRoute are failures (no-route); any other error is Unknown.
+	Resolve(ctx context.Context, namespace, name string, port int32) (string, error)
+}
+
+// ErrNoRoute is wrapped by Resolver errors meaning the Service cannot be
+// reached by kube-apiserver either (not found, no ClusterIP, no such port).
+var ErrNoRoute = errors.New("no route to webhook service")
