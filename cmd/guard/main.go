@@ -29,8 +29,6 @@ func init() {
 }
 
 func main() {
-	opts := zap.Options{}
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	if err := run(ctrl.SetupSignalHandler(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
 			setupLog.Error(err, "guard failed")
@@ -91,6 +89,9 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer, rest
 		return nil
 	case "run":
 		return runCommand(ctx, args[1:], stderr, restConfig)
+	}
+	ctrl.SetLogger(zap.New(zap.WriteTo(stderr)))
+	switch args[0] {
 	case "status":
 		return statusCommand(ctx, args[1:], stdout, stderr, restConfig)
 	case "manifests":

@@ -8,13 +8,15 @@ import (
 
 	"github.com/webhook-guard/webhook-guard/internal/admission"
 	"github.com/webhook-guard/webhook-guard/internal/config"
+	"github.com/webhook-guard/webhook-guard/internal/rbac"
 )
 
-// manifestsCommand renders the guard's admission objects from a
-// configuration, for control planes and for kustomize.
+// manifestsCommand renders the objects that depend on a configuration: the
+// guard's admission objects (for control planes and for kustomize) and the
+// ClusterRole that lets the breaker write the targets.
 func manifestsCommand(args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || (args[0] != "static" && args[0] != "policy") {
-		return usageError{errors.New("manifests: want \"static\" or \"policy\"")}
+	if len(args) == 0 || (args[0] != "static" && args[0] != "policy" && args[0] != "rbac") {
+		return usageError{errors.New("manifests: want \"static\", \"policy\" or \"rbac\"")}
 	}
 	fs := flagSet("manifests "+args[0], stderr)
 	path := fs.String("config", "", "GuardConfiguration file (required): the managed configurations.")
@@ -38,6 +40,8 @@ func manifestsCommand(args []string, stdout, stderr io.Writer) error {
 	case "policy":
 		policy, binding := admission.RenderPolicy(opts)
 		out, err = admission.MarshalManifest(policy, binding)
+	case "rbac":
+		out, err = admission.MarshalManifest(rbac.RenderTargetsRole(cfg))
 	case "static":
 		if *url == "" || *caFile == "" {
 			return usageError{errors.New("manifests static: --url and --ca-file are required")}

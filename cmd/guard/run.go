@@ -16,6 +16,7 @@ import (
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -38,9 +39,12 @@ func runCommand(ctx context.Context, args []string, stderr io.Writer, restConfig
 	var o runOptions
 	fs := newRunFlags(&o)
 	fs.SetOutput(stderr)
+	zo := zap.Options{}
+	zo.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
 	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zo), zap.WriteTo(stderr)))
 	if o.ConfigPath == "" {
 		return usageError{errors.New("run: --config is required")}
 	}
@@ -89,6 +93,9 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 		LeaderElectionID:              LeaderElectionID,
 		LeaderElectionNamespace:       o.LeaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 &o.LeaseDuration,
+		RenewDeadline:                 &o.RenewDeadline,
+		RetryPeriod:                   &o.RetryPeriod,
 		GracefulShutdownTimeout:       &o.GracefulShutdown,
 		Controller:                    ctrlConfig(),
 	})

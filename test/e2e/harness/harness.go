@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -97,17 +96,25 @@ func BinDir() (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
-// RepoRoot finds the repository root from this source file's location.
+// RepoRoot finds the repository root: the nearest folder, from the
+// working directory up, whose go.mod declares this module. (Source paths
+// from runtime.Caller are useless under -trimpath.)
 func RepoRoot() (string, error) {
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		return "", errors.New("cannot locate the harness source file")
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
 	}
-	root := filepath.Join(filepath.Dir(file), "..", "..", "..")
-	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
-		return "", fmt.Errorf("repository root not found at %s: %w", root, err)
+	for {
+		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && strings.HasPrefix(string(data), "module github.com/webhook-guard/webhook-guard\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("not inside the webhook-guard repository: no go.mod for github.com/webhook-guard/webhook-guard above the working directory")
+		}
+		dir = parent
 	}
-	return filepath.Abs(root)
 }
 
 // Start builds (if needed) and starts etcd and kube-apiserver.

@@ -1,0 +1,549 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/webhook-guard/webhook-guard/internal/breaker"
+	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
+)
+
+const (
+	webhookPath = "/mutate"
+	// transition bounds how long a test waits for the breaker to act. With
+	// 100 ms probes and thresholds of 2 it normally takes well under 1 s.
+	transition = 30 * time.Second
+)
+
+// breakerSetup is one test's world: a namespace, a slow-able webhook, its
+// MutatingWebhookConfiguration and a ServiceAccount for the guard with
+// least-privilege RBAC.
+type breakerSetup struct {
+	t        *testing.T
+	ns       string
+	name     string // MWC name
+	hook     string // webhook name
+	wh       *harness.Webhook
+	guardID  *harness.Identity
+	original admissionregistrationv1.MutatingWebhook // as stored, before the guard
+	mode     string
+	writes   *writeLog
+}
+
+type setupOptions struct {
+	mode    string // Ignore | Bypass
+	service bool   // clientConfig.service instead of url
+	noRBAC  []string
+}
+
+func newBreakerSetup(t *testing.T, o setupOptions) *breakerSetup {
+	t.Helper()
+	ctx := context.Background()
+	s := &breakerSetup{t: t, ns: testNamespace(t), mode: o.mode}
+	s.name = uniqueName(t, "breaker")
+	s.hook = "slow." + s.name + ".webhook-guard.io"
+	dumpOnFailure(t, s.ns)
+
+	cc := admissionregistrationv1.WebhookClientConfig{}
+	if o.service {
+		ip := harness.NextServiceIP()
+		wh, err := harness.StartWebhook(harness.WebhookOptions{Host: ip, DNSNames: []string{"slow-mutator." + s.ns + ".svc"}})
+		require.NoError(t, err)
+		s.wh = wh
+		require.NoError(t, env.ServiceFor(ctx, s.ns, "slow-mutator", ip, wh.Port()))
+		require.NotEqual(t, int32(443), wh.Port())
+		cc.Service = &admissionregistrationv1.ServiceReference{Namespace: s.ns, Name: "slow-mutator", Path: ptr.To(webhookPath), Port: ptr.To(wh.Port())}
+	} else {
+		s.wh = startWebhook(t, harness.WebhookOptions{})
+		cc.URL = ptr.To(s.wh.URL(webhookPath))
+	}
+	t.Cleanup(s.wh.Close)
+	cc.CABundle = s.wh.CA.CertPEM
+	s.wh.SetBehaviour(webhookPath, harness.Allow())
+
+	w := configMapWebhook(s.hook, s.ns, "", nil, admissionregistrationv1.Fail)
+	w.ClientConfig = cc
+	// An existing matchCondition must survive a Bypass cycle untouched.
+	w.MatchConditions = []admissionregistrationv1.MatchCondition{{Name: "not-a-dry-run-marker", Expression: "!has(object.metadata.labels) || !('skip-slow' in object.metadata.labels)"}}
+	other := configMapWebhook("other."+s.name+".webhook-guard.io", "nowhere-"+s.name, "https://127.0.0.1:1/never", nil, admissionregistrationv1.Fail)
+	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: s.name, Labels: map[string]string{"e2e": "breaker"}},
+		Webhooks:   []admissionregistrationv1.MutatingWebhook{w, other},
+	}
+	require.NoError(t, env.Client.Create(ctx, mwc))
+	s.original = mwc.Webhooks[0]
+	s.writes = watchWrites(t, s.name, mwc.ResourceVersion)
+
+	id, err := env.ServiceAccount(ctx, s.ns, "webhook-guard")
+	require.NoError(t, err)
+	s.guardID = id
+	grantGuard(t, s.ns, id, []string{s.name}, o.noRBAC)
+	return s
+}
+
+// grantGuard gives the guard's ServiceAccount what the installed RBAC
+// gives it, for the configuration names given, minus the resources in
+// without (to test the lack of a permission).
+func grantGuard(t *testing.T, ns string, id *harness.Identity, names []string, without []string) {
+	t.Helper()
+	ctx := context.Background()
+	rules := []rbacv1.PolicyRule{
+		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, Verbs: []string{"update", "patch"}, ResourceNames: names},
+		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"}, Verbs: []string{"get", "list", "watch", "create"}},
+		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"}, Verbs: []string{"update", "patch", "delete"}, ResourceNames: []string{"webhook-guard"}},
+		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"selfsubjectreviews"}, Verbs: []string{"create"}},
+		{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"selfsubjectaccessreviews"}, Verbs: []string{"create"}},
+		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+		{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"get"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+	}
+	var kept []rbacv1.PolicyRule
+	for _, r := range rules {
+		if !contains(without, r.Resources[0]) {
+			kept = append(kept, r)
+		}
+	}
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "guard-" + ns}, Rules: kept}
+	require.NoError(t, env.Client.Create(ctx, role))
+	require.NoError(t, env.Bind(ctx, role.Name, role.Name, ns, "webhook-guard"))
+	require.Eventually(t, func() bool {
+		return id.Client.List(ctx, &admissionregistrationv1.MutatingWebhookConfigurationList{}) == nil
+	}, propagation, 50*time.Millisecond, "RBAC for the guard never took effect")
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// config renders the GuardConfiguration for this setup.
+func (s *breakerSetup) config(extra string) string {
+	return fmt.Sprintf(`apiVersion: config.webhook-guard.io/v1alpha1
+kind: GuardConfiguration
+targets:
+- configuration: %s
+  webhook: %s
+  allowAdmissionWithoutMutation: true
+  mode: %s
+  openAfter: 2
+  closeAfter: 2
+  probe:
+    interval: 100ms
+    timeout: 250ms
+%s`, s.name, s.hook, s.mode, extra)
+}
+
+// startGuard runs the real guard binary as the setup's ServiceAccount.
+func (s *breakerSetup) startGuard(name string) *harness.Guard {
+	s.t.Helper()
+	g, err := env.StartGuard(harness.GuardOptions{
+		Name: name, Kubeconfig: s.guardID.KubeconfigPath, Config: s.config(""),
+		Args: []string{"--leader-elect", "--leader-election-namespace", s.ns,
+			"--leader-election-lease-duration", "3s", "--leader-election-renew-deadline", "2s", "--leader-election-retry-period", "500ms"},
+	})
+	require.NoError(s.t, err)
+	s.t.Cleanup(func() {
+		g.Stop()
+		if s.t.Failed() {
+			s.t.Logf("guard %s logs:\n%s", g.Name, g.Logs())
+		}
+	})
+	return g
+}
+
+func (s *breakerSetup) get() *admissionregistrationv1.MutatingWebhookConfiguration {
+	s.t.Helper()
+	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	require.NoError(s.t, env.Client.Get(context.Background(), client.ObjectKey{Name: s.name}, mwc))
+	return mwc
+}
+
+// isOpen reports whether the breaker's changes are in place: a record
+// entry, Ignore, and in Bypass mode the marker.
+func isOpen(mwc *admissionregistrationv1.MutatingWebhookConfiguration, hook, mode string) bool {
+	rec, err := breaker.DecodeRecord(mwc.Annotations)
+	if err != nil {
+		return false
+	}
+	entry, ok := rec[hook]
+	w := findWebhook(mwc, hook)
+	if !ok || w == nil || w.FailurePolicy == nil || *w.FailurePolicy != admissionregistrationv1.Ignore {
+		return false
+	}
+	return string(entry.Mode) == mode && entry.UID == mwc.UID && hasMarker(w) == (mode == "Bypass")
+}
+
+func hasMarker(w *admissionregistrationv1.MutatingWebhook) bool {
+	for _, mc := range w.MatchConditions {
+		if mc.Name == breaker.BypassCondition {
+			return mc.Expression == "false"
+		}
+	}
+	return false
+}
+
+func findWebhook(mwc *admissionregistrationv1.MutatingWebhookConfiguration, name string) *admissionregistrationv1.MutatingWebhook {
+	for i := range mwc.Webhooks {
+		if mwc.Webhooks[i].Name == name {
+			return &mwc.Webhooks[i]
+		}
+	}
+	return nil
+}
+
+func (s *breakerSetup) waitOpen() (time.Duration, *admissionregistrationv1.MutatingWebhookConfiguration) {
+	s.t.Helper()
+	start := time.Now()
+	var mwc *admissionregistrationv1.MutatingWebhookConfiguration
+	require.Eventually(s.t, func() bool {
+		mwc = s.get()
+		return isOpen(mwc, s.hook, s.mode)
+	}, transition, 20*time.Millisecond, "the circuit never opened")
+	return time.Since(start), mwc
+}
+
+// waitRestored waits until the webhook is exactly what it was before the
+// guard touched it, with no record left.
+func (s *breakerSetup) waitRestored() time.Duration {
+	s.t.Helper()
+	start := time.Now()
+	require.Eventually(s.t, func() bool {
+		mwc := s.get()
+		_, hasRecord := mwc.Annotations[breaker.CircuitAnnotation]
+		return !hasRecord && equality.Semantic.DeepEqual(*findWebhook(mwc, s.hook), s.original)
+	}, transition, 20*time.Millisecond, "the original webhook was never restored exactly")
+	return time.Since(start)
+}
+
+// writeLog collects every write to one MWC, from a watch started before
+// the guard.
+type writeLog struct {
+	mu     sync.Mutex
+	events []watch.Event
+}
+
+func watchWrites(t *testing.T, name, fromRV string) *writeLog {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	w, err := env.Clientset.AdmissionregistrationV1().MutatingWebhookConfigurations().Watch(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String(), ResourceVersion: fromRV,
+	})
+	require.NoError(t, err)
+	l := &writeLog{}
+	go func() {
+		for ev := range w.ResultChan() {
+			l.mu.Lock()
+			l.events = append(l.events, ev)
+			l.mu.Unlock()
+		}
+	}()
+	return l
+}
+
+// modified returns the MODIFIED objects seen so far.
+func (l *writeLog) modified() []*admissionregistrationv1.MutatingWebhookConfiguration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []*admissionregistrationv1.MutatingWebhookConfiguration
+	for _, ev := range l.events {
+		if ev.Type == watch.Modified {
+			out = append(out, ev.Object.(*admissionregistrationv1.MutatingWebhookConfiguration))
+		}
+	}
+	return out
+}
+
+// guardStatus reads the guard's /status rows.
+type statusRow struct {
+	Failures  int    `json:"consecutiveFailures"`
+	Successes int    `json:"consecutiveSuccesses"`
+	Problem   string `json:"problem"`
+	Last      string `json:"lastResult"`
+}
+
+func guardStatus(g *harness.Guard) (statusRow, error) {
+	resp, err := http.Get(g.StatusURL)
+	if err != nil {
+		return statusRow{}, err
+	}
+	defer resp.Body.Close()
+	var rows []statusRow
+	if err := json.NewDecoder(resp.Body).Decode(&rows); err != nil || len(rows) == 0 {
+		return statusRow{}, fmt.Errorf("decoding status: %v", err)
+	}
+	return rows[0], nil
+}
+
+// waitHealthyProbes waits until the leader has seen n healthy probes in a row.
+func waitHealthyProbes(t *testing.T, g *harness.Guard, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		st, err := guardStatus(g)
+		return err == nil && st.Successes >= n
+	}, transition, 20*time.Millisecond, "the guard never reported %d healthy probes", n)
+}
+
+// apiserverCalls counts the real (not dry-run) admission calls the webhook got.
+func apiserverCalls(wh *harness.Webhook) int {
+	n := 0
+	for _, r := range wh.Requests(webhookPath) {
+		if r.Request != nil && (r.Request.DryRun == nil || !*r.Request.DryRun) {
+			n++
+		}
+	}
+	return n
+}
+
+func eventReasons(t *testing.T, name string) []string {
+	t.Helper()
+	list := &eventsv1.EventList{}
+	require.NoError(t, env.Client.List(context.Background(), list, client.InNamespace(metav1.NamespaceDefault)))
+	var out []string
+	for _, e := range list.Items {
+		if e.Regarding.Name == name && e.Regarding.Kind == "MutatingWebhookConfiguration" {
+			out = append(out, e.Reason)
+		}
+	}
+	return out
+}
+
+func TestBreaker_fullCycle(t *testing.T) {
+	for _, tc := range []struct {
+		mode    string
+		service bool
+	}{
+		{"Ignore", false}, {"Bypass", false}, {"Ignore", true}, {"Bypass", true},
+	} {
+		ref := "url"
+		if tc.service {
+			ref = "service"
+		}
+		t.Run(tc.mode+"/"+ref, func(t *testing.T) {
+			ctx := context.Background()
+			s := newBreakerSetup(t, setupOptions{mode: tc.mode, service: tc.service})
+			g := s.startGuard("guard")
+			waitHealthyProbes(t, g, 3)
+			assert.Empty(t, s.writes.modified(), "a healthy webhook must not be written to")
+
+			s.wh.SetBehaviour(webhookPath, harness.Delayed(2*time.Second, harness.Allow()))
+			openTook, open := s.waitOpen()
+			entry := mustRecord(t, open)[s.hook]
+			assert.Equal(t, admissionregistrationv1.Fail, *entry.OriginalFailurePolicy)
+			assert.NotEmpty(t, entry.Reason)
+			other := findWebhook(open, "other."+s.name+".webhook-guard.io")
+			assert.Equal(t, admissionregistrationv1.Fail, *other.FailurePolicy, "another webhook in the same configuration was touched")
+			t.Logf("%s/%s: opened %s after the webhook turned slow (reason %s)", tc.mode, ref, openTook.Round(time.Millisecond), entry.Reason)
+
+			// What the open circuit buys: admission works, and in Bypass
+			// mode the apiserver no longer calls the webhook at all.
+			before := apiserverCalls(s.wh)
+			took, err := createConfigMap(ctx, env.Client, s.ns)
+			require.NoError(t, err, "a create failed with the circuit open")
+			if tc.mode == "Bypass" {
+				assert.Equal(t, before, apiserverCalls(s.wh), "Bypass mode: the apiserver still called the webhook")
+			}
+			t.Logf("%s/%s: ConfigMap create with the circuit open took %s", tc.mode, ref, took.Round(time.Millisecond))
+
+			s.wh.SetBehaviour(webhookPath, harness.Allow())
+			closeTook := s.waitRestored()
+			t.Logf("%s/%s: closed %s after the webhook recovered", tc.mode, ref, closeTook.Round(time.Millisecond))
+
+			// Exactly one write per transition, seen by a watch.
+			require.Eventually(t, func() bool { return len(s.writes.modified()) >= 2 }, transition, 20*time.Millisecond)
+			waitHealthyProbes(t, g, 4)
+			writes := s.writes.modified()
+			require.Len(t, writes, 2, "want exactly one write to open and one to close")
+			assert.True(t, isOpen(writes[0], s.hook, tc.mode), "the first write must open completely: policy and record together")
+			assert.Equal(t, s.original, *findWebhook(writes[1], s.hook), "the second write must restore the original exactly")
+			assert.NotContains(t, writes[1].Annotations, breaker.CircuitAnnotation)
+
+			require.Eventually(t, func() bool {
+				reasons := eventReasons(t, s.name)
+				return contains(reasons, string(breaker.Opened)) && contains(reasons, string(breaker.Closed))
+			}, transition, 50*time.Millisecond, "no CircuitOpened/CircuitClosed Events on the configuration")
+		})
+	}
+}
+
+func mustRecord(t *testing.T, mwc *admissionregistrationv1.MutatingWebhookConfiguration) breaker.Record {
+	t.Helper()
+	rec, err := breaker.DecodeRecord(mwc.Annotations)
+	require.NoError(t, err)
+	return rec
+}
+
+// A crash right after opening must not strand the circuit: a restarted
+// guard derives everything from the object and closes after recovery.
+func TestBreaker_killedAfterOpenRestartsAndCloses(t *testing.T) {
+	s := newBreakerSetup(t, setupOptions{mode: "Bypass"})
+	g := s.startGuard("first")
+	s.wh.SetBehaviour(webhookPath, harness.Delayed(2*time.Second, harness.Allow()))
+	s.waitOpen()
+	g.Kill()
+	exited, code := g.Exited()
+	require.True(t, exited)
+	t.Logf("first guard killed with SIGKILL (exit code %d) with the circuit open", code)
+
+	s.wh.SetBehaviour(webhookPath, harness.Allow())
+	assert.True(t, isOpen(s.get(), s.hook, s.mode), "nothing but the guard may close the circuit")
+	s.startGuard("second")
+	took := s.waitRestored()
+	t.Logf("restarted guard restored the original %s after start", took.Round(time.Millisecond))
+	assert.Len(t, s.writes.modified(), 2, "want one write to open (first guard) and one to close (second guard)")
+}
+
+// A configuration deleted and re-created while open carries no stale
+// record: the new object (new UID) is a new baseline.
+func TestBreaker_recreatedWhileOpenCarriesNoStaleRecord(t *testing.T) {
+	ctx := context.Background()
+	s := newBreakerSetup(t, setupOptions{mode: "Ignore"})
+	s.startGuard("guard")
+	s.wh.SetBehaviour(webhookPath, harness.Delayed(2*time.Second, harness.Allow()))
+	_, open := s.waitOpen()
+	oldUID := open.UID
+
+	require.NoError(t, env.Client.Delete(ctx, open))
+	recreated := &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: s.name},
+		Webhooks:   []admissionregistrationv1.MutatingWebhook{s.original},
+	}
+	require.NoError(t, env.Client.Create(ctx, recreated))
+	require.NotEqual(t, oldUID, recreated.UID)
+
+	// Still slow: the breaker opens the new object, recording the new UID.
+	_, reopened := s.waitOpen()
+	assert.Equal(t, recreated.UID, mustRecord(t, reopened)[s.hook].UID)
+	s.wh.SetBehaviour(webhookPath, harness.Allow())
+	s.waitRestored()
+	for _, w := range s.writes.modified() {
+		rec, err := breaker.DecodeRecord(w.Annotations)
+		require.NoError(t, err)
+		for hook, e := range rec {
+			assert.Equal(t, w.UID, e.UID, "write %s carried a record for %s from another incarnation", w.ResourceVersion, hook)
+		}
+	}
+}
+
+// The override hands the configuration to its administrator during an
+// open circuit, and no concurrent update is lost.
+func TestBreaker_overrideHandoffDuringOpenLosesNoUpdate(t *testing.T) {
+	ctx := context.Background()
+	s := newBreakerSetup(t, setupOptions{mode: "Bypass"})
+	g := s.startGuard("guard")
+	s.wh.SetBehaviour(webhookPath, harness.Delayed(2*time.Second, harness.Allow()))
+	s.waitOpen()
+
+	// The administrator takes over and, at the same moment, edits fields
+	// the breaker does not own, in two separate writes.
+	r := env.Kubectl(ctx, "", nil, "annotate", "mutatingwebhookconfiguration", s.name, breaker.OverrideAnnotation+"=incident-42")
+	require.NoError(t, r.Err, r.Stderr)
+	r = env.Kubectl(ctx, "", nil, "label", "mutatingwebhookconfiguration", s.name, "owner=oncall")
+	require.NoError(t, r.Err, r.Stderr)
+	mwc := s.get()
+	findWebhook(mwc, s.hook).TimeoutSeconds = ptr.To[int32](3)
+	for err := env.Client.Update(ctx, mwc); apierrors.IsConflict(err); err = env.Client.Update(ctx, mwc) {
+		mwc = s.get()
+		findWebhook(mwc, s.hook).TimeoutSeconds = ptr.To[int32](3)
+	}
+
+	var handed *admissionregistrationv1.MutatingWebhookConfiguration
+	require.Eventually(t, func() bool {
+		handed = s.get()
+		_, rec := handed.Annotations[breaker.CircuitAnnotation]
+		return !rec
+	}, transition, 20*time.Millisecond, "the breaker never handed off")
+	w := findWebhook(handed, s.hook)
+	assert.Equal(t, admissionregistrationv1.Ignore, *w.FailurePolicy, "handoff must keep the policy that is there now")
+	assert.False(t, hasMarker(w), "handoff removes the breaker's bypass marker")
+	assert.Equal(t, "incident-42", handed.Annotations[breaker.OverrideAnnotation])
+	assert.Equal(t, "oncall", handed.Labels["owner"], "a concurrent label edit was lost")
+	assert.Equal(t, int32(3), *w.TimeoutSeconds, "a concurrent timeoutSeconds edit was lost")
+	require.Eventually(t, func() bool { return contains(eventReasons(t, s.name), string(breaker.HandedOff)) },
+		transition, 50*time.Millisecond, "no HandedOff Event")
+
+	// While handed off, failures change nothing.
+	writes := len(s.writes.modified())
+	st, err := guardStatus(g)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		now, err := guardStatus(g)
+		return err == nil && now.Failures >= st.Failures+5
+	}, transition, 20*time.Millisecond)
+	assert.Len(t, s.writes.modified(), writes, "the breaker wrote to a handed-off configuration")
+
+	// Removing the annotation hands it back; the current Ignore is the new
+	// baseline, so opening in Bypass adds only the marker.
+	r = env.Kubectl(ctx, "", nil, "annotate", "mutatingwebhookconfiguration", s.name, breaker.OverrideAnnotation+"-")
+	require.NoError(t, r.Err, r.Stderr)
+	_, reopened := s.waitOpen()
+	assert.Equal(t, admissionregistrationv1.Ignore, *mustRecord(t, reopened)[s.hook].OriginalFailurePolicy)
+}
+
+// With two replicas only the leader writes; when it dies, the other
+// takes over from the state on the object.
+func TestBreaker_twoReplicasOnlyOneWrites(t *testing.T) {
+	s := newBreakerSetup(t, setupOptions{mode: "Ignore"})
+	a := s.startGuard("a")
+	b := s.startGuard("b")
+	s.wh.SetBehaviour(webhookPath, harness.Delayed(2*time.Second, harness.Allow()))
+	s.waitOpen()
+	const wrote = "Wrote a circuit transition"
+	require.Eventually(t, func() bool { return a.CountLogLines(wrote)+b.CountLogLines(wrote) >= 1 }, transition, 20*time.Millisecond)
+	leader, follower := a, b
+	if b.CountLogLines(wrote) > 0 {
+		leader, follower = b, a
+	}
+	assert.Equal(t, 1, leader.CountLogLines(wrote))
+	assert.Equal(t, 0, follower.CountLogLines(wrote), "the follower wrote")
+	assert.Len(t, s.writes.modified(), 1)
+
+	leader.Kill()
+	s.wh.SetBehaviour(webhookPath, harness.Allow())
+	s.waitRestored()
+	assert.Equal(t, 1, follower.CountLogLines(wrote), "the new leader must write the close")
+	assert.Len(t, s.writes.modified(), 2)
+}
+
+// A probe that cannot run for reasons on the guard's side (here: no RBAC
+// to read the webhook's Service) counts as unknown and never opens.
+func TestBreaker_guardSideFailureIsUnknownNotUnhealthy(t *testing.T) {
+	s := newBreakerSetup(t, setupOptions{mode: "Ignore", service: true, noRBAC: []string{"services"}})
+	g := s.startGuard("guard")
+	s.wh.SetBehaviour(webhookPath, harness.Delayed(2*time.Second, harness.Allow()))
+	require.Eventually(t, func() bool {
+		return strings.Count(g.Logs(), "Probe could not run; nothing counted") >= 10
+	}, transition, 50*time.Millisecond, "the guard never reported unknown probes")
+	st, err := guardStatus(g)
+	require.NoError(t, err)
+	assert.Zero(t, st.Failures)
+	assert.Contains(t, st.Last, "Unknown")
+	assert.Empty(t, s.writes.modified(), "an unknown probe must change nothing")
+	assert.Equal(t, admissionregistrationv1.Fail, *findWebhook(s.get(), s.hook).FailurePolicy)
+	_ = corev1.EventTypeWarning
+}
