@@ -1,6 +1,8 @@
 // Command demo starts a local control plane (kube-apiserver and etcd built
-// from source), a sample slow mutating webhook behind a real Service, and
-// shows what each failure policy costs a client. Run it with "make demo".
+// from source), a sample slow mutating webhook behind a real Service on a
+// port other than 443, and the real guard binary running as its own
+// ServiceAccount. It shows what each failure policy costs a client, and
+// the guard opening and closing the circuit. Run it with "make demo".
 package main
 
 import (
@@ -16,9 +18,12 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/webhook-guard/webhook-guard/internal/breaker"
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
 )
 
@@ -29,6 +34,7 @@ const (
 	path      = "/mutate"
 	delay     = 2 * time.Second
 	samples   = 5
+	guardNS   = "webhook-guard-system"
 )
 
 func main() {
@@ -38,6 +44,15 @@ func main() {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
+}
+
+type demo struct {
+	env      *harness.Env
+	wh       *harness.Webhook
+	guardID  *harness.Identity
+	rows     []row
+	timeline []string
+	start    time.Time
 }
 
 func run(ctx context.Context) error {
@@ -50,17 +65,18 @@ func run(ctx context.Context) error {
 		say("stopping the control plane")
 		env.Stop()
 	}()
+	d := &demo{env: env, start: time.Now()}
 
 	ip := harness.NextServiceIP()
-	wh, err := harness.StartWebhook(harness.WebhookOptions{Host: ip, DNSNames: []string{service + "." + namespace + ".svc"}})
+	d.wh, err = harness.StartWebhook(harness.WebhookOptions{Host: ip, DNSNames: []string{service + "." + namespace + ".svc"}})
 	if err != nil {
 		return err
 	}
-	defer wh.Close()
-	if err := env.ServiceFor(ctx, namespace, service, ip, wh.Port()); err != nil {
+	defer d.wh.Close()
+	if err := env.ServiceFor(ctx, namespace, service, ip, d.wh.Port()); err != nil {
 		return err
 	}
-	say("sample webhook %s serves %s behind Service %s/%s (ClusterIP %s, port %d), timeoutSeconds 1", webhook, path, namespace, service, ip, wh.Port())
+	say("sample webhook %s serves %s behind Service %s/%s (ClusterIP %s, port %d), timeoutSeconds 1", webhook, path, namespace, service, ip, d.wh.Port())
 
 	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: service},
@@ -71,8 +87,8 @@ func run(ctx context.Context) error {
 			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
 			TimeoutSeconds:          ptr.To[int32](1),
 			ClientConfig: admissionregistrationv1.WebhookClientConfig{
-				Service:  &admissionregistrationv1.ServiceReference{Namespace: namespace, Name: service, Path: ptr.To(path), Port: ptr.To(wh.Port())},
-				CABundle: wh.CA.CertPEM,
+				Service:  &admissionregistrationv1.ServiceReference{Namespace: namespace, Name: service, Path: ptr.To(path), Port: ptr.To(d.wh.Port())},
+				CABundle: d.wh.CA.CertPEM,
 			},
 			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": namespace}},
 			Rules: []admissionregistrationv1.RuleWithOperations{{
@@ -81,60 +97,174 @@ func run(ctx context.Context) error {
 			}},
 		}},
 	}
-	wh.SetBehaviour(path, harness.Allow())
+	d.wh.SetBehaviour(path, harness.Allow())
 	if err := env.Client.Create(ctx, mwc); err != nil {
 		return err
 	}
+	go d.watch(ctx, mwc.ResourceVersion)
 
-	var rows []row
-	measure := func(label string, edit func(*admissionregistrationv1.MutatingWebhook), b harness.Behaviour) error {
-		wh.SetBehaviour(path, b)
-		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(mwc), mwc); err != nil {
-			return err
-		}
-		edit(&mwc.Webhooks[0])
-		if err := env.Client.Update(ctx, mwc); err != nil {
-			return err
-		}
-		// Give the apiserver's webhook informer a moment to see the update.
-		time.Sleep(time.Second)
-		r := row{label: label}
-		for i := 0; i < samples; i++ {
-			before := wh.Calls(path)
-			start := time.Now()
-			err := env.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, GenerateName: "demo-"}})
-			r.took = append(r.took, time.Since(start))
-			r.called += wh.Calls(path) - before
-			if err != nil {
-				r.rejected++
-			}
-		}
-		rows = append(rows, r)
-		say("measured %s", label)
-		return nil
+	d.guardID, err = env.ServiceAccount(ctx, guardNS, "webhook-guard")
+	if err != nil {
+		return err
+	}
+	if err := env.GrantGuard(ctx, guardNS, d.guardID, []string{service}); err != nil {
+		return err
 	}
 	slow := harness.Delayed(delay, harness.Allow())
-	steps := []struct {
-		label string
-		edit  func(*admissionregistrationv1.MutatingWebhook)
-		b     harness.Behaviour
-	}{
-		{"healthy, Fail", func(*admissionregistrationv1.MutatingWebhook) {}, harness.Allow()},
-		{"slow, Fail", func(*admissionregistrationv1.MutatingWebhook) {}, slow},
-		{"slow, Ignore", func(w *admissionregistrationv1.MutatingWebhook) {
-			w.FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
-		}, slow},
-		{"slow, Ignore + matchCondition false", func(w *admissionregistrationv1.MutatingWebhook) {
-			w.MatchConditions = []admissionregistrationv1.MatchCondition{{Name: "webhook-guard.io/circuit-open", Expression: "false"}}
-		}, slow},
+
+	// Without the guard: the problem.
+	if err := d.waitCalledWith(ctx, "healthy, Fail", harness.Allow()); err != nil {
+		return err
 	}
-	for _, s := range steps {
-		if err := measure(s.label, s.edit, s.b); err != nil {
+	d.wh.SetBehaviour(path, slow)
+	if err := d.measure(ctx, "slow, Fail (no guard)"); err != nil {
+		return err
+	}
+
+	// With the guard, in each mode.
+	for _, mode := range []string{"Ignore", "Bypass"} {
+		d.wh.SetBehaviour(path, harness.Allow())
+		g, err := d.startGuard(mode)
+		if err != nil {
 			return err
 		}
+		d.wh.SetBehaviour(path, slow)
+		slowAt := time.Now()
+		if err := d.waitFor(ctx, func(m *admissionregistrationv1.MutatingWebhookConfiguration) bool { return open(m) }); err != nil {
+			g.Stop()
+			return fmt.Errorf("%s mode: %w\n%s", mode, err, g.Logs())
+		}
+		d.note("%s mode: circuit opened %s after the webhook turned slow", mode, time.Since(slowAt).Round(time.Millisecond))
+		if err := d.measure(ctx, "slow, circuit open in "+mode+" mode"); err != nil {
+			return err
+		}
+		d.wh.SetBehaviour(path, harness.Allow())
+		okAt := time.Now()
+		if err := d.waitFor(ctx, func(m *admissionregistrationv1.MutatingWebhookConfiguration) bool { return restored(m) }); err != nil {
+			g.Stop()
+			return fmt.Errorf("%s mode: %w\n%s", mode, err, g.Logs())
+		}
+		d.note("%s mode: circuit closed %s after the webhook recovered; failurePolicy Fail restored", mode, time.Since(okAt).Round(time.Millisecond))
+		if mode == "Bypass" {
+			if err := d.measure(ctx, "recovered, Fail restored"); err != nil {
+				return err
+			}
+		}
+		g.Stop()
 	}
-	printTable(rows)
+	d.print()
 	return nil
+}
+
+func (d *demo) startGuard(mode string) (*harness.Guard, error) {
+	cfg := fmt.Sprintf(`apiVersion: config.webhook-guard.io/v1alpha1
+kind: GuardConfiguration
+targets:
+- configuration: %s
+  webhook: %s
+  allowAdmissionWithoutMutation: true
+  mode: %s
+  openAfter: 3
+  closeAfter: 3
+  probe:
+    interval: 200ms
+    timeout: 500ms
+`, service, webhook, mode)
+	say("starting the guard (mode %s, probes every 200ms, open after 3 failures, close after 3 successes) as %s", mode, d.guardID.Username)
+	return d.env.StartGuard(harness.GuardOptions{Name: mode, Kubeconfig: d.guardID.KubeconfigPath, Config: cfg,
+		Args: []string{"--leader-elect", "--leader-election-namespace", guardNS}})
+}
+
+func open(m *admissionregistrationv1.MutatingWebhookConfiguration) bool {
+	rec, err := breaker.DecodeRecord(m.Annotations)
+	return err == nil && len(rec) > 0 && *m.Webhooks[0].FailurePolicy == admissionregistrationv1.Ignore
+}
+
+func restored(m *admissionregistrationv1.MutatingWebhookConfiguration) bool {
+	_, rec := m.Annotations[breaker.CircuitAnnotation]
+	return !rec && *m.Webhooks[0].FailurePolicy == admissionregistrationv1.Fail && len(m.Webhooks[0].MatchConditions) == 0
+}
+
+func (d *demo) waitFor(ctx context.Context, cond func(*admissionregistrationv1.MutatingWebhookConfiguration) bool) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		m := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		if err := d.env.Client.Get(ctx, client.ObjectKey{Name: service}, m); err != nil {
+			return err
+		}
+		if cond(m) {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("the configuration never reached the expected state")
+}
+
+// waitCalledWith waits until the apiserver calls the webhook (its
+// registration is live), then measures.
+func (d *demo) waitCalledWith(ctx context.Context, label string, b harness.Behaviour) error {
+	d.wh.SetBehaviour(path, b)
+	deadline := time.Now().Add(30 * time.Second)
+	for d.apiserverCalls() == 0 && time.Now().Before(deadline) {
+		_ = d.env.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, GenerateName: "warmup-"}})
+	}
+	return d.measure(ctx, label)
+}
+
+func (d *demo) measure(ctx context.Context, label string) error {
+	r := row{label: label}
+	for i := 0; i < samples; i++ {
+		before := d.apiserverCalls()
+		start := time.Now()
+		err := d.env.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, GenerateName: "demo-"}})
+		r.took = append(r.took, time.Since(start))
+		r.called += d.apiserverCalls() - before
+		if err != nil {
+			r.rejected++
+		}
+	}
+	d.rows = append(d.rows, r)
+	say("measured %s", label)
+	return nil
+}
+
+// apiserverCalls counts the webhook calls made by the apiserver, not the
+// guard's dry-run probes.
+func (d *demo) apiserverCalls() int {
+	n := 0
+	for _, r := range d.wh.Requests(path) {
+		if r.Request != nil && (r.Request.DryRun == nil || !*r.Request.DryRun) {
+			n++
+		}
+	}
+	return n
+}
+
+// watch records every write to the configuration, as transitions.
+func (d *demo) watch(ctx context.Context, rv string) {
+	w, err := d.env.Clientset.AdmissionregistrationV1().MutatingWebhookConfigurations().Watch(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("metadata.name", service).String(), ResourceVersion: rv,
+	})
+	if err != nil {
+		return
+	}
+	for ev := range w.ResultChan() {
+		m, ok := ev.Object.(*admissionregistrationv1.MutatingWebhookConfiguration)
+		if !ok || ev.Type != watch.Modified {
+			continue
+		}
+		state := "closed"
+		if open(m) {
+			state = "open"
+		}
+		d.note("write rv=%s: failurePolicy=%s matchConditions=%d circuit=%s", m.ResourceVersion, *m.Webhooks[0].FailurePolicy, len(m.Webhooks[0].MatchConditions), state)
+	}
+}
+
+func (d *demo) note(format string, args ...any) {
+	line := fmt.Sprintf("%7.3fs  ", time.Since(d.start).Seconds()) + fmt.Sprintf(format, args...)
+	d.timeline = append(d.timeline, line)
+	say("%s", line)
 }
 
 type row struct {
@@ -144,11 +274,11 @@ type row struct {
 	called   int
 }
 
-func printTable(rows []row) {
+func (d *demo) print() {
 	fmt.Printf("\nConfigMap create through the Go client, %d samples per case; the webhook sleeps %s against timeoutSeconds 1 when slow.\n\n", samples, delay)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "case\tmedian\toutcome\twebhook calls")
-	for _, r := range rows {
+	fmt.Fprintln(tw, "case\tmedian\toutcome\twebhook calls by the apiserver")
+	for _, r := range d.rows {
 		sorted := append([]time.Duration(nil), r.took...)
 		sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
 		outcome := fmt.Sprintf("%d/%d created", len(r.took)-r.rejected, len(r.took))
@@ -158,6 +288,10 @@ func printTable(rows []row) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", r.label, sorted[len(sorted)/2].Round(time.Millisecond), outcome, r.called)
 	}
 	tw.Flush()
+	fmt.Println("\nTransitions observed (every write to the configuration, from a watch):")
+	for _, l := range d.timeline {
+		fmt.Println("  " + l)
+	}
 	fmt.Println()
 }
 

@@ -15,7 +15,6 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -106,30 +105,7 @@ func newBreakerSetup(t *testing.T, o setupOptions) *breakerSetup {
 // without (to test the lack of a permission).
 func grantGuard(t *testing.T, ns string, id *harness.Identity, names []string, without []string) {
 	t.Helper()
-	ctx := context.Background()
-	rules := []rbacv1.PolicyRule{
-		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, Verbs: []string{"get", "list", "watch"}},
-		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, Verbs: []string{"update", "patch"}, ResourceNames: names},
-		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"}, Verbs: []string{"get", "list", "watch", "create"}},
-		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"}, Verbs: []string{"update", "patch", "delete"}, ResourceNames: []string{"webhook-guard"}},
-		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"selfsubjectreviews"}, Verbs: []string{"create"}},
-		{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"selfsubjectaccessreviews"}, Verbs: []string{"create"}},
-		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
-		{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"get"}},
-		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
-	}
-	var kept []rbacv1.PolicyRule
-	for _, r := range rules {
-		if !contains(without, r.Resources[0]) {
-			kept = append(kept, r)
-		}
-	}
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "guard-" + ns}, Rules: kept}
-	require.NoError(t, env.Client.Create(ctx, role))
-	require.NoError(t, env.Bind(ctx, role.Name, role.Name, ns, "webhook-guard"))
-	require.Eventually(t, func() bool {
-		return id.Client.List(ctx, &admissionregistrationv1.MutatingWebhookConfigurationList{}) == nil
-	}, propagation, 50*time.Millisecond, "RBAC for the guard never took effect")
+	require.NoError(t, env.GrantGuard(context.Background(), ns, id, names, without...))
 }
 
 func contains(list []string, s string) bool {

@@ -2,15 +2,21 @@ package harness
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // BuildGuard compiles cmd/guard into e.Dir once and returns its path.
@@ -166,4 +172,51 @@ func freeLoopbackAddr() (string, error) {
 	}
 	defer l.Close()
 	return l.Addr().String(), nil
+}
+
+// GuardRules are the permissions the installed RBAC gives the guard, for
+// the given target configuration names.
+func GuardRules(names []string) []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, Verbs: []string{"update", "patch"}, ResourceNames: names},
+		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"}, Verbs: []string{"get", "list", "watch", "create"}},
+		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"}, Verbs: []string{"update", "patch", "delete"}, ResourceNames: []string{"webhook-guard"}},
+		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"selfsubjectreviews"}, Verbs: []string{"create"}},
+		{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"selfsubjectaccessreviews"}, Verbs: []string{"create"}},
+		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+		{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"get"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+	}
+}
+
+// GrantGuard binds GuardRules (minus the rules on the resources in
+// without) to the identity's ServiceAccount in namespace, and waits until
+// RBAC lets it read MutatingWebhookConfigurations.
+func (e *Env) GrantGuard(ctx context.Context, namespace string, id *Identity, names []string, without ...string) error {
+	var kept []rbacv1.PolicyRule
+	for _, r := range GuardRules(names) {
+		if !slices.Contains(without, r.Resources[0]) {
+			kept = append(kept, r)
+		}
+	}
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "guard-" + namespace}, Rules: kept}
+	if err := e.Client.Create(ctx, role); err != nil {
+		return fmt.Errorf("creating ClusterRole %s: %w", role.Name, err)
+	}
+	sa := id.Username[strings.LastIndex(id.Username, ":")+1:]
+	if err := e.Bind(ctx, role.Name, role.Name, namespace, sa); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := id.Client.List(ctx, &admissionregistrationv1.MutatingWebhookConfigurationList{})
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("RBAC for %s never took effect: %w", id.Username, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
