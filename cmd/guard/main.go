@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 
+	certmanagerv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -24,6 +25,9 @@ var (
 
 func init() {
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		panic(err)
+	}
+	if err := certmanagerv1.AddToScheme(scheme); err != nil {
 		panic(err)
 	}
 }

@@ -40,6 +40,9 @@ type runOptions struct {
 	// JSON, read by "guard status" (--status-bind-address). Default
 	// "127.0.0.1:8082"; "0" turns it off.
 	StatusAddr string
+	// Certs manage the webhook's serving certificate when WebhookCertDir is
+	// set; see certOptions.
+	Certs certOptions
 	// GracefulShutdown bounds shutdown, including releasing the Lease.
 	GracefulShutdown time.Duration
 }
@@ -59,6 +62,7 @@ func newRunFlags(o *runOptions) *flag.FlagSet {
 	fs.StringVar(&o.WebhookHost, "webhook-host", "", "Address the webhook listens on; empty means all.")
 	fs.StringVar(&o.StatusAddr, "status-bind-address", "127.0.0.1:8082", "Address of GET /status (probe counts as JSON, for \"guard status\"); \"0\" turns it off.")
 	fs.DurationVar(&o.GracefulShutdown, "graceful-shutdown-timeout", 10*time.Second, "How long shutdown may take.")
+	addCertFlags(fs, &o.Certs)
 	addKubeconfigFlag(fs)
 	return fs
 }

@@ -25,6 +25,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/webhook-guard/webhook-guard/certs"
 	"github.com/webhook-guard/webhook-guard/internal/admission"
 	"github.com/webhook-guard/webhook-guard/internal/breaker"
 	"github.com/webhook-guard/webhook-guard/internal/config"
@@ -66,6 +67,9 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 	if err != nil {
 		return err
 	}
+	if err := checkTargetPermissions(ctx, rc, cfg); err != nil {
+		return err
+	}
 	log.Info("Starting webhook-guard", "version", version, "identity", identity, "targets", len(cfg.Targets))
 
 	m := breaker.NewMetrics()
@@ -103,6 +107,10 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 		return fmt.Errorf("creating the manager: %w", err)
 	}
 
+	if err := setupCerts(ctx, mgr, nil, o.WebhookCertDir, o.Certs); err != nil {
+		return err
+	}
+
 	opts := admission.Options{BreakerUsername: identity, Managed: cfg.Managed()}
 	policy := &admission.PolicyReconciler{Client: mgr.GetClient(), Options: opts, Recorder: mgr.GetEventRecorder("webhook-guard")}
 	if err := policy.SetupWithManager(mgr); err != nil {
@@ -112,6 +120,7 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 		webhookServer.Register(admission.WebhookPath, &webhookadmission.Webhook{Handler: &admission.Handler{Options: func() admission.Options { return opts }}})
 	}
 
+	reader := mgr.GetAPIReader()
 	state := breaker.NewState()
 	trigger := make(chan event.GenericEvent, len(cfg.Targets))
 	recorder := mgr.GetEventRecorder("webhook-guard")
@@ -125,6 +134,9 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 	runner := &breaker.ProbeRunner{
 		Reader: mgr.GetClient(), Targets: cfg.Targets, State: state, Metrics: m, Recorder: recorder, Trigger: trigger,
 		Prober: &probe.Prober{Resolver: probe.NewServiceResolver(mgr.GetAPIReader()), Username: identity},
+		DiagnoseTLS: func(ctx context.Context, annotations map[string]string) string {
+			return certs.DiagnoseInjectedCA(ctx, reader, annotations, time.Now())
+		},
 	}
 	if err := mgr.Add(runner); err != nil {
 		return fmt.Errorf("adding the probe runner: %w", err)
@@ -133,7 +145,6 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
-	reader := mgr.GetAPIReader()
 	if err := mgr.AddReadyzCheck("guard-policy", func(req *http.Request) error {
 		return admission.PolicyInPlace(req.Context(), reader, opts)
 	}); err != nil {

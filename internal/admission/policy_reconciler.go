@@ -10,20 +10,21 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 )
 
-// FieldOwner is the server-side apply field manager of the objects the
-// service reconciles.
+// FieldOwner is the field manager of the writes the service makes to its
+// policy objects.
 const FieldOwner = "webhook-guard"
 
 // PolicyRepairs counts writes that put the guard policy or its binding
@@ -34,10 +35,10 @@ var PolicyRepairs = prometheus.NewCounterVec(prometheus.CounterOpts{
 }, []string{"object", "action"})
 
 // PolicyReconciler keeps the ValidatingAdmissionPolicy and binding named
-// PolicyName equal to what RenderPolicy renders from Options. It applies
-// them with server-side apply, so fields it does not own are left alone
-// and a no-op apply does not write; any write after the first is a repair
-// and gets an Event and a count.
+// PolicyName equal to what RenderPolicy renders from Options. It writes
+// only when the live spec differs from the rendered one after server-side
+// defaulting; any write after the first reconcile is a repair and gets an
+// Event and a count.
 type PolicyReconciler struct {
 	// Client writes the objects.
 	Client client.Client
@@ -62,34 +63,36 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.
 	return ctrl.Result{}, nil
 }
 
+// apply makes the live object equal to want. The comparison runs after
+// the apiserver's own defaulting (a dry-run update), so a default the
+// server fills in is never mistaken for tampering, and any real difference
+// (including list entries another manager added) is replaced outright.
 func (r *PolicyReconciler) apply(ctx context.Context, want client.Object) error {
 	kind := want.GetObjectKind().GroupVersionKind().Kind
-	before, err := r.get(ctx, want)
+	live, err := r.get(ctx, want)
 	if err != nil {
 		return err
 	}
-	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(want)
-	if err != nil {
-		return fmt.Errorf("converting %s: %w", kind, err)
-	}
-	delete(u, "status")
-	unstructured.RemoveNestedField(u, "metadata", "creationTimestamp")
-	if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: u}),
-		client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
-		return fmt.Errorf("applying %s %s: %w", kind, want.GetName(), err)
-	}
-	after, err := r.get(ctx, want)
-	if err != nil || after == nil {
-		return err
-	}
-	action := ""
-	switch {
-	case before == nil:
-		action = "created"
-	case before.GetResourceVersion() != after.GetResourceVersion():
+	action := "created"
+	var after client.Object
+	if live == nil {
+		after = want.DeepCopyObject().(client.Object)
+		if err := r.Client.Create(ctx, after, client.FieldOwner(FieldOwner)); err != nil {
+			return fmt.Errorf("creating %s %s: %w", kind, want.GetName(), err)
+		}
+	} else {
+		candidate := withSpec(live, want)
+		if err := r.Client.Update(ctx, candidate, client.DryRunAll, client.FieldOwner(FieldOwner)); err != nil {
+			return fmt.Errorf("checking %s %s: %w", kind, want.GetName(), err)
+		}
+		if specEqual(candidate, live) && hasLabels(live, want.GetLabels()) {
+			return nil
+		}
 		action = "updated"
-	default:
-		return nil
+		after = withSpec(live, want)
+		if err := r.Client.Update(ctx, after, client.FieldOwner(FieldOwner)); err != nil {
+			return fmt.Errorf("updating %s %s: %w", kind, want.GetName(), err)
+		}
 	}
 	if !r.reconciled.Load() {
 		// The first apply fills in what kustomize could not know: the
@@ -106,6 +109,46 @@ func (r *PolicyReconciler) apply(ctx context.Context, want client.Object) error 
 		"webhook-guard %s %s %s after it was deleted or changed, to enforce its ownership rule (managed configurations: %v, breaker: %s)",
 		action, kind, want.GetName(), r.Options.ConfigNames(), r.Options.Breaker())
 	return nil
+}
+
+// withSpec returns live with want's spec and labels, keeping live's other
+// metadata (resourceVersion, annotations, others' labels).
+func withSpec(live, want client.Object) client.Object {
+	out := live.DeepCopyObject().(client.Object)
+	switch o := out.(type) {
+	case *admissionregistrationv1.ValidatingAdmissionPolicy:
+		o.Spec = *want.(*admissionregistrationv1.ValidatingAdmissionPolicy).Spec.DeepCopy()
+	case *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
+		o.Spec = *want.(*admissionregistrationv1.ValidatingAdmissionPolicyBinding).Spec.DeepCopy()
+	}
+	labels := out.GetLabels()
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	for k, v := range want.GetLabels() {
+		labels[k] = v
+	}
+	out.SetLabels(labels)
+	return out
+}
+
+func specEqual(a, b client.Object) bool {
+	switch a := a.(type) {
+	case *admissionregistrationv1.ValidatingAdmissionPolicy:
+		return equality.Semantic.DeepEqual(a.Spec, b.(*admissionregistrationv1.ValidatingAdmissionPolicy).Spec)
+	case *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
+		return equality.Semantic.DeepEqual(a.Spec, b.(*admissionregistrationv1.ValidatingAdmissionPolicyBinding).Spec)
+	}
+	return false
+}
+
+func hasLabels(o client.Object, want map[string]string) bool {
+	for k, v := range want {
+		if o.GetLabels()[k] != v {
+			return false
+		}
+	}
+	return true
 }
 
 func (r *PolicyReconciler) get(ctx context.Context, like client.Object) (client.Object, error) {
@@ -130,10 +173,15 @@ func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	one := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []ctrl.Request {
 		return []ctrl.Request{{NamespacedName: types.NamespacedName{Name: PolicyName}}}
 	})
+	// A watch only fires for objects that exist; one event at start makes
+	// the first reconcile create them when kustomize did not.
+	start := make(chan event.GenericEvent, 1)
+	start <- event.GenericEvent{Object: &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: PolicyName}}}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("guard-policy").
 		For(&admissionregistrationv1.ValidatingAdmissionPolicy{}, builder.WithPredicates(byName)).
 		Watches(&admissionregistrationv1.ValidatingAdmissionPolicyBinding{}, one, builder.WithPredicates(byName)).
+		WatchesRawSource(source.Channel(start, one)).
 		Complete(r)
 }
 

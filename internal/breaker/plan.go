@@ -25,6 +25,10 @@ const (
 	// DroppedStale: the entry belonged to another incarnation of the
 	// configuration (another UID) or to a webhook that no longer exists.
 	DroppedStale ChangeKind = "StaleRecordDropped"
+	// Overwritten: someone changed the owned fields despite the guard
+	// (while its policy was missing, or before the apiserver enforced it).
+	// Their values stand, the entry goes, and they become the baseline.
+	Overwritten ChangeKind = "OwnedFieldsOverwritten"
 )
 
 // Change is one webhook's transition in a Plan.
@@ -90,6 +94,12 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 			delete(rec, name)
 			changes = append(changes, Change{Webhook: name, Kind: DroppedStale, Message: fmt.Sprintf(
 				"dropped the circuit record for %s: the webhook no longer exists in this configuration", name)})
+		case !inPlace(wh, entry):
+			removeBypass(wh)
+			delete(rec, name)
+			changes = append(changes, Change{Webhook: name, Kind: Overwritten, Message: fmt.Sprintf(
+				"the breaker's changes to %s were overwritten (failurePolicy is now %s); dropped its circuit record and took the current policy as the baseline",
+				name, policyString(wh.FailurePolicy))})
 		default:
 			if _, ok := targets[name]; !ok {
 				restore(wh, entry)
@@ -157,6 +167,14 @@ func openWebhook(wh *admissionregistrationv1.MutatingWebhook, mode config.Mode) 
 		changed = true
 	}
 	return changed
+}
+
+// inPlace reports whether the changes entry records are still on wh.
+func inPlace(wh *admissionregistrationv1.MutatingWebhook, entry Entry) bool {
+	if wh.FailurePolicy == nil || *wh.FailurePolicy != admissionregistrationv1.Ignore {
+		return false
+	}
+	return entry.Mode != config.ModeBypass || bypassIndex(wh) >= 0
 }
 
 // restore puts back what entry says was there, and removes the bypass

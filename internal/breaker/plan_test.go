@@ -700,3 +700,30 @@ func TestPlan_property_randomSequences(t *testing.T) {
 		require.True(t, equality.Semantic.DeepEqual(orig, cur), "sequence %d: the object is back to the original; %s", s, trace)
 	}
 }
+
+func TestPlan_overwrittenChanges_dropTheEntryAndKeepTheNewValues(t *testing.T) {
+	base := newConfig(newWebhook(whA, policyFail, mc("x")), newWebhook(whOther, policyFail))
+	tgts := []config.Target{target(whA, config.ModeBypass, 3, 3)}
+	cases := map[string]func(*admissionregistrationv1.MutatingWebhookConfiguration){
+		"failurePolicy set back to Fail while the entry stayed": func(m *admissionregistrationv1.MutatingWebhookConfiguration) {
+			m.Webhooks[0].FailurePolicy = policyFail
+		},
+		"the bypass marker removed while the entry stayed": func(m *admissionregistrationv1.MutatingWebhookConfiguration) {
+			removeBypass(&m.Webhooks[0])
+		},
+	}
+	for name, overwrite := range cases {
+		t.Run(name, func(t *testing.T) {
+			cur := withEntries(t, base, Record{whA: entryFor(config.ModeBypass, policyFail)})
+			overwrite(cur)
+			want := cur.DeepCopy()
+			removeBypass(&want.Webhooks[0])
+			delete(want.Annotations, CircuitAnnotation)
+
+			next, changes := plan(t, cur, Inputs{Targets: tgts, Counts: map[string]Counts{whA: failing(1, probe.ReasonTimeout)}})
+			require.Equal(t, map[string]ChangeKind{whA: Overwritten}, kinds(changes))
+			assert.Equal(t, want.Webhooks, next.Webhooks, "the overwriting values stand")
+			assert.NotContains(t, next.Annotations, CircuitAnnotation)
+		})
+	}
+}

@@ -137,7 +137,7 @@ func (r *TargetReconciler) targetsOf(configuration string) []config.Target {
 }
 
 func eventType(k ChangeKind) string {
-	if k == Opened || k == DroppedStale {
+	if k == Opened || k == DroppedStale || k == Overwritten {
 		return corev1.EventTypeWarning
 	}
 	return corev1.EventTypeNormal

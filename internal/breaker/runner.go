@@ -47,6 +47,10 @@ type ProbeRunner struct {
 	Trigger chan<- event.GenericEvent
 	// Clock drives the intervals. Default: the real clock.
 	Clock clock.WithTicker
+	// DiagnoseTLS, when set, explains a TLS probe failure from the
+	// configuration's annotations (for example cert-manager's CA
+	// injection). It returns "" when it has nothing to say.
+	DiagnoseTLS func(ctx context.Context, annotations map[string]string) string
 }
 
 var (
@@ -116,6 +120,15 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 	case probe.OutcomeFailed:
 		r.Metrics.ProbeFailures.WithLabelValues(t.Configuration, t.Webhook, string(res.Reason)).Inc()
 		log.V(1).Info("Probe failed", "reason", res.Reason, "error", res.Err, "duration", res.Duration)
+		if res.Reason == probe.ReasonTLS && r.DiagnoseTLS != nil {
+			if diag := r.DiagnoseTLS(ctx, mwc.Annotations); diag != "" {
+				res.Err = fmt.Errorf("%w (likely cause: %s)", res.Err, diag)
+				if r.State.SetDiagnosis(t.Key(), diag) {
+					log.Info("TLS probe failure diagnosed", "diagnosis", diag)
+					r.Recorder.Eventf(mwc, nil, corev1.EventTypeWarning, "ProbeTLSFailure", "Probe", "%s: %s", t.Webhook, diag)
+				}
+			}
+		}
 	case probe.OutcomeUnknown:
 		r.Metrics.ProbeUnknown.WithLabelValues(labels...).Inc()
 		log.Info("Probe could not run; nothing counted", "error", res.Err)

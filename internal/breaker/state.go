@@ -16,6 +16,8 @@ type TargetStatus struct {
 	// Problem is why the target is not being probed (missing
 	// configuration or webhook, unprobeable); empty when it is.
 	Problem string
+	// Diagnosis is the likely cause of the last TLS failure, if known.
+	Diagnosis string
 }
 
 // State holds every target's TargetStatus, keyed by config.Target.Key.
@@ -50,6 +52,18 @@ func (s *State) SetProblem(key, problem string) bool {
 	st := s.targets[key]
 	changed := st.Problem != problem
 	st.Problem = problem
+	s.targets[key] = st
+	return changed
+}
+
+// SetDiagnosis records the likely cause of a TLS failure and reports
+// whether it is news.
+func (s *State) SetDiagnosis(key, diagnosis string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.targets[key]
+	changed := st.Diagnosis != diagnosis
+	st.Diagnosis = diagnosis
 	s.targets[key] = st
 	return changed
 }

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/webhook-guard/webhook-guard/internal/breaker"
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
@@ -47,12 +48,14 @@ type breakerSetup struct {
 	original admissionregistrationv1.MutatingWebhook // as stored, before the guard
 	mode     string
 	writes   *writeLog
+	manifest []byte // the YAML applied with kubectl, when setupOptions.kubectl
 }
 
 type setupOptions struct {
 	mode    string // Ignore | Bypass
 	service bool   // clientConfig.service instead of url
 	noRBAC  []string
+	kubectl bool // create the configuration with kubectl apply, as a user would
 }
 
 func newBreakerSetup(t *testing.T, o setupOptions) *breakerSetup {
@@ -89,7 +92,17 @@ func newBreakerSetup(t *testing.T, o setupOptions) *breakerSetup {
 		ObjectMeta: metav1.ObjectMeta{Name: s.name, Labels: map[string]string{"e2e": "breaker"}},
 		Webhooks:   []admissionregistrationv1.MutatingWebhook{w, other},
 	}
-	require.NoError(t, env.Client.Create(ctx, mwc))
+	if o.kubectl {
+		mwc.TypeMeta = metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingWebhookConfiguration"}
+		data, err := yaml.Marshal(mwc)
+		require.NoError(t, err)
+		s.manifest = data
+		r := env.Kubectl(ctx, "", data, "apply", "-f", "-")
+		require.NoError(t, r.Err, r.Stderr)
+		require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Name: s.name}, mwc))
+	} else {
+		require.NoError(t, env.Client.Create(ctx, mwc))
+	}
 	s.original = mwc.Webhooks[0]
 	s.writes = watchWrites(t, s.name, mwc.ResourceVersion)
 
@@ -135,12 +148,12 @@ targets:
 }
 
 // startGuard runs the real guard binary as the setup's ServiceAccount.
-func (s *breakerSetup) startGuard(name string) *harness.Guard {
+func (s *breakerSetup) startGuard(name string, extra ...string) *harness.Guard {
 	s.t.Helper()
 	g, err := env.StartGuard(harness.GuardOptions{
 		Name: name, Kubeconfig: s.guardID.KubeconfigPath, Config: s.config(""),
-		Args: []string{"--leader-elect", "--leader-election-namespace", s.ns,
-			"--leader-election-lease-duration", "3s", "--leader-election-renew-deadline", "2s", "--leader-election-retry-period", "500ms"},
+		Args: append([]string{"--leader-elect", "--leader-election-namespace", s.ns,
+			"--leader-election-lease-duration", "3s", "--leader-election-renew-deadline", "2s", "--leader-election-retry-period", "500ms"}, extra...),
 	})
 	require.NoError(s.t, err)
 	s.t.Cleanup(func() {

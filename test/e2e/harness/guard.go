@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -175,29 +176,33 @@ func freeLoopbackAddr() (string, error) {
 }
 
 // GuardRules are the permissions the installed RBAC gives the guard, for
-// the given target configuration names.
-func GuardRules(names []string) []rbacv1.PolicyRule {
-	return []rbacv1.PolicyRule{
-		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, Verbs: []string{"get", "list", "watch"}},
-		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, Verbs: []string{"update", "patch"}, ResourceNames: names},
-		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"}, Verbs: []string{"get", "list", "watch", "create"}},
-		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"}, Verbs: []string{"update", "patch", "delete"}, ResourceNames: []string{"webhook-guard"}},
-		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"selfsubjectreviews"}, Verbs: []string{"create"}},
-		{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"selfsubjectaccessreviews"}, Verbs: []string{"create"}},
-		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
-		{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"get"}},
-		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+// the given target configuration names, by a short name per rule.
+func GuardRules(names []string) map[string]rbacv1.PolicyRule {
+	return map[string]rbacv1.PolicyRule{
+		"read-configurations": {APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, Verbs: []string{"get", "list", "watch"}},
+		"write-targets":       {APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, Verbs: []string{"update", "patch"}, ResourceNames: names},
+		"read-policy":         {APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"}, Verbs: []string{"get", "list", "watch"}},
+		"create-policy":       {APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"}, Verbs: []string{"create"}},
+		"write-policy":        {APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"}, Verbs: []string{"update", "patch", "delete"}, ResourceNames: []string{"webhook-guard"}},
+		"selfsubjectreviews":  {APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"selfsubjectreviews"}, Verbs: []string{"create"}},
+		"selfsubjectaccess":   {APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"selfsubjectaccessreviews"}, Verbs: []string{"create"}},
+		"events":              {APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+		"leader-events":       {APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+		"metrics-auth":        {APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
+		"metrics-authz":       {APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
+		"services":            {APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"get"}},
+		"leases":              {APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
 	}
 }
 
-// GrantGuard binds GuardRules (minus the rules on the resources in
-// without) to the identity's ServiceAccount in namespace, and waits until
+// GrantGuard binds GuardRules (minus the rules named in without) to the identity's ServiceAccount in namespace, and waits until
 // RBAC lets it read MutatingWebhookConfigurations.
 func (e *Env) GrantGuard(ctx context.Context, namespace string, id *Identity, names []string, without ...string) error {
+	rules := GuardRules(names)
 	var kept []rbacv1.PolicyRule
-	for _, r := range GuardRules(names) {
-		if !slices.Contains(without, r.Resources[0]) {
-			kept = append(kept, r)
+	for _, name := range slices.Sorted(maps.Keys(rules)) {
+		if !slices.Contains(without, name) {
+			kept = append(kept, rules[name])
 		}
 	}
 	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "guard-" + namespace}, Rules: kept}

@@ -1,0 +1,51 @@
+package rbac
+
+import (
+	"slices"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/webhook-guard/webhook-guard/internal/config"
+)
+
+// TargetsRoleName is the name of the ClusterRole rendered by RenderTargetsRole.
+// The static ClusterRoleBinding of the same name in deploy/kustomize/base
+// binds it to the service account.
+const TargetsRoleName = "webhook-guard-targets"
+
+// Labels returns the labels put on every object this package renders.
+func Labels() map[string]string {
+	return map[string]string{"app.kubernetes.io/name": "webhook-guard"}
+}
+
+// RenderTargetsRole renders the ClusterRole TargetsRoleName. It grants update
+// and patch on mutatingwebhookconfigurations, limited by resourceNames to
+// cfg.Names(), sorted and without repeats, and nothing else. Reading
+// configurations is granted by the static ClusterRole webhook-guard.
+//
+// With no configuration names the role has no rules: a rule with an empty
+// resourceNames list would grant every name. The result carries TypeMeta and
+// Labels.
+func RenderTargetsRole(cfg *config.Configuration) *rbacv1.ClusterRole {
+	role := &rbacv1.ClusterRole{
+		TypeMeta:   metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "ClusterRole"},
+		ObjectMeta: metav1.ObjectMeta{Name: TargetsRoleName, Labels: Labels()},
+	}
+	var names []string
+	if cfg != nil {
+		names = slices.Clone(cfg.Names())
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	if len(names) == 0 {
+		return role
+	}
+	role.Rules = []rbacv1.PolicyRule{{
+		APIGroups:     []string{"admissionregistration.k8s.io"},
+		Resources:     []string{"mutatingwebhookconfigurations"},
+		ResourceNames: names,
+		Verbs:         []string{"update", "patch"},
+	}}
+	return role
+}

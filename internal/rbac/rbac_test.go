@@ -1,0 +1,78 @@
+package rbac_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	rbacv1 "k8s.io/api/rbac/v1"
+
+	"github.com/webhook-guard/webhook-guard/internal/config"
+	"github.com/webhook-guard/webhook-guard/internal/rbac"
+)
+
+func TestRenderTargetsRole(t *testing.T) {
+	targets := func(pairs ...string) *config.Configuration {
+		cfg := &config.Configuration{}
+		for i := 0; i < len(pairs); i += 2 {
+			cfg.Targets = append(cfg.Targets, config.Target{Configuration: pairs[i], Webhook: pairs[i+1]})
+		}
+		return cfg
+	}
+	writeRule := func(names ...string) []rbacv1.PolicyRule {
+		return []rbacv1.PolicyRule{{
+			APIGroups:     []string{"admissionregistration.k8s.io"},
+			Resources:     []string{"mutatingwebhookconfigurations"},
+			ResourceNames: names,
+			Verbs:         []string{"update", "patch"},
+		}}
+	}
+	cases := map[string]struct {
+		cfg  *config.Configuration
+		want []rbacv1.PolicyRule
+	}{
+		"one target grants update and patch on its configuration only": {
+			cfg:  targets("slow-mutator", "slow-mutator.example.com"),
+			want: writeRule("slow-mutator"),
+		},
+		"names are sorted so the output does not depend on file order": {
+			cfg:  targets("zeta", "z.example.com", "alpha", "a.example.com", "mid", "m.example.com"),
+			want: writeRule("alpha", "mid", "zeta"),
+		},
+		"two webhooks of one configuration name it once": {
+			cfg:  targets("shared", "a.example.com", "other", "o.example.com", "shared", "b.example.com"),
+			want: writeRule("other", "shared"),
+		},
+		"no targets grants nothing rather than every name": {
+			cfg:  targets(),
+			want: nil,
+		},
+		"a nil configuration grants nothing": {
+			cfg:  nil,
+			want: nil,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			role := rbac.RenderTargetsRole(tc.cfg)
+			require.NotNil(t, role)
+			assert.Equal(t, "rbac.authorization.k8s.io/v1", role.APIVersion)
+			assert.Equal(t, "ClusterRole", role.Kind)
+			assert.Equal(t, rbac.TargetsRoleName, role.Name)
+			assert.Equal(t, rbac.Labels(), role.Labels)
+			assert.Equal(t, tc.want, role.Rules)
+			for _, r := range role.Rules {
+				assert.NotEmpty(t, r.ResourceNames, "a write rule without resourceNames grants every name")
+			}
+		})
+	}
+}
+
+func TestRenderTargetsRole_doesNotModifyTheConfiguration(t *testing.T) {
+	cfg := &config.Configuration{Targets: []config.Target{
+		{Configuration: "b", Webhook: "b.example.com"},
+		{Configuration: "a", Webhook: "a.example.com"},
+	}}
+	rbac.RenderTargetsRole(cfg)
+	assert.Equal(t, []string{"b", "a"}, cfg.Names())
+}
