@@ -727,3 +727,33 @@ func TestPlan_overwrittenChanges_dropTheEntryAndKeepTheNewValues(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkPlan_openAndClose measures one open and one close decision on a
+// configuration with two webhooks, record encoding included.
+func BenchmarkPlan_openAndClose(b *testing.B) {
+	base := newConfig(newWebhook(whA, policyFail, mc("x")), newWebhook(whOther, policyFail))
+	tgts := []config.Target{target(whA, config.ModeBypass, 3, 3)}
+	open := Inputs{Targets: tgts, Counts: map[string]Counts{whA: failing(3, probe.ReasonTimeout)}}
+	closeIn := Inputs{Targets: tgts, Counts: map[string]Counts{whA: healthy(3)}}
+	for b.Loop() {
+		opened, _, err := Plan(base, open)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, _, err := Plan(opened, closeIn); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkPlan_noChange is the steady state: the reconciler decides that
+// nothing is to be written.
+func BenchmarkPlan_noChange(b *testing.B) {
+	base := newConfig(newWebhook(whA, policyFail, mc("x")), newWebhook(whOther, policyFail))
+	in := Inputs{Targets: []config.Target{target(whA, config.ModeBypass, 3, 3)}, Counts: map[string]Counts{whA: healthy(3)}}
+	for b.Loop() {
+		if _, _, err := Plan(base, in); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -612,3 +612,23 @@ func BenchmarkProber_Probe_admissionReview(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkProber_Probe_httpGet is the side-by-side baseline for the
+// AdmissionReview probe: same server, same fresh TLS connection per probe,
+// without building, sending and checking an AdmissionReview.
+func BenchmarkProber_Probe_httpGet(b *testing.B) {
+	wh, _ := localWebhook(b, func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			w.WriteHeader(http.StatusOK)
+			return
+		}
+		answer(b, nil)(w, r)
+	})
+	p := &Prober{}
+	ctx := context.Background()
+	for b.Loop() {
+		if res := p.Probe(ctx, wh, Spec{Kind: KindHTTPGet, Path: "/healthz"}); res.Outcome != OutcomeHealthy {
+			b.Fatalf("probe not healthy: %v", res.Err)
+		}
+	}
+}

@@ -93,7 +93,7 @@ func TestGuard_kubectlApplyExplainsAndOverrideHandsOff(t *testing.T) {
 	assert.Equal(t, admissionregistrationv1.Fail, *findWebhook(m, s.hook).FailurePolicy, "the administrator's Fail must stand")
 	assert.False(t, hasMarker(findWebhook(m, s.hook)))
 	require.Eventually(t, func() bool { return contains(eventReasons(t, s.name), string(breaker.HandedOff)) }, transition, 50*time.Millisecond)
-	r = env.Kubectl(ctx, "", nil, "get", "events", "-n", "default", "--field-selector", "involvedObject.name="+s.name, "-o", "custom-columns=REASON:.reason,NOTE:.note")
+	r = env.Kubectl(ctx, "", nil, "get", "events", "-n", "default", "--field-selector", "involvedObject.name="+s.name, "-o", "custom-columns=REASON:.reason,MESSAGE:.message")
 	t.Logf("$ kubectl get events -n default --field-selector involvedObject.name=%s\n%s", s.name, r.Stdout)
 }
 
