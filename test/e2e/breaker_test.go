@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -268,6 +271,30 @@ func (l *writeLog) modified() []*admissionregistrationv1.MutatingWebhookConfigur
 	return out
 }
 
+// status runs "guard status" against the running guard, as an operator would.
+func (s *breakerSetup) status(g *harness.Guard) string {
+	s.t.Helper()
+	bin, err := env.BuildGuard()
+	require.NoError(s.t, err)
+	cfg := filepath.Join(s.t.TempDir(), "guard.yaml")
+	require.NoError(s.t, os.WriteFile(cfg, []byte(s.config("")), 0o600))
+	out, err := exec.Command(bin, "status", "--config", cfg, "--kubeconfig", env.KubeconfigPath, "--endpoint", g.StatusURL).CombinedOutput()
+	require.NoError(s.t, err, "%s", out)
+	return string(out)
+}
+
+// statusLine returns the fields of the status line for webhook.
+func statusLine(t *testing.T, out, webhook string) []string {
+	t.Helper()
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) > 5 && f[1] == webhook {
+			return f
+		}
+	}
+	t.Fatalf("no status line for %s in:\n%s", webhook, out)
+	return nil
+}
+
 // guardStatus reads the guard's /status rows.
 type statusRow struct {
 	Failures  int    `json:"consecutiveFailures"`
@@ -348,6 +375,13 @@ func TestBreaker_fullCycle(t *testing.T) {
 			other := findWebhook(open, "other."+s.name+".webhook-guard.io")
 			assert.Equal(t, admissionregistrationv1.Fail, *other.FailurePolicy, "another webhook in the same configuration was touched")
 			t.Logf("%s/%s: opened %s after the webhook turned slow (reason %s)", tc.mode, ref, openTook.Round(time.Millisecond), entry.Reason)
+
+			// guard status tells the story from the objects and the leader.
+			status := s.status(g)
+			t.Logf("$ guard status --config guard.yaml\n%s", status)
+			row := statusLine(t, status, s.hook)
+			assert.Equal(t, []string{s.name, s.hook, "Open", tc.mode, entry.OpenedAt.UTC().Format(time.RFC3339)}, row[:5], status)
+			assert.Contains(t, status, "Failed (timeout")
 
 			// What the open circuit buys: admission works, and in Bypass
 			// mode the apiserver no longer calls the webhook at all.
