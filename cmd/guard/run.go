@@ -117,7 +117,9 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 		return fmt.Errorf("setting up the guard policy controller: %w", err)
 	}
 	if webhookServer != nil {
-		webhookServer.Register(admission.WebhookPath, &webhookadmission.Webhook{Handler: &admission.Handler{Options: func() admission.Options { return opts }}})
+		// GetWebhookServer adds the server to the manager; a server that is
+		// only passed in Options is never started.
+		mgr.GetWebhookServer().Register(admission.WebhookPath, &webhookadmission.Webhook{Handler: &admission.Handler{Options: func() admission.Options { return opts }}})
 	}
 
 	reader := mgr.GetAPIReader()
