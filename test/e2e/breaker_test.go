@@ -58,14 +58,18 @@ type setupOptions struct {
 	mode    string // Ignore | Bypass
 	service bool   // clientConfig.service instead of url
 	noRBAC  []string
-	kubectl bool // create the configuration with kubectl apply, as a user would
+	kubectl bool   // create the configuration with kubectl apply, as a user would
+	name    string // the configuration's name; default a unique one
 }
 
 func newBreakerSetup(t *testing.T, o setupOptions) *breakerSetup {
 	t.Helper()
 	ctx := context.Background()
 	s := &breakerSetup{t: t, ns: testNamespace(t), mode: o.mode}
-	s.name = uniqueName(t, "breaker")
+	s.name = o.name
+	if s.name == "" {
+		s.name = uniqueName(t, "breaker")
+	}
 	s.hook = "slow." + s.name + ".webhook-guard.io"
 	dumpOnFailure(t, s.ns)
 

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -33,6 +34,12 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "e2e: starting webhook-guard's static webhook:", err)
 		os.Exit(1)
 	}
+	binaryManifest, err := prepareBinaryStatic()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: preparing the guard binary's static webhook:", err)
+		os.Exit(1)
+	}
+	maps.Copy(guardManifests, binaryManifest)
 	env, err = harness.Start(harness.Options{ExtraStaticManifests: guardManifests})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: starting the control plane:", err)

@@ -1,0 +1,97 @@
+package e2e
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/webhook-guard/webhook-guard/certs"
+	"github.com/webhook-guard/webhook-guard/internal/admission"
+	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
+)
+
+// binaryStatic is where the guard binary serves its webhook for the static
+// manifest written before the apiserver started.
+var binaryStatic struct {
+	addr    string
+	certDir string
+}
+
+const binaryStaticName = harness.StaticPrefix + "binary-guard"
+
+// prepareBinaryStatic reserves an address and a serving certificate for
+// the guard binary's webhook and renders the static manifest that points
+// at it, as a control-plane operator would with "guard manifests static".
+func prepareBinaryStatic() (map[string][]byte, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	binaryStatic.addr = l.Addr().String()
+	l.Close()
+	ca, err := certs.NewCA("webhook-guard-e2e-static", 24*time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	pair, err := ca.Issue(nil, []net.IP{net.ParseIP("127.0.0.1")}, 24*time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	if binaryStatic.certDir, err = os.MkdirTemp("", "webhook-guard-static-certs-"); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(binaryStatic.certDir, "tls.crt"), pair.CertPEM, 0o600); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(binaryStatic.certDir, "tls.key"), pair.KeyPEM, 0o600); err != nil {
+		return nil, err
+	}
+	vwc := admission.RenderStaticWebhook("https://"+binaryStatic.addr+admission.WebhookPath, ca.CertPEM, admission.Options{
+		Managed: map[string][]string{binaryStaticName: {"slow." + binaryStaticName + ".webhook-guard.io"}},
+	})
+	// The equivalence test's manifest already uses the product's name;
+	// names must be unique across static manifests.
+	vwc.Name = "webhook-guard-binary.static.k8s.io"
+	data, err := admission.MarshalManifest(vwc)
+	if err != nil {
+		return nil, err
+	}
+	return map[string][]byte{"webhook-guard-binary.yaml": data}, nil
+}
+
+// Enforcement point 2 with the real binary: its webhook, registered only
+// through a static manifest, refuses an administrator's edit of an open
+// circuit with the Go rule's message. The guard is denied the right to
+// write its ValidatingAdmissionPolicy here, so no policy covers this
+// configuration and the refusal can only come from the static webhook.
+func TestGuard_staticWebhookServedByTheBinaryEnforcesTheRule(t *testing.T) {
+	ctx := context.Background()
+	s := newBreakerSetup(t, setupOptions{mode: "Ignore", kubectl: true, name: binaryStaticName,
+		noRBAC: []string{"create-policy", "write-policy"}})
+	host, port, err := net.SplitHostPort(binaryStatic.addr)
+	require.NoError(t, err)
+	s.startGuard("guard", "--webhook-cert-dir", binaryStatic.certDir, "--webhook-host", host, "--webhook-port", port, "--cert-secret", "")
+	s.wh.SetBehaviour(webhookPath, harness.Delayed(2*time.Second, harness.Allow()))
+	_, open := s.waitOpen()
+	openedAt := mustRecord(t, open)[s.hook].OpenedAt.UTC().Format(time.RFC3339)
+
+	var r harness.Result
+	require.Eventually(t, func() bool {
+		r = env.Kubectl(ctx, "", s.manifest, "apply", "--dry-run=server", "-f", "-")
+		return r.Err != nil
+	}, transition, 100*time.Millisecond, "the static webhook never refused the edit: %s", r.Stdout)
+	r = env.Kubectl(ctx, "", s.manifest, "apply", "-f", "-")
+	require.Error(t, r.Err)
+	t.Logf("$ kubectl apply -f %s.yaml\n%s", s.name, r.Stderr)
+	assert.Contains(t, r.Stderr, `admission webhook "`+admission.StaticWebhookEntryName+`" denied the request`)
+	assert.NotContains(t, r.Stderr, "ValidatingAdmissionPolicy")
+	assert.Contains(t, r.Stderr, "circuit open since "+openedAt)
+	assert.Contains(t, r.Stderr, `kubectl annotate mutatingwebhookconfiguration `+s.name+` webhook-guard.io/override="<reason>"`)
+	assert.True(t, isOpen(s.get(), s.hook, "Ignore"))
+}
