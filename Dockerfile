@@ -1,5 +1,12 @@
-# Build: the same command as "make build".
+# webhook-guard image. The build stage runs the same go build as
+# "make build" (a test in deploy/ checks that they agree); without a
+# container engine, "make docker-build-equivalent" builds the same binary.
+
+# Build stage. go.mod and go.sum are copied first, so the module download
+# layer is cached until the dependencies change.
 FROM golang:1.26 AS build
+ARG TARGETOS
+ARG TARGETARCH
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
@@ -7,9 +14,11 @@ COPY cmd/ cmd/
 COPY internal/ internal/
 COPY certs/ certs/
 ARG VERSION=dev
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/guard ./cmd/guard
+RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/guard ./cmd/guard
 
+# Runtime stage: distroless static, no shell, non-root.
 FROM gcr.io/distroless/static:nonroot
+WORKDIR /
 COPY --from=build /out/guard /guard
 USER 65532:65532
 ENTRYPOINT ["/guard"]

@@ -68,6 +68,7 @@ Commands:
   status            print every configured target with its circuit state and probe counts
   manifests static  render the static admission webhook manifest (webhook-guard.static.k8s.io)
   manifests policy  render the ValidatingAdmissionPolicy and binding
+  manifests rbac    render the ClusterRole that may update the target configurations
   version           print the version
 
 Run "guard <command> --help" for the flags of a command.

@@ -1,0 +1,103 @@
+package deploy_test
+
+import (
+	"bytes"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// roles reads every Role and ClusterRole in the kustomize tree, by
+// "file: kind/name".
+func roles(t *testing.T) map[string]rbacv1.ClusterRole {
+	t.Helper()
+	out := map[string]rbacv1.ClusterRole{}
+	docSep := regexp.MustCompile(`(?m)^---\s*$`)
+	err := filepath.WalkDir("kustomize", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || filepath.Ext(path) != ".yaml" {
+			return err
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, doc := range docSep.Split(string(data), -1) {
+			if len(bytes.TrimSpace([]byte(doc))) == 0 {
+				continue
+			}
+			var generic any
+			if err := yaml.Unmarshal([]byte(doc), &generic); err != nil {
+				return err
+			}
+			if _, object := generic.(map[string]any); !object {
+				continue // a JSON patch
+			}
+			var role rbacv1.ClusterRole // Role has the same fields
+			if err := yaml.Unmarshal([]byte(doc), &role); err != nil {
+				return err
+			}
+			if role.APIVersion == rbacv1.SchemeGroupVersion.String() && (role.Kind == "Role" || role.Kind == "ClusterRole") {
+				out[path+": "+role.Kind+"/"+role.Name] = role
+			}
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	return out
+}
+
+// TestRBAC_isLeastPrivilegeOnPaper checks the written RBAC without a
+// cluster; test/e2e/install_test.go asks a real apiserver the same
+// questions with kubectl auth can-i.
+func TestRBAC_isLeastPrivilegeOnPaper(t *testing.T) {
+	all := roles(t)
+	require.NotEmpty(t, all)
+	names := map[string]bool{}
+	for where, role := range all {
+		names[role.Kind+"/"+role.Name] = true
+		for i, rule := range role.Rules {
+			for _, field := range [][]string{rule.Verbs, rule.APIGroups, rule.Resources, rule.NonResourceURLs} {
+				assert.NotContains(t, field, "*", "%s rule %d uses a wildcard", where, i)
+			}
+			for _, v := range []string{"update", "patch", "delete"} {
+				if slices.Contains(rule.Verbs, v) && len(rule.Resources) > 0 && !slices.Contains(rule.Resources, "leases") && !slices.Contains(rule.Resources, "events") {
+					assert.NotEmpty(t, rule.ResourceNames, "%s rule %d grants %s on %v without resourceNames", where, i, v, rule.Resources)
+				}
+			}
+			for _, res := range []string{"secrets", "configmaps"} {
+				if !slices.Contains(rule.Resources, res) {
+					continue
+				}
+				assert.Equal(t, "Role", role.Kind, "%s rule %d: nothing cluster-wide on %s", where, i, res)
+				assert.NotContains(t, rule.Verbs, "list", "%s rule %d: no list on %s", where, i, res)
+				assert.NotContains(t, rule.Verbs, "watch", "%s rule %d: no watch on %s", where, i, res)
+				if !slices.Equal(rule.Verbs, []string{"create"}) {
+					assert.NotEmpty(t, rule.ResourceNames, "%s rule %d: %s only by name", where, i, res)
+				}
+			}
+			if slices.Contains(rule.Resources, "services") {
+				assert.Equal(t, []string{"get"}, rule.Verbs, "%s rule %d: the probe only gets Services by name", where, i)
+			}
+		}
+	}
+	for _, want := range []string{"ClusterRole/webhook-guard", "ClusterRole/webhook-guard-targets", "Role/webhook-guard-leader-election", "Role/webhook-guard-events"} {
+		assert.True(t, names[want], "%s is missing from deploy/kustomize", want)
+	}
+	for where, role := range all {
+		if role.Name == "webhook-guard-events" {
+			assert.Equal(t, "default", role.Namespace, "%s: Events about cluster-scoped objects land in default", where)
+		}
+		if strings.HasSuffix(role.Name, "leader-election") {
+			assert.Equal(t, "webhook-guard-system", role.Namespace, "%s: leases only in the service's namespace", where)
+		}
+	}
+}

@@ -1,0 +1,522 @@
+package e2e
+
+// These tests install webhook-guard the way an operator does, with the real
+// kustomize and kubectl, and check what the installation grants and that
+// the real service works with exactly that. No kubelet or
+// kube-controller-manager runs here, so the Deployment never gets pods; the
+// service runs out of cluster as the installed ServiceAccount instead.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
+)
+
+// The installation's names (deploy/kustomize/base).
+const (
+	installNamespace      = "webhook-guard-system"
+	installServiceAccount = "webhook-guard"
+	installUser           = "system:serviceaccount:" + installNamespace + ":" + installServiceAccount
+	// installTarget is the example target in base/config.yaml. Only
+	// TestInstall_guardRunsAsInstalledServiceAccount creates a
+	// configuration of this name.
+	installTarget        = "slow-mutator"
+	installTargetWebhook = "slow-mutator.example.com"
+	installLeaseName     = "webhook-guard.webhook-guard.io"
+)
+
+// installOverlays are the overlays under deploy/kustomize/overlays.
+var installOverlays = []string{"default", "cert-manager", "static-admission"}
+
+// installBuild runs the real kustomize on an overlay.
+func installBuild(t *testing.T, ctx context.Context, overlay string) []byte {
+	t.Helper()
+	root, err := harness.RepoRoot()
+	require.NoError(t, err)
+	r := env.Kustomize(ctx, "build", filepath.Join(root, "deploy", "kustomize", "overlays", overlay))
+	require.NoError(t, r.Err, "kustomize build %s:\n%s", overlay, r.Stderr)
+	return []byte(r.Stdout)
+}
+
+// installApply runs "kustomize build overlay | kubectl apply -f -" and
+// returns kubectl's result, failing on any error.
+func installApply(t *testing.T, ctx context.Context, overlay string) harness.Result {
+	t.Helper()
+	if overlay == "cert-manager" {
+		installCertManagerCRDs(t, ctx)
+	}
+	r := env.Kubectl(ctx, "", installBuild(t, ctx, overlay), "apply", "-f", "-")
+	require.NoError(t, r.Err, "kubectl apply of overlay %s:\n%s%s", overlay, r.Stdout, r.Stderr)
+	return r
+}
+
+// installCertManagerCRDs installs the test fixtures in
+// testdata/cert-manager-crds.yaml: schema-less stand-ins for cert-manager's
+// Issuer and Certificate CRDs, so that the cert-manager overlays apply.
+func installCertManagerCRDs(t *testing.T, ctx context.Context) {
+	t.Helper()
+	r := env.Kubectl(ctx, "", nil, "apply", "-f", filepath.Join("testdata", "cert-manager-crds.yaml"))
+	require.NoError(t, r.Err, "installing the cert-manager CRD fixtures:\n%s%s", r.Stdout, r.Stderr)
+	r = env.Kubectl(ctx, "", nil, "wait", "--for=condition=Established", "--timeout=60s",
+		"crd/issuers.cert-manager.io", "crd/certificates.cert-manager.io")
+	require.NoError(t, r.Err, "waiting for the cert-manager CRD fixtures:\n%s%s", r.Stdout, r.Stderr)
+}
+
+// installDocs splits a kustomize build into its objects.
+func installDocs(t *testing.T, out []byte) []map[string]any {
+	t.Helper()
+	var docs []map[string]any
+	for _, doc := range bytes.Split(out, []byte("\n---\n")) {
+		if len(bytes.TrimSpace(doc)) == 0 {
+			continue
+		}
+		var obj map[string]any
+		require.NoError(t, yaml.Unmarshal(doc, &obj))
+		docs = append(docs, obj)
+	}
+	return docs
+}
+
+func TestInstall_overlaysApplyCleanlyAndIdempotently(t *testing.T) {
+	ctx := context.Background()
+	dumpOnFailure(t, installNamespace)
+	for _, overlay := range installOverlays {
+		t.Run(overlay, func(t *testing.T) {
+			objs := installDocs(t, installBuild(t, ctx, overlay))
+			require.NotEmpty(t, objs)
+			for _, obj := range objs {
+				// kube-apiserver never calls an API-registered webhook for
+				// writes to MutatingWebhookConfigurations (DESIGN.md): no
+				// overlay may ship one.
+				assert.NotEqual(t, "ValidatingWebhookConfiguration", obj["kind"], "overlay %s ships a ValidatingWebhookConfiguration", overlay)
+			}
+
+			// The namespace warns about (and enforces) the restricted Pod
+			// Security Standard, so a Deployment that violates it shows up
+			// as a warning here.
+			first := installApply(t, ctx, overlay)
+			assert.NotContains(t, first.Stderr, "PodSecurity", "applying %s: the Deployment must meet the restricted Pod Security Standard", overlay)
+
+			pdbBefore := installPDBVersion(t, ctx)
+			second := installApply(t, ctx, overlay)
+			assert.NotContains(t, second.Stderr, "Warning:", "second apply of %s printed warnings", overlay)
+			lines := strings.Split(strings.TrimSpace(second.Stdout), "\n")
+			assert.Len(t, lines, len(objs), "kubectl reports one line per object")
+			for _, line := range lines {
+				if line == "poddisruptionbudget.policy/webhook-guard configured" {
+					// policy/v1 PodDisruptionBudget's spec.selector has
+					// patchStrategy "replace", so kubectl's client-side apply
+					// always sends a non-empty patch and says "configured"
+					// (kubernetes/kubernetes#99290). The object must still
+					// be untouched.
+					assert.Equal(t, pdbBefore, installPDBVersion(t, ctx), "applying %s twice changed the PodDisruptionBudget", overlay)
+					continue
+				}
+				assert.True(t, strings.HasSuffix(line, " unchanged"), "applying %s twice changed something: %q", overlay, line)
+			}
+		})
+	}
+}
+
+// installPDBVersion returns the installed PodDisruptionBudget's
+// resourceVersion. No disruption controller runs here, so only a write
+// through the API changes it.
+func installPDBVersion(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	pdb := &policyv1.PodDisruptionBudget{}
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Namespace: installNamespace, Name: "webhook-guard"}, pdb))
+	return pdb.ResourceVersion
+}
+
+// installCanI is one "kubectl auth can-i" question about the installed
+// ServiceAccount.
+type installCanI struct {
+	args []string
+	want bool
+}
+
+func TestInstall_RBACIsLeastPrivilege(t *testing.T) {
+	ctx := context.Background()
+	dumpOnFailure(t, installNamespace)
+	objs := installDocs(t, installBuild(t, ctx, "default"))
+	installApply(t, ctx, "default")
+	installOnlyOwnBindings(t, ctx, objs)
+
+	cases := map[string]installCanI{
+		"patch the target configuration":                          {[]string{"patch", "mutatingwebhookconfigurations/" + installTarget}, true},
+		"update the target configuration":                         {[]string{"update", "mutatingwebhookconfigurations/" + installTarget}, true},
+		"not patch a configuration that is not a target":          {[]string{"patch", "mutatingwebhookconfigurations/not-a-target"}, false},
+		"not update configurations by no name":                    {[]string{"update", "mutatingwebhookconfigurations"}, false},
+		"not delete the target configuration":                     {[]string{"delete", "mutatingwebhookconfigurations/" + installTarget}, false},
+		"not create mutating webhook configurations":              {[]string{"create", "mutatingwebhookconfigurations"}, false},
+		"list configurations (the manager caches them)":           {[]string{"list", "mutatingwebhookconfigurations"}, true},
+		"watch configurations (the manager caches them)":          {[]string{"watch", "mutatingwebhookconfigurations"}, true},
+		"not touch validating webhook configurations":             {[]string{"update", "validatingwebhookconfigurations/anything"}, false},
+		"patch the guard policy (server-side apply)":              {[]string{"patch", "validatingadmissionpolicies.admissionregistration.k8s.io/webhook-guard"}, true},
+		"patch the guard policy binding":                          {[]string{"patch", "validatingadmissionpolicybindings.admissionregistration.k8s.io/webhook-guard"}, true},
+		"create the guard policy":                                 {[]string{"create", "validatingadmissionpolicies.admissionregistration.k8s.io"}, true},
+		"not delete another policy":                               {[]string{"delete", "validatingadmissionpolicies.admissionregistration.k8s.io/other"}, false},
+		"not patch another policy binding":                        {[]string{"patch", "validatingadmissionpolicybindings.admissionregistration.k8s.io/other"}, false},
+		"not read Secrets in kube-system":                         {[]string{"get", "secrets", "-n", "kube-system"}, false},
+		"read its own certificate Secret":                         {[]string{"get", "secrets/webhook-guard-certs", "-n", installNamespace}, true},
+		"update its own certificate Secret":                       {[]string{"update", "secrets/webhook-guard-certs", "-n", installNamespace}, true},
+		"not read another Secret in its namespace":                {[]string{"get", "secrets/other", "-n", installNamespace}, false},
+		"not list Secrets in its namespace":                       {[]string{"list", "secrets", "-n", installNamespace}, false},
+		"not list Secrets anywhere":                               {[]string{"list", "secrets", "-A"}, false},
+		"not create ConfigMaps cluster-wide":                      {[]string{"create", "configmaps", "-A"}, false},
+		"not read ConfigMaps in its namespace (config is a file)": {[]string{"get", "configmaps", "-n", installNamespace}, false},
+		"create Leases in its namespace":                          {[]string{"create", "leases.coordination.k8s.io", "-n", installNamespace}, true},
+		"not create Leases in default":                            {[]string{"create", "leases.coordination.k8s.io", "-n", "default"}, false},
+		"create events.k8s.io Events in default":                  {[]string{"create", "events.events.k8s.io", "-n", "default"}, true},
+		"patch events.k8s.io Events in default":                   {[]string{"patch", "events.events.k8s.io", "-n", "default"}, true},
+		"not create events.k8s.io Events in kube-system":          {[]string{"create", "events.events.k8s.io", "-n", "kube-system"}, false},
+		"create core Events for leader election":                  {[]string{"create", "events", "-n", installNamespace}, true},
+		"get a Service in any namespace":                          {[]string{"get", "services", "-n", "anywhere"}, true},
+		"not list Services":                                       {[]string{"list", "services", "-n", "anywhere"}, false},
+		"not watch Services":                                      {[]string{"watch", "services", "-A"}, false},
+		"get a cert-manager Certificate to diagnose TLS failures": {[]string{"get", "certificates.cert-manager.io", "-n", "anywhere"}, true},
+		"not list cert-manager Certificates":                      {[]string{"list", "certificates.cert-manager.io", "-n", "anywhere"}, false},
+		"create SelfSubjectReviews":                               {[]string{"create", "selfsubjectreviews.authentication.k8s.io"}, true},
+		"create SelfSubjectAccessReviews":                         {[]string{"create", "selfsubjectaccessreviews.authorization.k8s.io"}, true},
+		"not create Pods in its namespace":                        {[]string{"create", "pods", "-n", installNamespace}, false},
+		"not impersonate":                                         {[]string{"impersonate", "serviceaccounts", "-A"}, false},
+	}
+	require.GreaterOrEqual(t, len(cases), 10)
+
+	// The RBAC authorizer learns of new bindings from its informers:
+	// wait until every allowed action is allowed, then ask every question.
+	var allowed []string
+	for name, c := range cases {
+		if c.want {
+			allowed = append(allowed, name)
+		}
+	}
+	slices.Sort(allowed)
+	require.Eventually(t, func() bool {
+		for _, name := range allowed {
+			if got, _ := installAsk(ctx, cases[name].args); !got {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 200*time.Millisecond, "the installed RBAC never allowed everything it should")
+
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, out := installAsk(ctx, c.args)
+			assert.Equal(t, c.want, got, "kubectl auth can-i %s --as=%s said:\n%s", strings.Join(c.args, " "), installUser, out)
+		})
+	}
+}
+
+// installAsk asks the apiserver, as admin, whether the installed
+// ServiceAccount may do something. kubectl exits 1 for "no", so the answer
+// is read from stdout.
+func installAsk(ctx context.Context, args []string) (bool, string) {
+	r := env.Kubectl(ctx, "", nil, append(append([]string{"auth", "can-i"}, args...), "--as="+installUser)...)
+	answer := strings.Fields(r.Stdout)
+	return len(answer) > 0 && answer[0] == "yes", r.Stdout + r.Stderr
+}
+
+// installOnlyOwnBindings fails when the ServiceAccount is bound by anything
+// but the installation itself: then "can-i" answers would say nothing about
+// deploy/kustomize.
+func installOnlyOwnBindings(t *testing.T, ctx context.Context, objs []map[string]any) {
+	t.Helper()
+	own := sets.New[string]()
+	for _, obj := range objs {
+		meta, _ := obj["metadata"].(map[string]any)
+		ns, _ := meta["namespace"].(string)
+		own.Insert(fmt.Sprintf("%s %s/%s", obj["kind"], ns, meta["name"]))
+	}
+	bindsSA := func(subjects []rbacv1.Subject) bool {
+		return slices.ContainsFunc(subjects, func(s rbacv1.Subject) bool {
+			return s.Kind == rbacv1.ServiceAccountKind && s.Namespace == installNamespace && s.Name == installServiceAccount
+		})
+	}
+	var foreign []string
+	crbs := &rbacv1.ClusterRoleBindingList{}
+	require.NoError(t, env.Client.List(ctx, crbs))
+	for _, b := range crbs.Items {
+		if bindsSA(b.Subjects) && !own.Has("ClusterRoleBinding /"+b.Name) {
+			foreign = append(foreign, "ClusterRoleBinding "+b.Name)
+		}
+	}
+	rbs := &rbacv1.RoleBindingList{}
+	require.NoError(t, env.Client.List(ctx, rbs))
+	for _, b := range rbs.Items {
+		if bindsSA(b.Subjects) && !own.Has(fmt.Sprintf("RoleBinding %s/%s", b.Namespace, b.Name)) {
+			foreign = append(foreign, fmt.Sprintf("RoleBinding %s/%s", b.Namespace, b.Name))
+		}
+	}
+	require.Empty(t, foreign, "another test bound %s; use another ServiceAccount there", installUser)
+}
+
+// installConfig returns the GuardConfiguration the installed Deployment
+// mounts, read through the API from the ConfigMap its "config" volume
+// names (kustomize adds a content hash to the name).
+func installConfig(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	dep := &appsv1.Deployment{}
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Namespace: installNamespace, Name: "webhook-guard"}, dep))
+	var name string
+	for _, v := range dep.Spec.Template.Spec.Volumes {
+		if v.Name == "config" && v.ConfigMap != nil {
+			name = v.ConfigMap.Name
+		}
+	}
+	require.True(t, strings.HasPrefix(name, "webhook-guard-config"), "the Deployment mounts no webhook-guard-config ConfigMap (volume %q)", name)
+	cm := &corev1.ConfigMap{}
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Namespace: installNamespace, Name: name}, cm))
+	require.Contains(t, cm.Data, "config.yaml")
+	return cm.Data["config.yaml"]
+}
+
+// installFastConfig shortens the installed configuration's timings so the
+// test does not wait for production intervals: probes every 100ms, open
+// after 2 failures, close after 2 successes. Everything else (targets,
+// modes, probe kinds) is the installed configuration.
+func installFastConfig(t *testing.T, installed string) string {
+	t.Helper()
+	var cfg map[string]any
+	require.NoError(t, yaml.Unmarshal([]byte(installed), &cfg))
+	targets, ok := cfg["targets"].([]any)
+	require.True(t, ok, "the installed configuration has no targets list")
+	for _, raw := range targets {
+		target := raw.(map[string]any)
+		target["openAfter"], target["closeAfter"] = 2, 2
+		probe, _ := target["probe"].(map[string]any)
+		if probe == nil {
+			probe = map[string]any{}
+		}
+		probe["interval"] = "100ms"
+		target["probe"] = probe
+	}
+	out, err := yaml.Marshal(cfg)
+	require.NoError(t, err)
+	return string(out)
+}
+
+// installStatusRow is the part of one /status row this test reads.
+type installStatusRow struct {
+	Configuration        string `json:"configuration"`
+	Webhook              string `json:"webhook"`
+	ConsecutiveSuccesses int    `json:"consecutiveSuccesses"`
+	ConsecutiveFailures  int    `json:"consecutiveFailures"`
+	Problem              string `json:"problem"`
+}
+
+func installStatus(ctx context.Context, url string) (installStatusRow, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return installStatusRow{}, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return installStatusRow{}, err
+	}
+	defer resp.Body.Close()
+	var rows []installStatusRow
+	if err := json.NewDecoder(resp.Body).Decode(&rows); err != nil {
+		return installStatusRow{}, err
+	}
+	for _, r := range rows {
+		if r.Configuration == installTarget && r.Webhook == installTargetWebhook {
+			return r, nil
+		}
+	}
+	return installStatusRow{}, fmt.Errorf("no row for %s/%s in %s", installTarget, installTargetWebhook, url)
+}
+
+// installGuardArgs are the flags of the out-of-cluster guard: the
+// installed Deployment's, minus the webhook server (no --webhook-cert-dir)
+// and minus the service's own certificate management.
+func installGuardArgs(t *testing.T) []string {
+	t.Helper()
+	args := []string{"--leader-elect", "--leader-election-namespace", installNamespace}
+	bin, err := env.BuildGuard()
+	require.NoError(t, err)
+	help, _ := exec.Command(bin, "run", "--help").CombinedOutput()
+	if bytes.Contains(help, []byte("-cert-secret")) {
+		args = append(args, "--cert-secret=")
+	}
+	return args
+}
+
+// installWebhookState is what the test reads from the target configuration.
+type installWebhookState struct {
+	policy     admissionregistrationv1.FailurePolicyType
+	marker     bool
+	annotation string
+}
+
+func installTargetState(ctx context.Context) (installWebhookState, error) {
+	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: installTarget}, mwc); err != nil {
+		return installWebhookState{}, err
+	}
+	for _, wh := range mwc.Webhooks {
+		if wh.Name != installTargetWebhook {
+			continue
+		}
+		s := installWebhookState{annotation: mwc.Annotations["webhook-guard.io/circuit"]}
+		if wh.FailurePolicy != nil {
+			s.policy = *wh.FailurePolicy
+		}
+		s.marker = slices.ContainsFunc(wh.MatchConditions, func(c admissionregistrationv1.MatchCondition) bool {
+			return c.Name == "webhook-guard.io/circuit-open"
+		})
+		return s, nil
+	}
+	return installWebhookState{}, fmt.Errorf("webhook %s not found in %s", installTargetWebhook, installTarget)
+}
+
+// installAPIServerCalls counts the AdmissionReviews on path that came from
+// the apiserver, not from the guard's dry-run probes.
+func installAPIServerCalls(wh *harness.Webhook, path string) int {
+	n := 0
+	for _, r := range wh.Requests(path) {
+		if r.Request != nil && (r.Request.DryRun == nil || !*r.Request.DryRun) {
+			n++
+		}
+	}
+	return n
+}
+
+// installEventReasons lists the reasons of the events.k8s.io Events in
+// "default" about the target configuration: where client-go puts Events
+// about cluster-scoped objects.
+func installEventReasons(ctx context.Context) (sets.Set[string], error) {
+	list, err := env.Clientset.EventsV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	reasons := sets.New[string]()
+	for _, e := range list.Items {
+		if e.Regarding.Kind == "MutatingWebhookConfiguration" && e.Regarding.Name == installTarget {
+			reasons.Insert(e.Reason)
+		}
+	}
+	return reasons, nil
+}
+
+// TestInstall_guardRunsAsInstalledServiceAccount runs the real guard as
+// the installed ServiceAccount, with the installed configuration (timings
+// shortened, see installFastConfig), against a real slow webhook: the
+// installed RBAC must be enough for a whole open and close, and the
+// service must not hit a single Forbidden.
+func TestInstall_guardRunsAsInstalledServiceAccount(t *testing.T) {
+	ctx := context.Background()
+	ns := testNamespace(t)
+	dumpOnFailure(t, ns, installNamespace)
+	installApply(t, ctx, "default")
+	cfg := installFastConfig(t, installConfig(t, ctx))
+
+	const path = "/mutate"
+	wh := startWebhook(t, harness.WebhookOptions{})
+	wh.SetBehaviour(path, harness.Allow())
+	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: installTarget},
+		Webhooks:   []admissionregistrationv1.MutatingWebhook{configMapWebhook(installTargetWebhook, ns, wh.URL(path), wh.CA.CertPEM, admissionregistrationv1.Fail)},
+	}
+	if err := env.Client.Delete(ctx, mwc.DeepCopy()); err != nil && !apierrors.IsNotFound(err) {
+		require.NoError(t, err)
+	}
+	require.NoError(t, env.Client.Create(ctx, mwc))
+	t.Cleanup(func() {
+		if err := env.Client.Delete(context.Background(), mwc); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("deleting %s: %v", installTarget, err)
+		}
+	})
+
+	id, err := env.ServiceAccount(ctx, installNamespace, installServiceAccount)
+	require.NoError(t, err)
+	require.Equal(t, installUser, id.Username)
+	g, err := env.StartGuard(harness.GuardOptions{Name: "installed", Kubeconfig: id.KubeconfigPath, Config: cfg, Args: installGuardArgs(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		g.Stop()
+		if t.Failed() {
+			t.Logf("guard logs:\n%s", g.Logs())
+		}
+	})
+	const wait = 60 * time.Second
+	notExited := func() {
+		if exited, code := g.Exited(); exited {
+			require.FailNow(t, "the guard exited", "exit code %d; logs:\n%s", code, g.Logs())
+		}
+	}
+
+	// Healthy: the leader probes and counts successes; nothing changes.
+	require.Eventually(t, func() bool {
+		notExited()
+		row, err := installStatus(ctx, g.StatusURL)
+		return err == nil && row.ConsecutiveSuccesses >= 2
+	}, wait, 100*time.Millisecond, "the guard never probed %s healthy", installTarget)
+	st, err := installTargetState(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, installWebhookState{policy: admissionregistrationv1.Fail}, st, "a healthy webhook's configuration must not change")
+	_, err = createConfigMap(ctx, env.Client, ns)
+	require.NoError(t, err)
+	require.Equal(t, 1, installAPIServerCalls(wh, path), "control: the apiserver calls the closed webhook")
+
+	// Slow: the apiserver's 1s timeout is exceeded; the circuit opens in
+	// Bypass mode.
+	wh.SetBehaviour(path, harness.Delayed(2*time.Second, harness.Allow()))
+	require.Eventually(t, func() bool {
+		notExited()
+		st, err := installTargetState(ctx)
+		return err == nil && st.policy == admissionregistrationv1.Ignore && st.marker && strings.Contains(st.annotation, installTargetWebhook)
+	}, wait, 100*time.Millisecond, "the circuit never opened on %s", installTarget)
+	_, err = createConfigMap(ctx, env.Client, ns)
+	require.NoError(t, err, "admission works while the webhook is slow")
+	assert.Equal(t, 1, installAPIServerCalls(wh, path), "Bypass: the apiserver skips the slow webhook")
+
+	// Healthy again: the circuit closes and restores exactly what was there.
+	wh.SetBehaviour(path, harness.Allow())
+	require.Eventually(t, func() bool {
+		notExited()
+		st, err := installTargetState(ctx)
+		return err == nil && st == installWebhookState{policy: admissionregistrationv1.Fail}
+	}, wait, 100*time.Millisecond, "the circuit never closed on %s", installTarget)
+
+	// Events about the cluster-scoped configuration land in "default",
+	// which the events Role allows.
+	require.Eventually(t, func() bool {
+		reasons, err := installEventReasons(ctx)
+		return err == nil && reasons.HasAll("CircuitOpened", "CircuitClosed")
+	}, wait, 200*time.Millisecond, "no CircuitOpened and CircuitClosed events.k8s.io Events about %s in default", installTarget)
+
+	// Leader election used the Lease in the service's namespace.
+	lease := &coordinationv1.Lease{}
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Namespace: installNamespace, Name: installLeaseName}, lease))
+
+	// The installed RBAC was enough: nothing the service tried was refused.
+	assert.NotContains(t, strings.ToLower(g.Logs()), "forbidden", "the guard was refused something by the installed RBAC")
+}
