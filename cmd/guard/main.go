@@ -35,7 +35,6 @@ func init() {
 func main() {
 	if err := run(ctrl.SetupSignalHandler(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
-			setupLog.Error(err, "guard failed")
 			fmt.Fprintln(os.Stderr, "guard:", err)
 		}
 		os.Exit(exitCode(err))

@@ -62,7 +62,7 @@ func runCommand(ctx context.Context, args []string, stderr io.Writer, restConfig
 }
 
 func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *rest.Config) error {
-	log := ctrl.Log.WithName("setup")
+	log := setupLog
 	identity, err := whoAmI(ctx, rc)
 	if err != nil {
 		return err

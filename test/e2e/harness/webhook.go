@@ -1,21 +1,17 @@
 package harness
 
 import (
-	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/webhook-guard/webhook-guard/certs"
 )
 
 // Behaviour is how the test webhook answers a request on one path.
@@ -108,11 +104,7 @@ type WebhookOptions struct {
 // Webhook is a real TLS admission webhook for tests. Behaviours are chosen
 // per path and can change while it serves; it counts calls per path.
 type Webhook struct {
-	// CA signed the serving certificate.
-	CA *certs.CA
-
-	srv      *http.Server
-	listener net.Listener
+	*TLSServer
 
 	mu         sync.Mutex
 	behaviours map[string]Behaviour
@@ -122,27 +114,12 @@ type Webhook struct {
 
 // StartWebhook starts a Webhook with a fresh CA. Unknown paths answer 404.
 func StartWebhook(opts WebhookOptions) (*Webhook, error) {
-	ca, err := certs.NewCA("webhook-guard-e2e-ca", 24*time.Hour)
+	wh := &Webhook{behaviours: map[string]Behaviour{}, calls: map[string]int{}, requests: map[string][]admissionv1.AdmissionReview{}}
+	srv, err := StartTLSServer(opts, http.HandlerFunc(wh.serve))
 	if err != nil {
 		return nil, err
 	}
-	pair, err := ca.Issue(append([]string{"localhost"}, opts.DNSNames...), []net.IP{net.ParseIP(opts.Host)}, 24*time.Hour)
-	if err != nil {
-		return nil, err
-	}
-	cert, err := pair.TLSCertificate()
-	if err != nil {
-		return nil, err
-	}
-	l, err := tls.Listen("tcp", net.JoinHostPort(opts.Host, strconv.Itoa(opts.Port)), &tls.Config{
-		Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("listening on %s: %w", opts.Host, err)
-	}
-	wh := &Webhook{CA: ca, listener: l, behaviours: map[string]Behaviour{}, calls: map[string]int{}, requests: map[string][]admissionv1.AdmissionReview{}}
-	wh.srv = &http.Server{Handler: http.HandlerFunc(wh.serve), ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = wh.srv.Serve(l) }()
+	wh.TLSServer = srv
 	return wh, nil
 }
 
@@ -211,19 +188,10 @@ func (wh *Webhook) Requests(path string) []admissionv1.AdmissionReview {
 	return append([]admissionv1.AdmissionReview(nil), wh.requests[path]...)
 }
 
-// Addr is host:port.
-func (wh *Webhook) Addr() string { return wh.listener.Addr().String() }
-
 // Port is the port it listens on.
 func (wh *Webhook) Port() int32 { return int32(wh.listener.Addr().(*net.TCPAddr).Port) }
-
-// URL is https://host:port/path.
-func (wh *Webhook) URL(path string) string { return "https://" + wh.Addr() + path }
 
 // CABundleBase64 is the CA in the base64 form a YAML caBundle needs.
 func (wh *Webhook) CABundleBase64() string {
 	return base64.StdEncoding.EncodeToString(wh.CA.CertPEM)
 }
-
-// Close stops serving.
-func (wh *Webhook) Close() { _ = wh.srv.Close() }
