@@ -62,7 +62,6 @@ func runCommand(ctx context.Context, args []string, stderr io.Writer, restConfig
 }
 
 func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *rest.Config) error {
-	log := setupLog
 	identity, err := whoAmI(ctx, rc)
 	if err != nil {
 		return err
@@ -70,7 +69,7 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 	if err := checkTargetPermissions(ctx, rc, cfg); err != nil {
 		return err
 	}
-	log.Info("Starting webhook-guard", "version", version, "identity", identity, "targets", len(cfg.Targets))
+	setupLog.Info("Starting webhook-guard", "version", version, "identity", identity, "targets", len(cfg.Targets))
 
 	m := breaker.NewMetrics()
 	if err := m.Register(); err != nil {
@@ -163,7 +162,7 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 		}
 	}
 
-	log.Info("Starting the manager")
+	setupLog.Info("Starting the manager")
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("running the manager: %w", err)
 	}
