@@ -574,3 +574,34 @@ func TestBreaker_guardSideFailureIsUnknownNotUnhealthy(t *testing.T) {
 	assert.Equal(t, admissionregistrationv1.Fail, *findWebhook(s.get(), s.hook).FailurePolicy)
 	_ = corev1.EventTypeWarning
 }
+
+// A target whose configuration, then whose webhook, does not exist yet is
+// reported, and picked up when it appears.
+func TestBreaker_missingTargetIsReportedAndPickedUp(t *testing.T) {
+	ctx := context.Background()
+	s := newBreakerSetup(t, setupOptions{mode: "Ignore"})
+	full := s.get()
+	require.NoError(t, env.Client.Delete(ctx, full))
+	g := s.startGuard("guard")
+
+	require.Eventually(t, func() bool {
+		st, err := guardStatus(g)
+		return err == nil && strings.Contains(st.Problem, "MutatingWebhookConfiguration not found")
+	}, transition, 20*time.Millisecond, "a missing configuration was not reported")
+
+	// The configuration appears without the target webhook: an Event says so.
+	partial := &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: s.name},
+		Webhooks:   []admissionregistrationv1.MutatingWebhook{*findWebhook(full, "other."+s.name+".webhook-guard.io")},
+	}
+	require.NoError(t, env.Client.Create(ctx, partial))
+	require.Eventually(t, func() bool { return contains(eventReasons(t, s.name), "TargetMissing") },
+		transition, 50*time.Millisecond, "no TargetMissing Event on the configuration")
+
+	// The webhook appears, and the breaker works on it.
+	partial.Webhooks = append(partial.Webhooks, s.original)
+	require.NoError(t, env.Client.Update(ctx, partial))
+	waitHealthyProbes(t, g, 2)
+	s.wh.SetBehaviour(webhookPath, harness.Delayed(2*time.Second, harness.Allow()))
+	s.waitOpen()
+}
