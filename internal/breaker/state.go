@@ -47,23 +47,22 @@ func (s *State) Observe(key string, r probe.Result, at time.Time) Counts {
 // SetProblem records why key is not probed and reports whether that is
 // news (so the caller emits an Event once, not every interval).
 func (s *State) SetProblem(key, problem string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := s.targets[key]
-	changed := st.Problem != problem
-	st.Problem = problem
-	s.targets[key] = st
-	return changed
+	return s.setNote(key, problem, func(st *TargetStatus) *string { return &st.Problem })
 }
 
 // SetDiagnosis records the likely cause of a TLS failure and reports
 // whether it is news.
 func (s *State) SetDiagnosis(key, diagnosis string) bool {
+	return s.setNote(key, diagnosis, func(st *TargetStatus) *string { return &st.Diagnosis })
+}
+
+func (s *State) setNote(key, value string, field func(*TargetStatus) *string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.targets[key]
-	changed := st.Diagnosis != diagnosis
-	st.Diagnosis = diagnosis
+	f := field(&st)
+	changed := *f != value
+	*f = value
 	s.targets[key] = st
 	return changed
 }
