@@ -299,6 +299,28 @@ func statusLine(t *testing.T, out, webhook string) []string {
 	return nil
 }
 
+// requireCount waits until the watch has delivered n writes, then
+// requires exactly n.
+func (l *writeLog) requireCount(t *testing.T, n int, msg string) {
+	t.Helper()
+	require.Eventually(t, func() bool { return len(l.modified()) >= n }, transition, 20*time.Millisecond, "%s: the watch saw fewer writes", msg)
+	require.Len(t, l.modified(), n, msg)
+}
+
+// waitFor waits until the watch has delivered the write that produced
+// resourceVersion rv.
+func (l *writeLog) waitFor(t *testing.T, rv string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		for _, w := range l.modified() {
+			if w.ResourceVersion == rv {
+				return true
+			}
+		}
+		return false
+	}, transition, 20*time.Millisecond, "the watch never delivered resourceVersion %s", rv)
+}
+
 // guardStatus reads the guard's /status rows.
 type statusRow struct {
 	Failures  int    `json:"consecutiveFailures"`
@@ -442,7 +464,7 @@ func TestBreaker_killedAfterOpenRestartsAndCloses(t *testing.T) {
 	s.startGuard("second")
 	took := s.waitRestored()
 	t.Logf("restarted guard restored the original %s after start", took.Round(time.Millisecond))
-	assert.Len(t, s.writes.modified(), 2, "want one write to open (first guard) and one to close (second guard)")
+	s.writes.requireCount(t, 2, "want one write to open (first guard) and one to close (second guard)")
 }
 
 // A configuration deleted and re-created while open carries no stale
@@ -514,7 +536,9 @@ func TestBreaker_overrideHandoffDuringOpenLosesNoUpdate(t *testing.T) {
 	require.Eventually(t, func() bool { return contains(eventReasons(t, s.name), string(breaker.HandedOff)) },
 		transition, 50*time.Millisecond, "no HandedOff Event")
 
-	// While handed off, failures change nothing.
+	// While handed off, failures change nothing. The watch may deliver the
+	// handoff write a little after a read saw it; count from there.
+	s.writes.waitFor(t, handed.ResourceVersion)
 	writes := len(s.writes.modified())
 	st, err := guardStatus(g)
 	require.NoError(t, err)
@@ -548,13 +572,15 @@ func TestBreaker_twoReplicasOnlyOneWrites(t *testing.T) {
 	}
 	assert.Equal(t, 1, leader.CountLogLines(wrote))
 	assert.Equal(t, 0, follower.CountLogLines(wrote), "the follower wrote")
-	assert.Len(t, s.writes.modified(), 1)
+	s.writes.requireCount(t, 1, "want exactly the leader's write to open")
 
 	leader.Kill()
 	s.wh.SetBehaviour(webhookPath, harness.Allow())
 	s.waitRestored()
-	assert.Equal(t, 1, follower.CountLogLines(wrote), "the new leader must write the close")
-	assert.Len(t, s.writes.modified(), 2)
+	// The process logs the write just after the apiserver has it.
+	require.Eventually(t, func() bool { return follower.CountLogLines(wrote) == 1 }, transition, 20*time.Millisecond,
+		"the new leader must write the close, once")
+	s.writes.requireCount(t, 2, "want the open and the close, nothing else")
 }
 
 // A probe that cannot run for reasons on the guard's side (here: no RBAC
