@@ -135,6 +135,7 @@ func run(ctx context.Context) error {
 			return fmt.Errorf("%s mode: %w\n%s", mode, err, g.Logs())
 		}
 		d.note("%s mode: circuit opened %s after the webhook turned slow", mode, time.Since(slowAt).Round(time.Millisecond))
+		d.settle(ctx, func(err error, called bool) bool { return err == nil && (mode != "Bypass" || !called) })
 		if err := d.measure(ctx, "slow, circuit open in "+mode+" mode"); err != nil {
 			return err
 		}
@@ -146,6 +147,7 @@ func run(ctx context.Context) error {
 		}
 		d.note("%s mode: circuit closed %s after the webhook recovered; failurePolicy Fail restored", mode, time.Since(okAt).Round(time.Millisecond))
 		if mode == "Bypass" {
+			d.settle(ctx, func(err error, called bool) bool { return err == nil && called })
 			if err := d.measure(ctx, "recovered, Fail restored"); err != nil {
 				return err
 			}
@@ -209,6 +211,18 @@ func (d *demo) waitCalledWith(ctx context.Context, label string, b harness.Behav
 		_ = d.env.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, GenerateName: "warmup-"}})
 	}
 	return d.measure(ctx, label)
+}
+
+// settle creates warm-up ConfigMaps until one behaves as ok says: the
+// apiserver applies a configuration change a moment after it is stored.
+func (d *demo) settle(ctx context.Context, ok func(err error, called bool) bool) {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		before := d.apiserverCalls()
+		err := d.env.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, GenerateName: "warmup-"}})
+		if ok(err, d.apiserverCalls() > before) {
+			return
+		}
+	}
 }
 
 func (d *demo) measure(ctx context.Context, label string) error {
