@@ -139,6 +139,11 @@ func policyVariables(opts Options) []admissionregistrationv1.Variable {
 		// the stored record for the message: one line (the apiserver drops a
 		// multi-line message) and at most 1024 characters (it drops one over 5 KiB).
 		{"oldCircuitText", `size(variables.oldCircuit) == 0 ? '' : (size(variables.oldCircuit[0]) > 1024 ? variables.oldCircuit[0].substring(0, 1024) + '...' : variables.oldCircuit[0]).replace('\n', ' ').replace('\r', ' ')`},
+		// For each changed managed webhook with an entry in the stored record:
+		// "since when and the original value", read with regular expressions
+		// because CEL cannot parse JSON. Names are DNS subdomains, so '.' is
+		// the only character to escape.
+		{"openNotes", `size(variables.oldCircuit) == 0 ? [] : (variables.failurePolicyChanged + variables.bypassChanged.filter(n, !(n in variables.failurePolicyChanged))).filter(n, n in variables.managed && variables.oldCircuit[0].matches('"' + n.replace('.', '\\.') + '":\\{')).map(n, 'webhooks[name=' + n + ']: circuit open since ' + variables.oldCircuit[0].find('"' + n.replace('.', '\\.') + '":\\{[^}]*\\}').find('"openedAt":"[^"]*"').replace('"openedAt":', '').replace('"', '') + ', original failurePolicy ' + variables.oldCircuit[0].find('"' + n.replace('.', '\\.') + '":\\{[^}]*\\}').find('"originalFailurePolicy":("[^"]*"|null)').replace('"originalFailurePolicy":', '').replace('"', '').replace('null', 'unset'))`},
 		{"ownedChanges", fmt.Sprintf(`variables.failurePolicyChanged.map(n, 'webhooks[name=' + n + '].failurePolicy') + variables.bypassChanged.map(n, 'webhooks[name=' + n + '].matchConditions[name=' + %s + ']') + (variables.circuit != variables.oldCircuit ? [%s] : [])`,
 			marker, celQuote("metadata.annotations["+CircuitAnnotation+"]"))},
 	}
@@ -150,11 +155,12 @@ func policyVariables(opts Options) []admissionregistrationv1.Variable {
 }
 
 // messageExpression renders the denial message: the same key facts as the Go
-// message (configuration, fields, owner, the raw circuit record since CEL
-// cannot parse JSON, and the kubectl command).
+// message (configuration, fields, owner, since when the circuit is open and
+// the original policy, the stored record, and the kubectl command).
 func messageExpression(opts Options) string {
 	return strings.Join([]string{
 		`'mutatingwebhookconfiguration "' + object.metadata.name + '": user "' + request.userInfo.username + '" may not change fields owned by webhook-guard (' + ` + celQuote(opts.Breaker()) + ` + '): ' + variables.ownedChanges.join(', ') + '.'`,
+		`(size(variables.openNotes) > 0 ? ' ' + variables.openNotes.join('; ') + '.' : '')`,
 		`(size(variables.oldCircuit) > 0 ? ' Circuit record (` + CircuitAnnotation + `): ' + variables.oldCircuitText + '.' : '')`,
 		`' To hand this configuration over, run: kubectl annotate mutatingwebhookconfiguration ' + object.metadata.name + ' ` + OverrideAnnotation + `="<reason>"'`,
 		`(` + celQuote(OverrideAnnotation) + ` in variables.oldAnnotations ? ' --overwrite' : '')`,

@@ -70,7 +70,7 @@ func TestGuard_kubectlApplyExplainsAndOverrideHandsOff(t *testing.T) {
 		`mutatingwebhookconfiguration "` + s.name + `"`,
 		"webhooks[name=" + s.hook + "].failurePolicy",
 		"webhook-guard (" + s.guardID.Username + ")",
-		openedAt,
+		"webhooks[name=" + s.hook + "]: circuit open since " + openedAt + ", original failurePolicy Fail",
 		`kubectl annotate mutatingwebhookconfiguration ` + s.name + ` webhook-guard.io/override="<reason>"`,
 	} {
 		assert.Contains(t, denied, want)
