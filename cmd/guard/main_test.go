@@ -10,6 +10,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/client-go/rest"
+
+	"github.com/webhook-guard/webhook-guard/internal/admission"
+	"github.com/webhook-guard/webhook-guard/internal/breaker"
 )
 
 // noCluster fails the test if a command tries to reach a cluster.
@@ -95,4 +98,16 @@ func TestRunFlags_defaults(t *testing.T) {
 	assert.Equal(t, "webhook-guard-system", o.LeaderElectionNamespace)
 	assert.Equal(t, 9443, o.WebhookPort)
 	assert.Empty(t, o.WebhookCertDir)
+}
+
+// The breaker writes and the guard protects the same names; they live in
+// two sibling packages that must not import each other, so this is where
+// they meet.
+func TestNames_breakerAndGuardAgree(t *testing.T) {
+	assert.Equal(t, breaker.CircuitAnnotation, admission.CircuitAnnotation)
+	assert.Equal(t, breaker.OverrideAnnotation, admission.OverrideAnnotation)
+	assert.Equal(t, breaker.BypassCondition, admission.BypassMatchConditionName)
+	assert.Equal(t, "webhook-guard.io/circuit", breaker.CircuitAnnotation)
+	assert.Equal(t, "webhook-guard.io/override", breaker.OverrideAnnotation)
+	assert.Equal(t, "webhook-guard.io/circuit-open", breaker.BypassCondition)
 }
