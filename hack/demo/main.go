@@ -207,7 +207,7 @@ func (d *demo) waitFor(ctx context.Context, cond func(*admissionregistrationv1.M
 func (d *demo) waitCalledWith(ctx context.Context, label string, b harness.Behaviour) error {
 	d.wh.SetBehaviour(path, b)
 	deadline := time.Now().Add(30 * time.Second)
-	for d.apiserverCalls() == 0 && time.Now().Before(deadline) {
+	for d.wh.APIServerCalls(path) == 0 && time.Now().Before(deadline) {
 		_ = d.env.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, GenerateName: "warmup-"}})
 	}
 	return d.measure(ctx, label)
@@ -217,9 +217,9 @@ func (d *demo) waitCalledWith(ctx context.Context, label string, b harness.Behav
 // apiserver applies a configuration change a moment after it is stored.
 func (d *demo) settle(ctx context.Context, ok func(err error, called bool) bool) {
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
-		before := d.apiserverCalls()
+		before := d.wh.APIServerCalls(path)
 		err := d.env.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, GenerateName: "warmup-"}})
-		if ok(err, d.apiserverCalls() > before) {
+		if ok(err, d.wh.APIServerCalls(path) > before) {
 			return
 		}
 	}
@@ -228,11 +228,11 @@ func (d *demo) settle(ctx context.Context, ok func(err error, called bool) bool)
 func (d *demo) measure(ctx context.Context, label string) error {
 	r := row{label: label}
 	for i := 0; i < samples; i++ {
-		before := d.apiserverCalls()
+		before := d.wh.APIServerCalls(path)
 		start := time.Now()
 		err := d.env.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, GenerateName: "demo-"}})
 		r.took = append(r.took, time.Since(start))
-		r.called += d.apiserverCalls() - before
+		r.called += d.wh.APIServerCalls(path) - before
 		if err != nil {
 			r.rejected++
 		}
@@ -240,18 +240,6 @@ func (d *demo) measure(ctx context.Context, label string) error {
 	d.rows = append(d.rows, r)
 	say("measured %s", label)
 	return nil
-}
-
-// apiserverCalls counts the webhook calls made by the apiserver, not the
-// guard's dry-run probes.
-func (d *demo) apiserverCalls() int {
-	n := 0
-	for _, r := range d.wh.Requests(path) {
-		if r.Request != nil && (r.Request.DryRun == nil || !*r.Request.DryRun) {
-			n++
-		}
-	}
-	return n
 }
 
 // watch records every write to the configuration, as transitions.

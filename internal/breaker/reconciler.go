@@ -3,6 +3,7 @@ package breaker
 import (
 	"context"
 	"fmt"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -156,4 +157,12 @@ func (r *TargetReconciler) SetupWithManager(mgr ctrl.Manager, trigger <-chan eve
 		For(&admissionregistrationv1.MutatingWebhookConfiguration{}, builder.WithPredicates(isTarget)).
 		WatchesRawSource(source.Channel(trigger, &handler.EnqueueRequestForObject{})).
 		Complete(r)
+}
+
+// now reads c, or the real clock when c is nil.
+func now(c clock.PassiveClock) time.Time {
+	if c == nil {
+		return time.Now()
+	}
+	return c.Now()
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -175,12 +174,4 @@ func sideEffects(wh *admissionregistrationv1.MutatingWebhook) string {
 		return "unset"
 	}
 	return string(*wh.SideEffects)
-}
-
-// now is split out so tests can stamp deterministic times.
-func now(c clock.PassiveClock) time.Time {
-	if c == nil {
-		return time.Now()
-	}
-	return c.Now()
 }

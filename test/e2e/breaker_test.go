@@ -351,17 +351,6 @@ func waitHealthyProbes(t *testing.T, g *harness.Guard, n int) {
 	}, transition, 20*time.Millisecond, "the guard never reported %d healthy probes", n)
 }
 
-// apiserverCalls counts the real (not dry-run) admission calls the webhook got.
-func apiserverCalls(wh *harness.Webhook) int {
-	n := 0
-	for _, r := range wh.Requests(webhookPath) {
-		if r.Request != nil && (r.Request.DryRun == nil || !*r.Request.DryRun) {
-			n++
-		}
-	}
-	return n
-}
-
 func eventReasons(t *testing.T, name string) []string {
 	t.Helper()
 	list := &eventsv1.EventList{}
@@ -414,10 +403,10 @@ func TestBreaker_fullCycle(t *testing.T) {
 			// apiserver sees the new configuration a moment after we do.
 			var took time.Duration
 			require.Eventually(t, func() bool {
-				before := apiserverCalls(s.wh)
+				before := s.wh.APIServerCalls(webhookPath)
 				var err error
 				took, err = createConfigMap(ctx, env.Client, s.ns)
-				return err == nil && (tc.mode != "Bypass" || apiserverCalls(s.wh) == before)
+				return err == nil && (tc.mode != "Bypass" || s.wh.APIServerCalls(webhookPath) == before)
 			}, transition, 20*time.Millisecond, "%s mode: a create never went through without waiting on the webhook", tc.mode)
 			t.Logf("%s/%s: ConfigMap create with the circuit open took %s", tc.mode, ref, took.Round(time.Millisecond))
 

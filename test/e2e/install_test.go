@@ -397,18 +397,6 @@ func installTargetState(ctx context.Context) (installWebhookState, error) {
 	return installWebhookState{}, fmt.Errorf("webhook %s not found in %s", installTargetWebhook, installTarget)
 }
 
-// installAPIServerCalls counts the AdmissionReviews on path that came from
-// the apiserver, not from the guard's dry-run probes.
-func installAPIServerCalls(wh *harness.Webhook, path string) int {
-	n := 0
-	for _, r := range wh.Requests(path) {
-		if r.Request != nil && (r.Request.DryRun == nil || !*r.Request.DryRun) {
-			n++
-		}
-	}
-	return n
-}
-
 // installEventReasons lists the reasons of the events.k8s.io Events in
 // "default" about the target configuration: where client-go puts Events
 // about cluster-scoped objects.
@@ -486,7 +474,7 @@ func TestInstall_guardRunsAsInstalledServiceAccount(t *testing.T) {
 	// the new configuration).
 	require.Eventually(t, func() bool {
 		_, err := createConfigMap(ctx, env.Client, ns)
-		return err == nil && installAPIServerCalls(wh, path) >= 1
+		return err == nil && wh.APIServerCalls(path) >= 1
 	}, wait, 50*time.Millisecond, "control: the apiserver never called the closed webhook")
 
 	// Slow: the apiserver's 1s timeout is exceeded; the circuit opens in
@@ -498,9 +486,9 @@ func TestInstall_guardRunsAsInstalledServiceAccount(t *testing.T) {
 		return err == nil && st.policy == admissionregistrationv1.Ignore && st.marker && strings.Contains(st.annotation, installTargetWebhook)
 	}, wait, 100*time.Millisecond, "the circuit never opened on %s", installTarget)
 	require.Eventually(t, func() bool {
-		before := installAPIServerCalls(wh, path)
+		before := wh.APIServerCalls(path)
 		_, err := createConfigMap(ctx, env.Client, ns)
-		return err == nil && installAPIServerCalls(wh, path) == before
+		return err == nil && wh.APIServerCalls(path) == before
 	}, wait, 50*time.Millisecond, "Bypass: admission never went through without calling the slow webhook")
 
 	// Healthy again: the circuit closes and restores exactly what was there.

@@ -29,12 +29,11 @@ const binaryStaticName = harness.StaticPrefix + "binary-guard"
 // the guard binary's webhook and renders the static manifest that points
 // at it, as a control-plane operator would with "guard manifests static".
 func prepareBinaryStatic() (map[string][]byte, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := harness.FreeLoopbackAddr()
 	if err != nil {
 		return nil, err
 	}
-	binaryStatic.addr = l.Addr().String()
-	l.Close()
+	binaryStatic.addr = addr
 	ca, err := certs.NewCA("webhook-guard-e2e-static", 24*time.Hour)
 	if err != nil {
 		return nil, err

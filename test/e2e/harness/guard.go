@@ -76,7 +76,7 @@ func (e *Env) StartGuard(opts GuardOptions) (*Guard, error) {
 	if err := os.WriteFile(cfg, []byte(opts.Config), 0o600); err != nil {
 		return nil, err
 	}
-	statusAddr, err := freeLoopbackAddr()
+	statusAddr, err := FreeLoopbackAddr()
 	if err != nil {
 		return nil, err
 	}
@@ -166,7 +166,7 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func freeLoopbackAddr() (string, error) {
+func FreeLoopbackAddr() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err

@@ -188,6 +188,18 @@ func (wh *Webhook) Requests(path string) []admissionv1.AdmissionReview {
 	return append([]admissionv1.AdmissionReview(nil), wh.requests[path]...)
 }
 
+// APIServerCalls counts the AdmissionReviews on path that are not dry
+// runs: the calls kube-apiserver made for real requests, not a probe's.
+func (wh *Webhook) APIServerCalls(path string) int {
+	n := 0
+	for _, r := range wh.Requests(path) {
+		if r.Request != nil && (r.Request.DryRun == nil || !*r.Request.DryRun) {
+			n++
+		}
+	}
+	return n
+}
+
 // Port is the port it listens on.
 func (wh *Webhook) Port() int32 { return int32(wh.listener.Addr().(*net.TCPAddr).Port) }
 
