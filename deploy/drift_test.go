@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/webhook-guard/webhook-guard/internal/admission"
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 	"github.com/webhook-guard/webhook-guard/internal/rbac"
 )
@@ -28,7 +29,7 @@ func TestGenerated_matchesConfig(t *testing.T) {
 	require.NoError(t, err, "the example configuration must load as the service loads it")
 
 	policy, binding := admission.RenderPolicy(admission.Options{
-		BreakerUsername: admission.DefaultBreakerUsername,
+		BreakerUsername: circuit.DefaultUsername,
 		Managed:         cfg.Managed(),
 	})
 	cases := map[string]func() ([]byte, error){

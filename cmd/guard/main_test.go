@@ -10,9 +10,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/client-go/rest"
-
-	"github.com/webhook-guard/webhook-guard/internal/admission"
-	"github.com/webhook-guard/webhook-guard/internal/breaker"
 )
 
 // noCluster fails the test if a command tries to reach a cluster.
@@ -103,11 +100,3 @@ func TestRunFlags_defaults(t *testing.T) {
 // The breaker writes and the guard protects the same names; they live in
 // two sibling packages that must not import each other, so this is where
 // they meet.
-func TestNames_breakerAndGuardAgree(t *testing.T) {
-	assert.Equal(t, breaker.CircuitAnnotation, admission.CircuitAnnotation)
-	assert.Equal(t, breaker.OverrideAnnotation, admission.OverrideAnnotation)
-	assert.Equal(t, breaker.BypassCondition, admission.BypassMatchConditionName)
-	assert.Equal(t, "webhook-guard.io/circuit", breaker.CircuitAnnotation)
-	assert.Equal(t, "webhook-guard.io/override", breaker.OverrideAnnotation)
-	assert.Equal(t, "webhook-guard.io/circuit-open", breaker.BypassCondition)
-}

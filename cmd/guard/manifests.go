@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/webhook-guard/webhook-guard/internal/admission"
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 	"github.com/webhook-guard/webhook-guard/internal/rbac"
 )
@@ -20,7 +21,7 @@ func manifestsCommand(args []string, stdout, stderr io.Writer) error {
 	}
 	fs := flagSet("manifests "+args[0], stderr)
 	path := fs.String("config", "", "GuardConfiguration file (required): the managed configurations.")
-	breakerUser := fs.String("breaker", admission.DefaultBreakerUsername, "The breaker's username; the running service fills in its real identity.")
+	breakerUser := fs.String("breaker", circuit.DefaultUsername, "The breaker's username; the running service fills in its real identity.")
 	url := fs.String("url", "", "static: the URL at which control-plane hosts reach the guard's webhook (https://.../validate-mutatingwebhookconfigurations).")
 	caFile := fs.String("ca-file", "", "static: PEM CA bundle that verifies the webhook's serving certificate.")
 	if err := fs.Parse(args[1:]); err != nil {

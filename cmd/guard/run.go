@@ -72,11 +72,11 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 	setupLog.Info("Starting webhook-guard", "version", version, "identity", identity, "targets", len(cfg.Targets))
 
 	m := breaker.NewMetrics()
-	if err := m.Register(); err != nil {
-		return fmt.Errorf("registering metrics: %w", err)
-	}
-	if err := metrics.Registry.Register(admission.PolicyRepairs); err != nil {
-		return fmt.Errorf("registering metrics: %w", err)
+	repairs := admission.NewPolicyRepairs()
+	for _, c := range append(m.Collectors(), repairs) {
+		if err := metrics.Registry.Register(c); err != nil {
+			return fmt.Errorf("registering metrics: %w", err)
+		}
 	}
 
 	var webhookServer webhook.Server
@@ -111,14 +111,14 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 	}
 
 	opts := admission.Options{BreakerUsername: identity, Managed: cfg.Managed()}
-	policy := &admission.PolicyReconciler{Client: mgr.GetClient(), Options: opts, Recorder: mgr.GetEventRecorder("webhook-guard")}
+	policy := &admission.PolicyReconciler{Client: mgr.GetClient(), Options: opts, Recorder: mgr.GetEventRecorder("webhook-guard"), Repairs: repairs}
 	if err := policy.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the guard policy controller: %w", err)
 	}
 	if webhookServer != nil {
 		// GetWebhookServer adds the server to the manager; a server that is
 		// only passed in Options is never started.
-		mgr.GetWebhookServer().Register(admission.WebhookPath, &webhookadmission.Webhook{Handler: &admission.Handler{Options: func() admission.Options { return opts }}})
+		mgr.GetWebhookServer().Register(admission.WebhookPath, &webhookadmission.Webhook{Handler: &admission.Handler{Options: opts}})
 	}
 
 	reader := mgr.GetAPIReader()
@@ -134,7 +134,7 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 	}
 	runner := &breaker.ProbeRunner{
 		Reader: mgr.GetClient(), Targets: cfg.Targets, State: state, Metrics: m, Recorder: recorder, Trigger: trigger,
-		Prober: &probe.Prober{Resolver: probe.NewServiceResolver(mgr.GetAPIReader()), Username: identity},
+		Prober: &probe.Prober{Resolver: probe.NewServiceResolver(mgr.GetAPIReader()), Mapper: mgr.GetRESTMapper(), Username: identity},
 		DiagnoseTLS: func(ctx context.Context, annotations map[string]string) string {
 			return certs.DiagnoseInjectedCA(ctx, reader, annotations, time.Now())
 		},

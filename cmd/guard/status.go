@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/webhook-guard/webhook-guard/internal/breaker"
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 )
 
@@ -173,12 +174,12 @@ func objectRow(ctx context.Context, c client.Reader, t config.Target) targetStat
 		}
 		return row
 	}
-	if mwc.Annotations[breaker.OverrideAnnotation] != "" {
+	if mwc.Annotations[circuit.OverrideAnnotation] != "" {
 		row.State = "HandedOff"
-		row.Problem = fmt.Sprintf("override: %s", mwc.Annotations[breaker.OverrideAnnotation])
+		row.Problem = fmt.Sprintf("override: %s", mwc.Annotations[circuit.OverrideAnnotation])
 		return row
 	}
-	rec, err := breaker.DecodeRecord(mwc.Annotations)
+	rec, err := circuit.Decode(mwc.Annotations)
 	if err != nil {
 		row.State, row.Problem = "Unknown", err.Error()
 		return row

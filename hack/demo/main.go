@@ -23,7 +23,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/webhook-guard/webhook-guard/internal/breaker"
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
 )
 
@@ -178,12 +178,12 @@ targets:
 }
 
 func open(m *admissionregistrationv1.MutatingWebhookConfiguration) bool {
-	rec, err := breaker.DecodeRecord(m.Annotations)
+	rec, err := circuit.Decode(m.Annotations)
 	return err == nil && len(rec) > 0 && *m.Webhooks[0].FailurePolicy == admissionregistrationv1.Ignore
 }
 
 func restored(m *admissionregistrationv1.MutatingWebhookConfiguration) bool {
-	_, rec := m.Annotations[breaker.CircuitAnnotation]
+	_, rec := m.Annotations[circuit.Annotation]
 	return !rec && *m.Webhooks[0].FailurePolicy == admissionregistrationv1.Fail && len(m.Webhooks[0].MatchConditions) == 0
 }
 

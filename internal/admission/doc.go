@@ -6,14 +6,13 @@
 // The owned fields of a managed MutatingWebhookConfiguration are:
 //
 //   - the failurePolicy of each managed webhook;
-//   - the bypass matchCondition named "webhook-guard.io/circuit-open" on any
-//     webhook of the configuration;
-//   - the annotation "webhook-guard.io/circuit", the breaker's record of what
-//     it changed.
+//   - the bypass matchCondition ([circuit.BypassCondition]) on any webhook
+//     of the configuration;
+//   - the circuit annotation ([circuit.Annotation]), the breaker's record of
+//     what it changed.
 //
 // Only the breaker's identity may change them, unless an administrator hands
-// the configuration over with a non-empty "webhook-guard.io/override"
-// annotation. Everything else (other fields, other webhooks' failurePolicy,
+// the configuration over with a non-empty [circuit.OverrideAnnotation]. Everything else (other fields, other webhooks' failurePolicy,
 // unmanaged configurations, DELETE, removing the override itself) is allowed.
 //
 // The package provides:
@@ -38,6 +37,8 @@
 // ever registered through the static manifest, and the ValidatingAdmissionPolicy
 // is the enforcement that works on every control plane.
 //
-// The package does not talk to the API server: wiring (reconciling the
-// policy, serving the handler, writing the manifest) belongs to the binary.
+// [PolicyReconciler] is the one part that talks to the API server: it keeps
+// the rendered policy and binding in place and repairs them. The rule, the
+// renderings and the handler are pure. The names and the circuit record
+// come from package circuit; this package defines none of its own.
 package admission

@@ -1,7 +1,4 @@
 package admission
 
 // Exported for the external test package.
-var (
-	CelQuote                   = celQuote
-	NoManagedConfigurationName = noManagedConfigurationName
-)
+var NoManagedConfigurationName = noManagedConfigurationName

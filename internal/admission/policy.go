@@ -2,12 +2,12 @@ package admission
 
 import (
 	"fmt"
-	"sort"
 	"strings"
-	"unicode"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
 )
 
 // PolicyName is the name of the ValidatingAdmissionPolicy and of its binding.
@@ -78,7 +78,7 @@ func RenderPolicy(opts Options) (*admissionregistrationv1.ValidatingAdmissionPol
 			Variables: policyVariables(opts),
 			Validations: []admissionregistrationv1.Validation{{
 				Expression:        validationExpression,
-				MessageExpression: messageExpression(opts),
+				MessageExpression: messageCEL(opts.Breaker()),
 				Message: fmt.Sprintf("fields owned by webhook-guard (%s) may not be changed; to hand the configuration over, run: %s",
 					opts.Breaker(), AnnotateCommand("<name>", false)),
 				Reason: ptrTo(metav1.StatusReasonForbidden),
@@ -106,46 +106,54 @@ func ptrTo[T any](v T) *T { return &v }
 const validationExpression = `!variables.isManaged || variables.isBreaker || variables.override || size(variables.ownedChanges) == 0`
 
 // policyVariables renders the policy's variables; each may use the ones
-// before it.
+// before it. They compute what ownedChanges and openNotes compute in Go.
 func policyVariables(opts Options) []admissionregistrationv1.Variable {
-	marker := celQuote(BypassMatchConditionName)
-	circuit := celQuote(CircuitAnnotation)
-	override := celQuote(OverrideAnnotation)
+	marker := circuit.QuoteCEL(circuit.BypassCondition)
+	annotation := circuit.QuoteCEL(circuit.Annotation)
+	override := circuit.QuoteCEL(circuit.OverrideAnnotation)
+	policyOf := func(w string) string {
+		return fmt.Sprintf(`(has(%s.failurePolicy) && %s.failurePolicy != '' ? %s.failurePolicy : %s)`, w, w, w, circuit.QuoteCEL(circuit.Unset))
+	}
 	markersOf := func(list string) string {
 		return fmt.Sprintf(`%s.filter(w, has(w.matchConditions) && w.matchConditions.exists(c, c.name == %s)).map(w, w.name + ' ' + w.matchConditions.filter(c, c.name == %s)[0].expression)`,
 			list, marker, marker)
 	}
+	markerOf := func(list, n string) string {
+		return fmt.Sprintf(`%s.filter(m, m.startsWith(%s + ' '))`, list, n)
+	}
 	vars := []struct{ name, expr string }{
 		// managed webhook names by configuration name, rendered from Options.
-		{"managedByConfig", celManagedMap(opts.Managed)},
+		{"managedByConfig", celManagedMap(opts)},
 		{"isManaged", `object.metadata.name in variables.managedByConfig`},
 		{"managed", `variables.isManaged ? variables.managedByConfig[object.metadata.name] : []`},
-		{"isBreaker", `request.userInfo.username == ` + celQuote(opts.Breaker())},
+		{"isBreaker", `request.userInfo.username == ` + circuit.QuoteCEL(opts.Breaker())},
 		{"annotations", `has(object.metadata.annotations) ? object.metadata.annotations : {}`},
 		{"oldAnnotations", `oldObject != null && has(oldObject.metadata.annotations) ? oldObject.metadata.annotations : {}`},
 		{"override", fmt.Sprintf(`%s in variables.annotations && variables.annotations[%s] != ''`, override, override)},
 		{"newWebhooks", `has(object.webhooks) ? object.webhooks : []`},
 		{"oldWebhooks", `oldObject != null && has(oldObject.webhooks) ? oldObject.webhooks : []`},
-		// managed webhooks, present on both sides, whose failurePolicy differs (unset is '').
-		{"failurePolicyChanged", `variables.oldWebhooks.filter(o, o.name in variables.managed && variables.newWebhooks.exists(w, w.name == o.name && (has(w.failurePolicy) ? w.failurePolicy : '') != (has(o.failurePolicy) ? o.failurePolicy : ''))).map(o, o.name)`},
+		// managed webhooks, present on both sides, whose failurePolicy differs.
+		{"failurePolicyChanges", fmt.Sprintf(`variables.oldWebhooks.filter(o, o.name in variables.managed && variables.newWebhooks.exists(w, w.name == o.name && %s != %s)).map(o, 'webhooks[name=' + o.name + '].failurePolicy (' + %s + ' -> ' + variables.newWebhooks.filter(w, w.name == o.name).map(w, %s)[0] + ')')`,
+			policyOf("w"), policyOf("o"), policyOf("o"), policyOf("w"))},
 		// "<webhook name> <expression>" of each bypass marker; names contain no space.
 		{"newMarkers", markersOf("variables.newWebhooks")},
 		{"oldMarkers", markersOf("variables.oldWebhooks")},
 		// webhooks (new ones, then removed ones) whose bypass marker was added, removed or altered.
-		{"bypassChanged", `(variables.newWebhooks.map(w, w.name) + variables.oldWebhooks.filter(o, !variables.newWebhooks.exists(w, w.name == o.name)).map(o, o.name)).filter(n, variables.newMarkers.filter(m, m.startsWith(n + ' ')) != variables.oldMarkers.filter(m, m.startsWith(n + ' ')))`},
+		{"bypassChanges", fmt.Sprintf(`(variables.newWebhooks.map(w, w.name) + variables.oldWebhooks.filter(o, !variables.newWebhooks.exists(w, w.name == o.name)).map(o, o.name)).filter(n, %s != %s).map(n, 'webhooks[name=' + n + '].matchConditions[name=' + %s + '] (' + (size(%s) == 0 ? 'added' : size(%s) == 0 ? 'removed' : 'changed') + ')')`,
+			markerOf("variables.newMarkers", "n"), markerOf("variables.oldMarkers", "n"), marker, markerOf("variables.oldMarkers", "n"), markerOf("variables.newMarkers", "n"))},
 		// the circuit record as a list of zero or one value.
-		{"circuit", fmt.Sprintf(`%s in variables.annotations ? [variables.annotations[%s]] : []`, circuit, circuit)},
-		{"oldCircuit", fmt.Sprintf(`%s in variables.oldAnnotations ? [variables.oldAnnotations[%s]] : []`, circuit, circuit)},
-		// the stored record for the message: one line (the apiserver drops a
-		// multi-line message) and at most 1024 characters (it drops one over 5 KiB).
-		{"oldCircuitText", `size(variables.oldCircuit) == 0 ? '' : (size(variables.oldCircuit[0]) > 1024 ? variables.oldCircuit[0].substring(0, 1024) + '...' : variables.oldCircuit[0]).replace('\n', ' ').replace('\r', ' ')`},
-		// For each changed managed webhook with an entry in the stored record:
-		// "since when and the original value", read with regular expressions
-		// because CEL cannot parse JSON. Names are DNS subdomains, so '.' is
-		// the only character to escape.
-		{"openNotes", `size(variables.oldCircuit) == 0 ? [] : (variables.failurePolicyChanged + variables.bypassChanged.filter(n, !(n in variables.failurePolicyChanged))).filter(n, n in variables.managed && variables.oldCircuit[0].matches('"' + n.replace('.', '\\.') + '":\\{')).map(n, 'webhooks[name=' + n + ']: circuit open since ' + variables.oldCircuit[0].find('"' + n.replace('.', '\\.') + '":\\{[^}]*\\}').find('"openedAt":"[^"]*"').replace('"openedAt":', '').replace('"', '') + ', original failurePolicy ' + variables.oldCircuit[0].find('"' + n.replace('.', '\\.') + '":\\{[^}]*\\}').find('"originalFailurePolicy":("[^"]*"|null)').replace('"originalFailurePolicy":', '').replace('"', '').replace('null', 'unset'))`},
-		{"ownedChanges", fmt.Sprintf(`variables.failurePolicyChanged.map(n, 'webhooks[name=' + n + '].failurePolicy') + variables.bypassChanged.map(n, 'webhooks[name=' + n + '].matchConditions[name=' + %s + ']') + (variables.circuit != variables.oldCircuit ? [%s] : [])`,
-			marker, celQuote("metadata.annotations["+CircuitAnnotation+"]"))},
+		{"circuit", fmt.Sprintf(`%s in variables.annotations ? [variables.annotations[%s]] : []`, annotation, annotation)},
+		{"oldCircuit", fmt.Sprintf(`%s in variables.oldAnnotations ? [variables.oldAnnotations[%s]] : []`, annotation, annotation)},
+		{"circuitChanges", fmt.Sprintf(`variables.circuit != variables.oldCircuit ? [%s + (size(variables.oldCircuit) == 0 ? 'added' : size(variables.circuit) == 0 ? 'removed' : 'changed') + ')'] : []`,
+			circuit.QuoteCEL(circuitPath+" ("))},
+		{"ownedChanges", `variables.failurePolicyChanges + variables.bypassChanges + variables.circuitChanges`},
+		// the stored record's text, '' when there is none.
+		{"oldRecord", `size(variables.oldCircuit) == 0 ? '' : variables.oldCircuit[0]`},
+		// [name, entry text] of each managed webhook with an entry in the stored record.
+		{"openEntries", fmt.Sprintf(`variables.managed.filter(n, %s).map(n, [n, %s])`,
+			circuit.HasEntryCEL("variables.oldRecord", "n"), circuit.EntryTextCEL("variables.oldRecord", "n"))},
+		// the open circuits of managed webhooks, read from their entries.
+		{"openNotes", fmt.Sprintf(`variables.openEntries.map(e, %s)`, circuit.NoteCEL("e[1]", "e[0]"))},
 	}
 	out := make([]admissionregistrationv1.Variable, 0, len(vars))
 	for _, v := range vars {
@@ -154,81 +162,22 @@ func policyVariables(opts Options) []admissionregistrationv1.Variable {
 	return out
 }
 
-// messageExpression renders the denial message: the same key facts as the Go
-// message (configuration, fields, owner, since when the circuit is open and
-// the original policy, the stored record, and the kubectl command).
-func messageExpression(opts Options) string {
-	return strings.Join([]string{
-		`'mutatingwebhookconfiguration "' + object.metadata.name + '": user "' + request.userInfo.username + '" may not change fields owned by webhook-guard (' + ` + celQuote(opts.Breaker()) + ` + '): ' + variables.ownedChanges.join(', ') + '.'`,
-		`(size(variables.openNotes) > 0 ? ' ' + variables.openNotes.join('; ') + '.' : '')`,
-		`(size(variables.oldCircuit) > 0 ? ' Circuit record (` + CircuitAnnotation + `): ' + variables.oldCircuitText + '.' : '')`,
-		`' To hand this configuration over, run: kubectl annotate mutatingwebhookconfiguration ' + object.metadata.name + ' ` + OverrideAnnotation + `="<reason>"'`,
-		`(` + celQuote(OverrideAnnotation) + ` in variables.oldAnnotations ? ' --overwrite' : '')`,
-		`' and retry; remove the annotation to give it back to webhook-guard.'`,
-	}, " + ")
-}
-
-// celManagedMap renders managed as a CEL map literal from configuration name
-// to the list of managed webhook names, with sorted keys and values.
-func celManagedMap(managed map[string][]string) string {
-	keys := make([]string, 0, len(managed))
-	for k := range managed {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	entries := make([]string, 0, len(keys))
-	for _, k := range keys {
-		entries = append(entries, celQuote(k)+": "+celList(managed[k]))
+// celManagedMap renders the managed webhooks as a CEL map literal from
+// configuration name to its list of webhook names, sorted as the Go rule
+// sorts them.
+func celManagedMap(opts Options) string {
+	entries := make([]string, 0, len(opts.Managed))
+	for _, name := range opts.ConfigNames() {
+		entries = append(entries, circuit.QuoteCEL(name)+": "+celList(opts.managedWebhooks(name)))
 	}
 	return "{" + strings.Join(entries, ", ") + "}"
 }
 
-// celList renders values, sorted and deduplicated, as a CEL list literal of
-// strings.
+// celList renders values, in their order, as a CEL list literal of strings.
 func celList(values []string) string {
-	sorted := append([]string(nil), values...)
-	sort.Strings(sorted)
-	items := make([]string, 0, len(sorted))
-	for i, v := range sorted {
-		if i > 0 && sorted[i-1] == v {
-			continue
-		}
-		items = append(items, celQuote(v))
+	quoted := make([]string, 0, len(values))
+	for _, v := range values {
+		quoted = append(quoted, circuit.QuoteCEL(v))
 	}
-	return "[" + strings.Join(items, ", ") + "]"
-}
-
-// celQuote returns s as a single-quoted CEL string literal. Backslashes and
-// single quotes are escaped, common control characters use their short
-// escapes, and any other non-printable rune is written as \uXXXX or
-// \UXXXXXXXX; invalid UTF-8 becomes U+FFFD.
-func celQuote(s string) string {
-	var b strings.Builder
-	b.Grow(len(s) + 2)
-	b.WriteByte('\'')
-	for _, r := range s {
-		switch r {
-		case '\\':
-			b.WriteString(`\\`)
-		case '\'':
-			b.WriteString(`\'`)
-		case '\n':
-			b.WriteString(`\n`)
-		case '\r':
-			b.WriteString(`\r`)
-		case '\t':
-			b.WriteString(`\t`)
-		default:
-			switch {
-			case unicode.IsPrint(r):
-				b.WriteRune(r)
-			case r <= 0xFFFF:
-				fmt.Fprintf(&b, `\u%04x`, r)
-			default:
-				fmt.Fprintf(&b, `\U%08x`, r)
-			}
-		}
-	}
-	b.WriteByte('\'')
-	return b.String()
+	return "[" + strings.Join(quoted, ", ") + "]"
 }

@@ -21,24 +21,24 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
 )
 
-// FieldOwner is the field manager of the writes the service makes to its
-// policy objects.
-const FieldOwner = "webhook-guard"
-
-// PolicyRepairs counts writes that put the guard policy or its binding
-// back after someone deleted or changed it.
-var PolicyRepairs = prometheus.NewCounterVec(prometheus.CounterOpts{
-	Name: "guard_policy_repairs_total",
-	Help: "Writes that restored the webhook-guard ValidatingAdmissionPolicy or its binding, by object and action.",
-}, []string{"object", "action"})
+// NewPolicyRepairs returns the counter of writes that put the guard policy
+// or its binding back after someone deleted or changed it. The caller
+// registers it with the other metrics.
+func NewPolicyRepairs() *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "guard_policy_repairs_total",
+		Help: "Writes that restored the webhook-guard ValidatingAdmissionPolicy or its binding, by object and action.",
+	}, []string{"object", "action"})
+}
 
 // PolicyReconciler keeps the ValidatingAdmissionPolicy and binding named
 // PolicyName equal to what RenderPolicy renders from Options. It writes
-// only when the live spec differs from the rendered one after server-side
-// defaulting; any write after the first reconcile is a repair and gets an
-// Event and a count.
+// only when the live objects are not in place (inPlace); any write after
+// the first reconcile is a repair and gets an Event and a count.
 type PolicyReconciler struct {
 	// Client writes the objects.
 	Client client.Client
@@ -47,8 +47,10 @@ type PolicyReconciler struct {
 	Options Options
 	// Recorder emits Events on the repaired object.
 	Recorder recorder.EventRecorder
+	// Repairs counts repairs (NewPolicyRepairs).
+	Repairs *prometheus.CounterVec
 
-	reconciled atomic.Bool
+	applied atomic.Bool
 }
 
 // Reconcile applies both objects.
@@ -59,14 +61,12 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.
 			return ctrl.Result{}, err
 		}
 	}
-	r.reconciled.Store(true)
+	r.applied.Store(true)
 	return ctrl.Result{}, nil
 }
 
-// apply makes the live object equal to want. The comparison runs after
-// the apiserver's own defaulting (a dry-run update), so a default the
-// server fills in is never mistaken for tampering, and any real difference
-// (including list entries another manager added) is replaced outright.
+// apply makes the live object equal to want. Any difference (including
+// list entries another manager added) is replaced outright by an Update.
 func (r *PolicyReconciler) apply(ctx context.Context, want client.Object) error {
 	kind := want.GetObjectKind().GroupVersionKind().Kind
 	live, err := r.get(ctx, want)
@@ -77,24 +77,20 @@ func (r *PolicyReconciler) apply(ctx context.Context, want client.Object) error 
 	var after client.Object
 	if live == nil {
 		after = want.DeepCopyObject().(client.Object)
-		if err := r.Client.Create(ctx, after, client.FieldOwner(FieldOwner)); err != nil {
+		if err := r.Client.Create(ctx, after, client.FieldOwner(circuit.FieldManager)); err != nil {
 			return fmt.Errorf("creating %s %s: %w", kind, want.GetName(), err)
 		}
 	} else {
-		candidate := withSpec(live, want)
-		if err := r.Client.Update(ctx, candidate, client.DryRunAll, client.FieldOwner(FieldOwner)); err != nil {
-			return fmt.Errorf("checking %s %s: %w", kind, want.GetName(), err)
-		}
-		if specEqual(candidate, live) && hasLabels(live, want.GetLabels()) {
+		if inPlace(live, want) && hasLabels(live, want.GetLabels()) {
 			return nil
 		}
 		action = "updated"
 		after = withSpec(live, want)
-		if err := r.Client.Update(ctx, after, client.FieldOwner(FieldOwner)); err != nil {
+		if err := r.Client.Update(ctx, after, client.FieldOwner(circuit.FieldManager)); err != nil {
 			return fmt.Errorf("updating %s %s: %w", kind, want.GetName(), err)
 		}
 	}
-	if !r.reconciled.Load() {
+	if !r.applied.Load() {
 		// The first apply fills in what kustomize could not know: the
 		// breaker's identity and the target names. That is not a repair.
 		logf.FromContext(ctx).Info("Applied the guard policy object", "kind", kind, "name", want.GetName(), "action", action)
@@ -103,7 +99,7 @@ func (r *PolicyReconciler) apply(ctx context.Context, want client.Object) error 
 			action, kind, want.GetName(), r.Options.ConfigNames(), r.Options.Breaker())
 		return nil
 	}
-	PolicyRepairs.WithLabelValues(kind, action).Inc()
+	r.Repairs.WithLabelValues(kind, action).Inc()
 	logf.FromContext(ctx).Info("Restored the guard policy object", "kind", kind, "name", want.GetName(), "action", action)
 	r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, "GuardPolicyRestored", "Apply",
 		"webhook-guard %s %s %s after it was deleted or changed, to enforce its ownership rule (managed configurations: %v, breaker: %s)",
@@ -132,12 +128,19 @@ func withSpec(live, want client.Object) client.Object {
 	return out
 }
 
-func specEqual(a, b client.Object) bool {
-	switch a := a.(type) {
+// inPlace is the one meaning of "the guard is in place": the live object's
+// whole spec equals the rendered one. RenderPolicy sets every field the
+// apiserver defaults, so a live object equals it only when nothing was
+// added, removed or changed, whoever did it; an added matchCondition or a
+// binding narrowed by matchResources is not in place.
+func inPlace(live, want client.Object) bool {
+	switch l := live.(type) {
 	case *admissionregistrationv1.ValidatingAdmissionPolicy:
-		return equality.Semantic.DeepEqual(a.Spec, b.(*admissionregistrationv1.ValidatingAdmissionPolicy).Spec)
+		w, ok := want.(*admissionregistrationv1.ValidatingAdmissionPolicy)
+		return ok && equality.Semantic.DeepEqual(l.Spec, w.Spec)
 	case *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
-		return equality.Semantic.DeepEqual(a.Spec, b.(*admissionregistrationv1.ValidatingAdmissionPolicyBinding).Spec)
+		w, ok := want.(*admissionregistrationv1.ValidatingAdmissionPolicyBinding)
+		return ok && equality.Semantic.DeepEqual(l.Spec, w.Spec)
 	}
 	return false
 }
@@ -162,10 +165,6 @@ func (r *PolicyReconciler) get(ctx context.Context, like client.Object) (client.
 	return obj, nil
 }
 
-// InPlace reports whether the objects have been applied at least once by
-// this process. Used by readyz on the leader.
-func (r *PolicyReconciler) InPlace() bool { return r.reconciled.Load() }
-
 // SetupWithManager watches the two objects by name and reconciles at
 // startup even when neither exists yet.
 func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
@@ -186,25 +185,19 @@ func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 }
 
 // PolicyInPlace checks, from any replica, that the policy and binding in
-// the cluster are what Options renders. It is the readiness signal: a
-// replica is not ready while the guard is not enforced.
+// the cluster are in place (inPlace) for opts. It is the readiness signal: a
+// replica is not ready while the guard is not enforced as rendered.
 func PolicyInPlace(ctx context.Context, c client.Reader, opts Options) error {
-	want, wantBinding := RenderPolicy(opts)
-	got := &admissionregistrationv1.ValidatingAdmissionPolicy{}
-	if err := c.Get(ctx, client.ObjectKey{Name: PolicyName}, got); err != nil {
-		return fmt.Errorf("ValidatingAdmissionPolicy %s: %w", PolicyName, err)
-	}
-	gotBinding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
-	if err := c.Get(ctx, client.ObjectKey{Name: PolicyName}, gotBinding); err != nil {
-		return fmt.Errorf("ValidatingAdmissionPolicyBinding %s: %w", PolicyName, err)
-	}
-	if !equality.Semantic.DeepEqual(want.Spec.Validations, got.Spec.Validations) ||
-		!equality.Semantic.DeepEqual(want.Spec.Variables, got.Spec.Variables) ||
-		!equality.Semantic.DeepEqual(want.Spec.MatchConstraints.ResourceRules, got.Spec.MatchConstraints.ResourceRules) {
-		return fmt.Errorf("ValidatingAdmissionPolicy %s differs from the rendered rule", PolicyName)
-	}
-	if gotBinding.Spec.PolicyName != PolicyName || !equality.Semantic.DeepEqual(wantBinding.Spec.ValidationActions, gotBinding.Spec.ValidationActions) {
-		return fmt.Errorf("ValidatingAdmissionPolicyBinding %s differs from the rendered binding", PolicyName)
+	policy, binding := RenderPolicy(opts)
+	for _, want := range []client.Object{policy, binding} {
+		kind := want.GetObjectKind().GroupVersionKind().Kind
+		live := want.DeepCopyObject().(client.Object)
+		if err := c.Get(ctx, client.ObjectKeyFromObject(want), live); err != nil {
+			return fmt.Errorf("%s %s: %w", kind, want.GetName(), err)
+		}
+		if !inPlace(live, want) {
+			return fmt.Errorf("%s %s differs from the rendered guard", kind, want.GetName())
+		}
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package admission_test
 
 import (
+	"context"
 	"sort"
 	"strings"
 	"testing"
@@ -9,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/yaml"
 
 	"github.com/webhook-guard/webhook-guard/internal/admission"
@@ -92,7 +95,7 @@ func TestRenderPolicy_validations(t *testing.T) {
 		"object.metadata.name",
 		"variables.ownedChanges.join(', ')",
 		"webhook-guard (' + 'system:serviceaccount:ns:breaker' + ')",
-		"variables.oldCircuitText",
+		"variables.openNotes.join('; ')",
 		`kubectl annotate mutatingwebhookconfiguration ' + object.metadata.name + ' webhook-guard.io/override="<reason>"`,
 	} {
 		assert.Contains(t, v.MessageExpression, want)
@@ -142,25 +145,6 @@ func TestRenderPolicy_managedMapEscaped(t *testing.T) {
 	assert.Equal(t, `request.userInfo.username == 'it\'s\\me'`, variable(t, p, "isBreaker"))
 }
 
-func TestCelQuote(t *testing.T) {
-	for in, want := range map[string]string{
-		"":                          `''`,
-		"plain.example.com":         `'plain.example.com'`,
-		`it's`:                      `'it\'s'`,
-		`back\slash`:                `'back\\slash'`,
-		`\'`:                        `'\\\''`,
-		`"double"`:                  `'"double"'`,
-		"line\nbreak\r\ttab":        `'line\nbreak\r\ttab'`,
-		"nul\x00bell\x07":           `'nul\u0000bell\u0007'`,
-		"unicode é ✓":               `'unicode é ✓'`,
-		"zero\u200bwidth":           `'zero\u200bwidth'`,
-		"bad\xffutf8":               `'bad` + "\ufffd" + `utf8'`,
-		"${not} #{interpolated} %s": `'${not} #{interpolated} %s'`,
-	} {
-		assert.Equal(t, want, admission.CelQuote(in), "input %q", in)
-	}
-}
-
 func TestRenderPolicy_marshalsToManifest(t *testing.T) {
 	p, b := admission.RenderPolicy(admission.Options{Managed: map[string][]string{"cfg": {"w.example.com"}}})
 	out, err := admission.MarshalManifest(p, b)
@@ -176,4 +160,47 @@ func TestRenderPolicy_marshalsToManifest(t *testing.T) {
 	var gotB admissionregistrationv1.ValidatingAdmissionPolicyBinding
 	require.NoError(t, yaml.UnmarshalStrict([]byte(docs[1]), &gotB))
 	assert.Equal(t, *b, gotB)
+}
+
+// TestPolicyInPlace_neuteredIsNotInPlace: readiness reports the guard in
+// place only when the live objects are exactly the rendered ones; every way
+// of neutering them without deleting them is caught.
+func TestPolicyInPlace_neuteredIsNotInPlace(t *testing.T) {
+	opts := admission.Options{Managed: map[string][]string{"cfg": {"w.example.com"}}}
+	scheme := runtime.NewScheme()
+	require.NoError(t, admissionregistrationv1.AddToScheme(scheme))
+	build := func(edit func(*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding)) error {
+		p, b := admission.RenderPolicy(opts)
+		if edit != nil {
+			edit(p, b)
+		}
+		c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(p, b).Build()
+		return admission.PolicyInPlace(context.Background(), c, opts)
+	}
+	require.NoError(t, build(nil))
+	for name, edit := range map[string]func(*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding){
+		"a false matchCondition on the policy": func(p *admissionregistrationv1.ValidatingAdmissionPolicy, _ *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
+			p.Spec.MatchConditions = append(p.Spec.MatchConditions, admissionregistrationv1.MatchCondition{Name: "off", Expression: "false"})
+		},
+		"failurePolicy Ignore": func(p *admissionregistrationv1.ValidatingAdmissionPolicy, _ *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
+			ignore := admissionregistrationv1.Ignore
+			p.Spec.FailurePolicy = &ignore
+		},
+		"an object selector on the policy": func(p *admissionregistrationv1.ValidatingAdmissionPolicy, _ *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
+			p.Spec.MatchConstraints.ObjectSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"never": "x"}}
+		},
+		"an exclusion on the policy": func(p *admissionregistrationv1.ValidatingAdmissionPolicy, _ *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
+			p.Spec.MatchConstraints.ExcludeResourceRules = p.Spec.MatchConstraints.ResourceRules
+		},
+		"a binding narrowed by matchResources": func(_ *admissionregistrationv1.ValidatingAdmissionPolicy, b *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
+			b.Spec.MatchResources = &admissionregistrationv1.MatchResources{ObjectSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"never": "x"}}}
+		},
+		"a binding that only audits": func(_ *admissionregistrationv1.ValidatingAdmissionPolicy, b *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
+			b.Spec.ValidationActions = []admissionregistrationv1.ValidationAction{admissionregistrationv1.Audit}
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			assert.Error(t, build(edit))
+		})
+	}
 }

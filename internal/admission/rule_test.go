@@ -13,9 +13,10 @@ import (
 
 	"github.com/webhook-guard/webhook-guard/internal/admission"
 	"github.com/webhook-guard/webhook-guard/internal/admission/admissiontest"
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
 )
 
-const breaker = admission.DefaultBreakerUsername
+const breaker = circuit.DefaultUsername
 
 func caseName(i int) string { return fmt.Sprintf("guard-case-%02d", i) }
 
@@ -62,11 +63,7 @@ func TestCases_shape(t *testing.T) {
 	assert.Len(t, overrides, 3)
 }
 
-func TestCases_namesAgreeWithAdmission(t *testing.T) {
-	assert.Equal(t, admission.CircuitAnnotation, admissiontest.CircuitAnnotation)
-	assert.Equal(t, admission.OverrideAnnotation, admissiontest.OverrideAnnotation)
-	assert.Equal(t, admission.BypassMatchConditionName, admissiontest.BypassMatchConditionName)
-	assert.Equal(t, admission.BypassMatchConditionExpression, admissiontest.BypassMatchConditionExpression)
+func TestCases_annotateCommandIsTheRules(t *testing.T) {
 	assert.Equal(t, strings.ReplaceAll(admissiontest.AnnotateCommand, admissiontest.NamePlaceholder, "cfg"), admission.AnnotateCommand("cfg", false))
 }
 
@@ -117,8 +114,7 @@ func TestDecide_messageNamesOpenCircuit(t *testing.T) {
 	old := admissiontest.BypassOpen("cfg")
 	d := admission.Decide(admission.Request{Operation: admissionv1.Update, Old: old, New: restoreFail(old), User: admin()}, managedOpts("cfg"))
 	require.False(t, d.Allowed)
-	assert.Contains(t, d.Message, "circuit open since 2026-11-30T10:00:00Z, original failurePolicy Fail")
-	assert.Contains(t, d.Message, "mode Bypass")
+	assert.Contains(t, d.Message, "webhooks[name=slow.mutator.webhook-guard.io]: circuit open since 2026-11-30T10:00:00Z, original failurePolicy Fail, mode Bypass, reason timeout.")
 	assert.Contains(t, d.Message, "webhooks[name=slow.mutator.webhook-guard.io].failurePolicy (Ignore -> Fail)")
 	assert.Contains(t, d.Message, `user "kubernetes-admin"`)
 	assert.Contains(t, d.Message, `kubectl annotate mutatingwebhookconfiguration cfg webhook-guard.io/override="<reason>" and retry`)
@@ -128,7 +124,7 @@ func TestDecide_messageNamesOpenCircuit(t *testing.T) {
 
 func TestDecide_messageOriginalPolicyNull(t *testing.T) {
 	old := admissiontest.BypassOpen("cfg")
-	old.Annotations[admission.CircuitAnnotation] = `{"slow.mutator.webhook-guard.io":{"uid":"u","mode":"Ignore","openedAt":"2026-11-30T10:00:00Z","reason":"timeout","originalFailurePolicy":null}}`
+	old.Annotations[circuit.Annotation] = `{"slow.mutator.webhook-guard.io":{"uid":"u","mode":"Ignore","openedAt":"2026-11-30T10:00:00Z","reason":"timeout","originalFailurePolicy":null}}`
 	d := admission.Decide(admission.Request{Operation: admissionv1.Update, Old: old, New: restoreFail(old), User: admin()}, managedOpts("cfg"))
 	require.False(t, d.Allowed)
 	assert.Contains(t, d.Message, "circuit open since 2026-11-30T10:00:00Z, original failurePolicy unset")
@@ -149,7 +145,7 @@ func TestDecide_malformedRecord(t *testing.T) {
 	} {
 		t.Run(record, func(t *testing.T) {
 			old := admissiontest.BypassOpen("cfg")
-			old.Annotations[admission.CircuitAnnotation] = record
+			old.Annotations[circuit.Annotation] = record
 			var d admission.Decision
 			require.NotPanics(t, func() {
 				d = admission.Decide(admission.Request{Operation: admissionv1.Update, Old: old, New: restoreFail(old), User: admin()}, managedOpts("cfg"))
@@ -166,10 +162,11 @@ func TestDecide_malformedRecord(t *testing.T) {
 			assert.True(t, d.Allowed)
 		})
 	}
+	// What a hand-written record does not hold reads as unknown, never as a guess.
 	old := admissiontest.BypassOpen("cfg")
-	old.Annotations[admission.CircuitAnnotation] = `{not json`
+	old.Annotations[circuit.Annotation] = `{"slow.mutator.webhook-guard.io":{"openedAt":42,"originalFailurePolicy":["x"]}}`
 	d := admission.Decide(admission.Request{Operation: admissionv1.Update, Old: old, New: restoreFail(old), User: admin()}, managedOpts("cfg"))
-	assert.Contains(t, d.Message, "unreadable")
+	assert.Contains(t, d.Message, "circuit open since an unknown time, original failurePolicy unset, mode unknown, reason unknown")
 }
 
 func TestDecide_deleteAndConnectAllowed(t *testing.T) {
@@ -183,26 +180,26 @@ func TestDecide_deleteAndConnectAllowed(t *testing.T) {
 
 func TestDecide_create(t *testing.T) {
 	forged := admissiontest.Healthy("cfg")
-	forged.Annotations = map[string]string{admission.CircuitAnnotation: admissiontest.CircuitRecord("Ignore")}
+	forged.Annotations = map[string]string{circuit.Annotation: admissiontest.CircuitRecord(circuit.ModeIgnore, admissiontest.OpenedAt)}
 	d := admission.Decide(admission.Request{Operation: admissionv1.Create, New: forged, User: admissiontest.UserInfo(admissiontest.OtherSA, breaker)}, managedOpts("cfg"))
 	require.False(t, d.Allowed, "a forged record on CREATE is denied")
 	assert.Contains(t, d.Message, "metadata.annotations[webhook-guard.io/circuit] (added)")
 	assert.Contains(t, d.Message, `kubectl annotate mutatingwebhookconfiguration cfg webhook-guard.io/override="<reason>"`)
 
 	emptyRecord := admissiontest.Healthy("cfg")
-	emptyRecord.Annotations = map[string]string{admission.CircuitAnnotation: ""}
+	emptyRecord.Annotations = map[string]string{circuit.Annotation: ""}
 	d = admission.Decide(admission.Request{Operation: admissionv1.Create, New: emptyRecord, User: admin()}, managedOpts("cfg"))
 	assert.False(t, d.Allowed, "any value counts as adding")
 
 	marked := admissiontest.BypassOpen("cfg")
-	delete(marked.Annotations, admission.CircuitAnnotation)
+	delete(marked.Annotations, circuit.Annotation)
 	d = admission.Decide(admission.Request{Operation: admissionv1.Create, New: marked, User: admin()}, managedOpts("cfg"))
 	require.False(t, d.Allowed, "a bypass marker on CREATE is denied")
 	assert.Contains(t, d.Message, "matchConditions[name=webhook-guard.io/circuit-open] (added")
 	assert.NotContains(t, d.Message, "failurePolicy", "a webhook present on one side only is no failurePolicy change")
 
 	ignore := admissiontest.IgnoreOpen("cfg")
-	delete(ignore.Annotations, admission.CircuitAnnotation)
+	delete(ignore.Annotations, circuit.Annotation)
 	d = admission.Decide(admission.Request{Operation: admissionv1.Create, New: ignore, User: admin()}, managedOpts("cfg"))
 	assert.True(t, d.Allowed, "creating with failurePolicy Ignore is not a change")
 
@@ -226,7 +223,7 @@ func TestDecide_reasons(t *testing.T) {
 	assert.Equal(t, admission.ReasonOwnedFieldChanged, upd(admin(), n, managedOpts("cfg")).Reason)
 	assert.Equal(t, admission.ReasonAllowed, upd(admin(), old.DeepCopy(), managedOpts("cfg")).Reason)
 	over := n.DeepCopy()
-	over.Annotations[admission.OverrideAnnotation] = "x"
+	over.Annotations[circuit.OverrideAnnotation] = "x"
 	assert.Equal(t, admission.ReasonOverride, upd(admin(), over, managedOpts("cfg")).Reason)
 
 	d := admission.Decide(admission.Request{Operation: admissionv1.Update, Old: old, User: admin()}, managedOpts("cfg"))
@@ -241,7 +238,7 @@ func TestDecide_breakerUsername(t *testing.T) {
 	opts := admission.Options{BreakerUsername: custom, Managed: map[string][]string{"cfg": {admissiontest.ManagedWebhook}}}
 	req := admission.Request{Operation: admissionv1.Update, Old: old, New: n, User: authenticationv1.UserInfo{Username: custom}}
 	assert.True(t, admission.Decide(req, opts).Allowed)
-	req.User.Username = admission.DefaultBreakerUsername
+	req.User.Username = circuit.DefaultUsername
 	d := admission.Decide(req, opts)
 	assert.False(t, d.Allowed, "only the configured identity is the breaker")
 	assert.Contains(t, d.Message, "webhook-guard ("+custom+")")
@@ -267,48 +264,7 @@ func TestDecide_managedWithoutWebhooks(t *testing.T) {
 	ignore := admissionregistrationv1.Ignore
 	n.Webhooks[0].FailurePolicy = &ignore
 	assert.True(t, admission.Decide(admission.Request{Operation: admissionv1.Update, Old: old, New: n, User: admin()}, opts).Allowed)
-	n.Annotations = map[string]string{admission.CircuitAnnotation: "{}"}
+	n.Annotations = map[string]string{circuit.Annotation: "{}"}
 	assert.False(t, admission.Decide(admission.Request{Operation: admissionv1.Update, Old: old, New: n, User: admin()}, opts).Allowed,
 		"the circuit annotation of a managed configuration is owned even with no managed webhook")
-}
-
-func TestDecide_warnings(t *testing.T) {
-	// Override present on a managed configuration.
-	old := admissiontest.Overridden("cfg")
-	d := admission.Decide(admission.Request{Operation: admissionv1.Update, Old: old, New: old.DeepCopy(), User: admin()}, managedOpts("cfg"))
-	require.True(t, d.Allowed)
-	require.Len(t, d.Warnings, 1)
-	assert.Contains(t, d.Warnings[0], "webhook-guard has handed this configuration over; remove the annotation to return it")
-
-	// Not on an unmanaged one.
-	d = admission.Decide(admission.Request{Operation: admissionv1.Update, Old: old, New: old.DeepCopy(), User: admin()}, managedOpts("other"))
-	assert.Empty(t, d.Warnings)
-
-	// timeoutSeconds and rules while the circuit is open.
-	old = admissiontest.BypassOpen("cfg")
-	n := old.DeepCopy()
-	five := int32(5)
-	n.Webhooks[0].TimeoutSeconds = &five
-	n.Webhooks[0].Rules[0].Operations = append(n.Webhooks[0].Rules[0].Operations, admissionregistrationv1.Update)
-	d = admission.Decide(admission.Request{Operation: admissionv1.Update, Old: old, New: n, User: admin()}, managedOpts("cfg"))
-	require.True(t, d.Allowed)
-	require.Len(t, d.Warnings, 1)
-	assert.Contains(t, d.Warnings[0], "rules, timeoutSeconds")
-	assert.Contains(t, d.Warnings[0], "circuit open since 2026-11-30T10:00:00Z")
-
-	// Same edit by the breaker, or on a healthy configuration: no warning.
-	d = admission.Decide(admission.Request{Operation: admissionv1.Update, Old: old, New: n, User: admissiontest.UserInfo(admissiontest.Breaker, breaker)}, managedOpts("cfg"))
-	assert.Empty(t, d.Warnings)
-	healthy := admissiontest.Healthy("cfg")
-	hn := healthy.DeepCopy()
-	hn.Webhooks[0].TimeoutSeconds = &five
-	d = admission.Decide(admission.Request{Operation: admissionv1.Update, Old: healthy, New: hn, User: admin()}, managedOpts("cfg"))
-	assert.Empty(t, d.Warnings)
-
-	// An empty selector versus none is no change.
-	n = old.DeepCopy()
-	n.Webhooks[0].Rules[0].APIGroups = []string{""}
-	n.Webhooks[0].MatchConditions = append(n.Webhooks[0].MatchConditions[:0:0], n.Webhooks[0].MatchConditions...)
-	d = admission.Decide(admission.Request{Operation: admissionv1.Update, Old: old, New: n, User: admin()}, managedOpts("cfg"))
-	assert.Empty(t, d.Warnings)
 }

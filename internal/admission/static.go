@@ -42,8 +42,8 @@ const StaticWebhookTimeoutSeconds int32 = 5
 //
 // failurePolicy is Ignore and timeoutSeconds StaticWebhookTimeoutSeconds (5)
 // on purpose: the in-process ValidatingAdmissionPolicy (RenderPolicy)
-// enforces the same rule even when the guard's pod is down, so the webhook
-// only adds the richer message and the warnings. With Fail, a dead guard
+// enforces the same rule, with the same message, even when the guard's pod
+// is down; the webhook is a second enforcement point. With Fail, a dead guard
 // would lock administrators out of their own configurations, even out of
 // adding the override annotation that hands them over. The short timeout
 // bounds how long a write to a managed configuration waits on a slow guard.

@@ -3,7 +3,6 @@ package admission
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 
@@ -23,20 +22,16 @@ const WebhookPath = "/validate-mutatingwebhookconfigurations"
 // API-registered ValidatingWebhookConfiguration is never called for
 // mutatingwebhookconfigurations.
 type Handler struct {
-	// Options returns the current rule options; it is a func so the service
-	// can update names and identity at runtime. It is called once per request.
-	Options func() Options
+	// Options are the rule's options.
+	Options Options
 }
 
 var _ admission.Handler = (*Handler)(nil)
 
 // Handle decides one admission request. Denials carry code 403, reason
-// Forbidden and Decision.Message; warnings go in the response's Warnings; an
+// Forbidden and Decision.Message; an
 // object that cannot be decoded yields 400.
 func (h *Handler) Handle(_ context.Context, req admission.Request) admission.Response {
-	if h == nil || h.Options == nil {
-		return admission.Errored(http.StatusInternalServerError, errors.New("webhook-guard: admission handler has no options"))
-	}
 	if r := req.Resource; r.Resource != "" && (r.Group != mwcGroup || r.Resource != mwcResource) {
 		return admission.Allowed(fmt.Sprintf("webhook-guard does not guard %s", r.String()))
 	}
@@ -55,17 +50,11 @@ func (h *Handler) Handle(_ context.Context, req admission.Request) admission.Res
 		return admission.Errored(http.StatusBadRequest, err)
 	}
 
-	d := Decide(in, h.Options())
-	var resp admission.Response
+	d := Decide(in, h.Options)
 	if d.Allowed {
-		resp = admission.Allowed(d.Reason)
-	} else {
-		resp = admission.Denied(d.Message)
+		return admission.Allowed(d.Reason)
 	}
-	if len(d.Warnings) > 0 {
-		resp = resp.WithWarnings(d.Warnings...)
-	}
-	return resp
+	return admission.Denied(d.Message)
 }
 
 // decodeMWC decodes a MutatingWebhookConfiguration from a request's raw

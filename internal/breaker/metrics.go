@@ -2,21 +2,26 @@ package breaker
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
 // Metrics are the breaker's Prometheus collectors. Labels are bounded: one
 // series per target, or per reason from a fixed set.
 type Metrics struct {
-	CircuitOpen      *prometheus.GaugeVec
-	ProbeDuration    *prometheus.HistogramVec
-	ProbeFailures    *prometheus.CounterVec
-	ProbeUnknown     *prometheus.CounterVec
-	Transitions      *prometheus.CounterVec
-	WriteConflicts   prometheus.Counter
-	WriteErrors      prometheus.Counter
-	TargetMissing    *prometheus.GaugeVec
-	TargetUnprobable *prometheus.GaugeVec
+	CircuitOpen       *prometheus.GaugeVec
+	ProbeDuration     *prometheus.HistogramVec
+	ProbeFailures     *prometheus.CounterVec
+	ProbeUnknown      *prometheus.CounterVec
+	Transitions       *prometheus.CounterVec
+	WriteConflicts    prometheus.Counter
+	WriteErrors       prometheus.Counter
+	TargetMissing     *prometheus.GaugeVec
+	TargetUnprobeable *prometheus.GaugeVec
+	// Reconciles counts the breaker's reconciles by result: written (one
+	// Update carried a transition), unchanged (Plan wanted nothing; the
+	// probe runner only wakes the reconciler when Plan wants a change, so
+	// these come from watch events), unreadable (the record could not be
+	// decoded) and failed.
+	Reconciles *prometheus.CounterVec
 }
 
 // NewMetrics creates the collectors without registering them.
@@ -48,18 +53,17 @@ func NewMetrics() *Metrics {
 		TargetMissing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "guard_target_missing", Help: "1 while a target's configuration or webhook does not exist.",
 		}, target),
-		TargetUnprobable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		TargetUnprobeable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "guard_target_unprobeable", Help: "1 while a target cannot be probed safely (e.g. AdmissionReview probe on sideEffects Some/Unknown); it is never opened.",
 		}, target),
+		Reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "guard_reconciles_total", Help: "Reconciles of target configurations, by result (written, unchanged, unreadable, failed).",
+		}, []string{"result"}),
 	}
 }
 
-// Register adds the collectors to controller-runtime's registry.
-func (m *Metrics) Register() error {
-	for _, c := range []prometheus.Collector{m.CircuitOpen, m.ProbeDuration, m.ProbeFailures, m.ProbeUnknown, m.Transitions, m.WriteConflicts, m.WriteErrors, m.TargetMissing, m.TargetUnprobable} {
-		if err := metrics.Registry.Register(c); err != nil {
-			return err
-		}
-	}
-	return nil
+// Collectors returns every collector, for registration on
+// controller-runtime's metrics.Registry.
+func (m *Metrics) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.CircuitOpen, m.ProbeDuration, m.ProbeFailures, m.ProbeUnknown, m.Transitions, m.WriteConflicts, m.WriteErrors, m.TargetMissing, m.TargetUnprobeable, m.Reconciles}
 }

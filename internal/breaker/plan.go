@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 )
 
@@ -55,14 +56,14 @@ type Inputs struct {
 // means no write. Plan is pure: the reconciler writes its result in one
 // Update, so the record and the policy change together or not at all.
 func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) (*admissionregistrationv1.MutatingWebhookConfiguration, []Change, error) {
-	rec, err := DecodeRecord(cur.Annotations)
+	rec, err := circuit.Decode(cur.Annotations)
 	if err != nil {
 		return nil, nil, err
 	}
 	next := cur.DeepCopy()
 	var changes []Change
 
-	if cur.Annotations[OverrideAnnotation] != "" {
+	if cur.Annotations[circuit.OverrideAnnotation] != "" {
 		for _, name := range rec.Webhooks() {
 			if wh := webhook(next, name); wh != nil {
 				removeBypass(wh)
@@ -70,7 +71,7 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 			delete(rec, name)
 			changes = append(changes, Change{Webhook: name, Kind: HandedOff, Message: fmt.Sprintf(
 				"administrator override %q: webhook-guard released %s and keeps its hands off this configuration; failurePolicy stays as it is now; remove the annotation to hand it back",
-				cur.Annotations[OverrideAnnotation], name)})
+				cur.Annotations[circuit.OverrideAnnotation], name)})
 		}
 		return finish(next, rec, changes)
 	}
@@ -99,13 +100,13 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 			delete(rec, name)
 			changes = append(changes, Change{Webhook: name, Kind: Overwritten, Message: fmt.Sprintf(
 				"the breaker's changes to %s were overwritten (failurePolicy is now %s); dropped its circuit record and took the current policy as the baseline",
-				name, policyString(wh.FailurePolicy))})
+				name, circuit.PolicyString(wh.FailurePolicy))})
 		default:
 			if _, ok := targets[name]; !ok {
 				restore(wh, entry)
 				delete(rec, name)
 				changes = append(changes, Change{Webhook: name, Kind: Closed, Message: fmt.Sprintf(
-					"closed the circuit on %s because it is no longer a target; restored failurePolicy %s", name, policyString(entry.OriginalFailurePolicy))})
+					"closed the circuit on %s because it is no longer a target; restored failurePolicy %s", name, circuit.PolicyString(entry.OriginalFailurePolicy))})
 			}
 		}
 	}
@@ -122,7 +123,7 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 			if !openWebhook(wh, t.Mode) {
 				continue // Ignore is already the administrator's baseline.
 			}
-			rec[t.Webhook] = Entry{
+			rec[t.Webhook] = circuit.Entry{
 				UID:                   cur.UID,
 				Mode:                  t.Mode,
 				OpenedAt:              metav1.NewTime(in.Now.UTC().Truncate(time.Second)),
@@ -131,23 +132,23 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 			}
 			changes = append(changes, Change{Webhook: t.Webhook, Kind: Opened, Message: fmt.Sprintf(
 				"opened the circuit on %s in %s mode after %d consecutive failed probes (last: %s: %v); original failurePolicy %s",
-				t.Webhook, t.Mode, c.Failures, c.Last.Reason, c.Last.Err, policyString(cur.Webhooks[index(cur, t.Webhook)].FailurePolicy))})
+				t.Webhook, t.Mode, c.Failures, c.Last.Reason, c.Last.Err, circuit.PolicyString(cur.Webhooks[index(cur, t.Webhook)].FailurePolicy))})
 		case Close:
 			restore(wh, entry)
 			delete(rec, t.Webhook)
 			changes = append(changes, Change{Webhook: t.Webhook, Kind: Closed, Message: fmt.Sprintf(
 				"closed the circuit on %s after %d consecutive healthy probes; restored failurePolicy %s (open since %s)",
-				t.Webhook, c.Successes, policyString(entry.OriginalFailurePolicy), entry.OpenedAt.UTC().Format(time.RFC3339))})
+				t.Webhook, c.Successes, circuit.PolicyString(entry.OriginalFailurePolicy), entry.OpenedAt.UTC().Format(time.RFC3339))})
 		}
 	}
 	return finish(next, rec, changes)
 }
 
-func finish(next *admissionregistrationv1.MutatingWebhookConfiguration, rec Record, changes []Change) (*admissionregistrationv1.MutatingWebhookConfiguration, []Change, error) {
+func finish(next *admissionregistrationv1.MutatingWebhookConfiguration, rec circuit.Record, changes []Change) (*admissionregistrationv1.MutatingWebhookConfiguration, []Change, error) {
 	if len(changes) == 0 {
 		return next, nil, nil
 	}
-	annotations, err := EncodeRecord(next.Annotations, rec)
+	annotations, err := circuit.Encode(next.Annotations, rec)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -156,30 +157,30 @@ func finish(next *admissionregistrationv1.MutatingWebhookConfiguration, rec Reco
 }
 
 // openWebhook applies mode to wh and reports whether anything changed.
-func openWebhook(wh *admissionregistrationv1.MutatingWebhook, mode config.Mode) bool {
+func openWebhook(wh *admissionregistrationv1.MutatingWebhook, mode circuit.Mode) bool {
 	changed := false
 	if wh.FailurePolicy == nil || *wh.FailurePolicy != admissionregistrationv1.Ignore {
 		wh.FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
 		changed = true
 	}
-	if mode == config.ModeBypass && bypassIndex(wh) < 0 {
-		wh.MatchConditions = append(wh.MatchConditions, admissionregistrationv1.MatchCondition{Name: BypassCondition, Expression: "false"})
+	if mode == circuit.ModeBypass && bypassIndex(wh) < 0 {
+		wh.MatchConditions = append(wh.MatchConditions, admissionregistrationv1.MatchCondition{Name: circuit.BypassCondition, Expression: circuit.BypassExpression})
 		changed = true
 	}
 	return changed
 }
 
 // inPlace reports whether the changes entry records are still on wh.
-func inPlace(wh *admissionregistrationv1.MutatingWebhook, entry Entry) bool {
+func inPlace(wh *admissionregistrationv1.MutatingWebhook, entry circuit.Entry) bool {
 	if wh.FailurePolicy == nil || *wh.FailurePolicy != admissionregistrationv1.Ignore {
 		return false
 	}
-	return entry.Mode != config.ModeBypass || bypassIndex(wh) >= 0
+	return entry.Mode != circuit.ModeBypass || bypassIndex(wh) >= 0
 }
 
 // restore puts back what entry says was there, and removes the bypass
 // marker. The guard forbids anyone else to touch either while open.
-func restore(wh *admissionregistrationv1.MutatingWebhook, entry Entry) {
+func restore(wh *admissionregistrationv1.MutatingWebhook, entry circuit.Entry) {
 	wh.FailurePolicy = entry.OriginalFailurePolicy
 	removeBypass(wh)
 }
@@ -195,7 +196,7 @@ func removeBypass(wh *admissionregistrationv1.MutatingWebhook) {
 
 func bypassIndex(wh *admissionregistrationv1.MutatingWebhook) int {
 	for i, mc := range wh.MatchConditions {
-		if mc.Name == BypassCondition {
+		if mc.Name == circuit.BypassCondition {
 			return i
 		}
 	}
@@ -216,11 +217,4 @@ func index(mwc *admissionregistrationv1.MutatingWebhookConfiguration, name strin
 		}
 	}
 	return -1
-}
-
-func policyString(p *admissionregistrationv1.FailurePolicyType) string {
-	if p == nil {
-		return "<unset>"
-	}
-	return string(*p)
 }

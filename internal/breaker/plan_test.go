@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 	"github.com/webhook-guard/webhook-guard/internal/probe"
 )
@@ -37,7 +38,7 @@ var (
 )
 
 func bypassMarker() admissionregistrationv1.MatchCondition {
-	return admissionregistrationv1.MatchCondition{Name: BypassCondition, Expression: "false"}
+	return admissionregistrationv1.MatchCondition{Name: circuit.BypassCondition, Expression: "false"}
 }
 
 func mc(name string) admissionregistrationv1.MatchCondition {
@@ -111,7 +112,7 @@ func healthy(n int) Counts {
 
 // withEntries returns cfg with the record set and the breaker's changes
 // applied as if it had opened each webhook.
-func withEntries(t *testing.T, cfg *admissionregistrationv1.MutatingWebhookConfiguration, rec Record) *admissionregistrationv1.MutatingWebhookConfiguration {
+func withEntries(t *testing.T, cfg *admissionregistrationv1.MutatingWebhookConfiguration, rec circuit.Record) *admissionregistrationv1.MutatingWebhookConfiguration {
 	t.Helper()
 	out := cfg.DeepCopy()
 	for name, e := range rec {
@@ -124,14 +125,14 @@ func withEntries(t *testing.T, cfg *admissionregistrationv1.MutatingWebhookConfi
 			wh.MatchConditions = append(wh.MatchConditions, bypassMarker())
 		}
 	}
-	ann, err := EncodeRecord(out.Annotations, rec)
+	ann, err := circuit.Encode(out.Annotations, rec)
 	require.NoError(t, err)
 	out.Annotations = ann
 	return out
 }
 
-func entryFor(mode config.Mode, original *admissionregistrationv1.FailurePolicyType) Entry {
-	return Entry{
+func entryFor(mode config.Mode, original *admissionregistrationv1.FailurePolicyType) circuit.Entry {
+	return circuit.Entry{
 		UID:                   testUID,
 		Mode:                  mode,
 		OpenedAt:              metav1.NewTime(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)),
@@ -140,9 +141,9 @@ func entryFor(mode config.Mode, original *admissionregistrationv1.FailurePolicyT
 	}
 }
 
-func mustRecord(t *testing.T, mwc *admissionregistrationv1.MutatingWebhookConfiguration) Record {
+func mustRecord(t *testing.T, mwc *admissionregistrationv1.MutatingWebhookConfiguration) circuit.Record {
 	t.Helper()
-	rec, err := DecodeRecord(mwc.Annotations)
+	rec, err := circuit.Decode(mwc.Annotations)
 	require.NoError(t, err)
 	return rec
 }
@@ -151,7 +152,7 @@ func mustRecord(t *testing.T, mwc *admissionregistrationv1.MutatingWebhookConfig
 // compare everything else.
 func withoutCircuit(mwc *admissionregistrationv1.MutatingWebhookConfiguration) *admissionregistrationv1.MutatingWebhookConfiguration {
 	out := mwc.DeepCopy()
-	delete(out.Annotations, CircuitAnnotation)
+	delete(out.Annotations, circuit.Annotation)
 	return out
 }
 
@@ -193,7 +194,7 @@ func TestPlan_open_ignoreMode(t *testing.T) {
 	want.Webhooks[0].FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
 	assert.Equal(t, want, withoutCircuit(next), "only the failurePolicy of the target and the circuit annotation change")
 
-	raw := next.Annotations[CircuitAnnotation]
+	raw := next.Annotations[circuit.Annotation]
 	assert.Contains(t, raw, `"openedAt":"2025-03-04T04:06:07Z"`, "openedAt is UTC and truncated to seconds")
 	rec := mustRecord(t, next)
 	require.Equal(t, []string{whA}, rec.Webhooks())
@@ -268,7 +269,7 @@ func TestPlan_open_ignoreModeRestoresNilPolicy(t *testing.T) {
 	require.Equal(t, map[string]ChangeKind{whA: Opened}, kinds(changes))
 	assert.Equal(t, policyIgnore, opened.Webhooks[0].FailurePolicy)
 	assert.Nil(t, opened.Webhooks[0].MatchConditions, "Ignore mode adds no marker")
-	require.Contains(t, opened.Annotations, CircuitAnnotation, "nil annotations are allocated")
+	require.Contains(t, opened.Annotations, circuit.Annotation, "nil annotations are allocated")
 	assert.Nil(t, mustRecord(t, opened)[whA].OriginalFailurePolicy)
 
 	closed, changes := plan(t, opened, Inputs{Targets: tgt, Counts: map[string]Counts{whA: healthy(1)}})
@@ -287,7 +288,7 @@ func TestPlan_open_ignoreBaseline(t *testing.T) {
 		})
 		assert.Empty(t, changes)
 		assert.Equal(t, cur, next)
-		assert.NotContains(t, next.Annotations, CircuitAnnotation)
+		assert.NotContains(t, next.Annotations, circuit.Annotation)
 	})
 	t.Run("in Bypass mode the marker is added and closing removes it and keeps Ignore", func(t *testing.T) {
 		cur := newConfig(newWebhook(whA, policyIgnore))
@@ -311,7 +312,7 @@ func TestPlan_open_ignoreBaseline(t *testing.T) {
 
 func TestPlan_noTransition_nextEqualsCur(t *testing.T) {
 	closedCfg := newConfig(newWebhook(whA, policyFail, mc("x")), newWebhook(whOther, nil))
-	openCfg := withEntries(t, closedCfg, Record{whA: entryFor(config.ModeBypass, policyFail)})
+	openCfg := withEntries(t, closedCfg, circuit.Record{whA: entryFor(config.ModeBypass, policyFail)})
 	unknownOnly := Counts{}
 	unknownOnly.Observe(unknownResult())
 	unknownAfterFailures := failing(2, probe.ReasonTimeout)
@@ -355,7 +356,7 @@ func TestPlan_override_handsOff(t *testing.T) {
 		newWebhook(whB, nil),
 		newWebhook(whOther, policyFail),
 	)
-	open := withEntries(t, base, Record{
+	open := withEntries(t, base, circuit.Record{
 		whA: entryFor(config.ModeBypass, policyFail),
 		whB: entryFor(config.ModeIgnore, nil),
 	})
@@ -363,7 +364,7 @@ func TestPlan_override_handsOff(t *testing.T) {
 
 	t.Run("a non-empty override removes every entry and the marker and keeps Ignore", func(t *testing.T) {
 		cur := open.DeepCopy()
-		cur.Annotations[OverrideAnnotation] = "incident 123: hands off"
+		cur.Annotations[circuit.OverrideAnnotation] = "incident 123: hands off"
 		next, changes := plan(t, cur, Inputs{
 			Targets: tgts,
 			// Even counts that would close or open do nothing under an override.
@@ -373,12 +374,12 @@ func TestPlan_override_handsOff(t *testing.T) {
 		for _, c := range changes {
 			assert.Contains(t, c.Message, "incident 123")
 		}
-		assert.NotContains(t, next.Annotations, CircuitAnnotation)
-		assert.Equal(t, "incident 123: hands off", next.Annotations[OverrideAnnotation])
+		assert.NotContains(t, next.Annotations, circuit.Annotation)
+		assert.Equal(t, "incident 123: hands off", next.Annotations[circuit.OverrideAnnotation])
 		assert.Equal(t, "me", next.Annotations["keep"])
 
 		want := base.DeepCopy()
-		want.Annotations[OverrideAnnotation] = "incident 123: hands off"
+		want.Annotations[circuit.OverrideAnnotation] = "incident 123: hands off"
 		want.Webhooks[0].FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
 		want.Webhooks[1].FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
 		assert.Equal(t, want, next, "failurePolicy stays Ignore, the marker is gone, nothing else changes")
@@ -386,7 +387,7 @@ func TestPlan_override_handsOff(t *testing.T) {
 
 	t.Run("an override on a configuration without entries changes nothing", func(t *testing.T) {
 		cur := base.DeepCopy()
-		cur.Annotations[OverrideAnnotation] = "mine"
+		cur.Annotations[circuit.OverrideAnnotation] = "mine"
 		next, changes := plan(t, cur, Inputs{Targets: tgts, Counts: map[string]Counts{whA: failing(5, probe.ReasonTimeout)}})
 		assert.Empty(t, changes)
 		assert.Equal(t, cur, next, "an overridden configuration is not opened")
@@ -394,7 +395,7 @@ func TestPlan_override_handsOff(t *testing.T) {
 
 	t.Run("an empty override value is not a hand-off", func(t *testing.T) {
 		cur := open.DeepCopy()
-		cur.Annotations[OverrideAnnotation] = ""
+		cur.Annotations[circuit.OverrideAnnotation] = ""
 		next, changes := plan(t, cur, Inputs{Targets: tgts})
 		assert.Empty(t, changes)
 		assert.Equal(t, cur, next)
@@ -415,7 +416,7 @@ func TestPlan_staleAndOrphanEntries(t *testing.T) {
 	t.Run("an entry with another uid is dropped, the marker removed and the policy kept", func(t *testing.T) {
 		stale := entryFor(config.ModeBypass, policyFail)
 		stale.UID = otherUID
-		cur := withEntries(t, base, Record{whA: stale})
+		cur := withEntries(t, base, circuit.Record{whA: stale})
 		next, changes := plan(t, cur, Inputs{Targets: tgts})
 		require.Equal(t, map[string]ChangeKind{whA: DroppedStale}, kinds(changes))
 		assert.Contains(t, changes[0].Message, string(otherUID))
@@ -427,21 +428,21 @@ func TestPlan_staleAndOrphanEntries(t *testing.T) {
 	t.Run("a stale entry for a webhook no longer in the configuration is dropped", func(t *testing.T) {
 		stale := entryFor(config.ModeIgnore, policyFail)
 		stale.UID = otherUID
-		cur := withEntries(t, base, Record{whMissing: stale})
+		cur := withEntries(t, base, circuit.Record{whMissing: stale})
 		next, changes := plan(t, cur, Inputs{Targets: tgts})
 		require.Equal(t, map[string]ChangeKind{whMissing: DroppedStale}, kinds(changes))
 		assert.Equal(t, base, next)
 	})
 
 	t.Run("an entry for a webhook no longer in the configuration is dropped", func(t *testing.T) {
-		cur := withEntries(t, base, Record{whMissing: entryFor(config.ModeBypass, policyFail)})
+		cur := withEntries(t, base, circuit.Record{whMissing: entryFor(config.ModeBypass, policyFail)})
 		next, changes := plan(t, cur, Inputs{Targets: append(tgts, target(whMissing, config.ModeBypass, 1, 1)), Counts: map[string]Counts{whMissing: healthy(3)}})
 		require.Equal(t, map[string]ChangeKind{whMissing: DroppedStale}, kinds(changes))
 		assert.Equal(t, base, next)
 	})
 
 	t.Run("an entry for a webhook that is no longer a target is closed and restored", func(t *testing.T) {
-		cur := withEntries(t, base, Record{
+		cur := withEntries(t, base, circuit.Record{
 			whA:     entryFor(config.ModeBypass, policyFail),
 			whOther: entryFor(config.ModeIgnore, nil),
 		})
@@ -454,7 +455,7 @@ func TestPlan_staleAndOrphanEntries(t *testing.T) {
 	})
 
 	t.Run("a Bypass entry for a former target loses its marker on close", func(t *testing.T) {
-		cur := withEntries(t, base, Record{whA: entryFor(config.ModeBypass, policyFail)})
+		cur := withEntries(t, base, circuit.Record{whA: entryFor(config.ModeBypass, policyFail)})
 		next, changes := plan(t, cur, Inputs{Targets: nil})
 		require.Equal(t, map[string]ChangeKind{whA: Closed}, kinds(changes))
 		assert.Equal(t, base, next)
@@ -470,7 +471,7 @@ func TestPlan_malformedAnnotation_isError(t *testing.T) {
 	for name, raw := range cases {
 		t.Run(name, func(t *testing.T) {
 			cur := newConfig(newWebhook(whA, policyFail))
-			cur.Annotations[CircuitAnnotation] = raw
+			cur.Annotations[circuit.Annotation] = raw
 			before := cur.DeepCopy()
 			next, changes, err := Plan(cur, Inputs{
 				Targets: []config.Target{target(whA, config.ModeIgnore, 1, 1)},
@@ -489,7 +490,7 @@ func TestPlan_malformedAnnotation_isError(t *testing.T) {
 // later open must not panic on the resulting record.
 func TestPlan_nullCircuitAnnotation_doesNotPanic(t *testing.T) {
 	cur := newConfig(newWebhook(whA, policyFail))
-	cur.Annotations[CircuitAnnotation] = "null"
+	cur.Annotations[circuit.Annotation] = "null"
 	in := Inputs{
 		Targets: []config.Target{target(whA, config.ModeIgnore, 1, 1)},
 		Counts:  map[string]Counts{whA: failing(1, probe.ReasonTimeout)},
@@ -516,9 +517,9 @@ func TestPlan_doesNotMutateInput(t *testing.T) {
 	stale := entryFor(config.ModeBypass, policyFail)
 	stale.UID = otherUID
 	tgts := []config.Target{target(whA, config.ModeBypass, 1, 1), target(whB, config.ModeIgnore, 1, 1)}
-	openBoth := withEntries(t, base, Record{whA: entryFor(config.ModeBypass, policyFail), whB: entryFor(config.ModeIgnore, nil)})
+	openBoth := withEntries(t, base, circuit.Record{whA: entryFor(config.ModeBypass, policyFail), whB: entryFor(config.ModeIgnore, nil)})
 	overridden := openBoth.DeepCopy()
-	overridden.Annotations[OverrideAnnotation] = "mine"
+	overridden.Annotations[circuit.OverrideAnnotation] = "mine"
 
 	cases := map[string]struct {
 		cur     *admissionregistrationv1.MutatingWebhookConfiguration
@@ -528,7 +529,7 @@ func TestPlan_doesNotMutateInput(t *testing.T) {
 		"opening in both modes":   {cur: base, targets: tgts, counts: map[string]Counts{whA: failing(1, probe.ReasonTLS), whB: failing(1, probe.ReasonTLS)}},
 		"closing in both modes":   {cur: openBoth, targets: tgts, counts: map[string]Counts{whA: healthy(1), whB: healthy(1)}},
 		"handing off":             {cur: overridden, targets: tgts},
-		"dropping a stale entry":  {cur: withEntries(t, base, Record{whA: stale}), targets: tgts},
+		"dropping a stale entry":  {cur: withEntries(t, base, circuit.Record{whA: stale}), targets: tgts},
 		"closing a former target": {cur: openBoth, targets: nil},
 		"opening with nil annotations": {cur: func() *admissionregistrationv1.MutatingWebhookConfiguration {
 			c := base.DeepCopy()
@@ -714,16 +715,16 @@ func TestPlan_overwrittenChanges_dropTheEntryAndKeepTheNewValues(t *testing.T) {
 	}
 	for name, overwrite := range cases {
 		t.Run(name, func(t *testing.T) {
-			cur := withEntries(t, base, Record{whA: entryFor(config.ModeBypass, policyFail)})
+			cur := withEntries(t, base, circuit.Record{whA: entryFor(config.ModeBypass, policyFail)})
 			overwrite(cur)
 			want := cur.DeepCopy()
 			removeBypass(&want.Webhooks[0])
-			delete(want.Annotations, CircuitAnnotation)
+			delete(want.Annotations, circuit.Annotation)
 
 			next, changes := plan(t, cur, Inputs{Targets: tgts, Counts: map[string]Counts{whA: failing(1, probe.ReasonTimeout)}})
 			require.Equal(t, map[string]ChangeKind{whA: Overwritten}, kinds(changes))
 			assert.Equal(t, want.Webhooks, next.Webhooks, "the overwriting values stand")
-			assert.NotContains(t, next.Annotations, CircuitAnnotation)
+			assert.NotContains(t, next.Annotations, circuit.Annotation)
 		})
 	}
 }

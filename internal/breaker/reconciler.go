@@ -7,8 +7,8 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -20,18 +20,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 )
-
-// maxConflictRetries bounds how often one reconcile re-reads and decides
-// again after a conflict before it hands the request back to the queue.
-const maxConflictRetries = 5
 
 // TargetReconciler writes the circuit's transitions to the target
 // MutatingWebhookConfigurations, one Update per transition, with a
 // resourceVersion precondition. It is level-based: from the object and
-// the probe counts it computes the wanted object (Plan) and writes the
-// difference, so a repeated or late reconcile is harmless.
+// the probe counts Plan computes the wanted object, and the reconciler
+// writes it, so a repeated or late reconcile is harmless.
 type TargetReconciler struct {
 	// Client reads from the cache and writes.
 	Client client.Client
@@ -49,72 +46,75 @@ type TargetReconciler struct {
 	Clock clock.PassiveClock
 }
 
-// Reconcile brings one configuration to what the circuit wants.
+// Reconcile brings one configuration to what Plan wants. A conflict is
+// decided again from a fresh read (retry.RetryOnConflict's backoff).
 func (r *TargetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	log := logf.FromContext(ctx)
-	targets := r.targetsOf(req.Name)
+	targets := targetsOf(r.Targets, req.Name)
 	if len(targets) == 0 {
 		return ctrl.Result{}, nil
 	}
 	var reader client.Reader = r.Client
-	for attempt := 0; ; attempt++ {
-		cur := &admissionregistrationv1.MutatingWebhookConfiguration{}
-		if err := reader.Get(ctx, req.NamespacedName, cur); err != nil {
-			if apierrors.IsNotFound(err) {
-				r.syncGauges(targets, nil)
-				return ctrl.Result{}, nil
-			}
-			return ctrl.Result{}, fmt.Errorf("reading MutatingWebhookConfiguration %s: %w", req.Name, err)
-		}
-		in := Inputs{Targets: targets, Counts: map[string]Counts{}, Now: now(r.Clock)}
-		for _, t := range targets {
-			if st, ok := r.State.Get(t.Key()); ok && st.Problem == "" {
-				in.Counts[t.Webhook] = st.Counts
-			}
-		}
-		next, changes, err := Plan(cur, in)
-		if err != nil {
-			r.Recorder.Eventf(cur, nil, corev1.EventTypeWarning, "RecordUnreadable", "Reconcile",
-				"webhook-guard changes nothing on this configuration until the record is repaired: %v", err)
-			r.syncGauges(targets, cur)
-			return ctrl.Result{}, nil // retried when the object changes
-		}
-		if len(changes) == 0 || equality.Semantic.DeepEqual(cur, next) {
-			r.syncGauges(targets, cur)
-			return ctrl.Result{}, nil
-		}
-		err = r.Client.Update(ctx, next)
-		switch {
-		case err == nil:
-			for _, c := range changes {
-				r.Metrics.Transitions.WithLabelValues(string(c.Kind)).Inc()
-				r.Recorder.Eventf(next, nil, eventType(c.Kind), string(c.Kind), "Update", "%s", c.Message)
-				log.Info("Wrote a circuit transition", "webhook", c.Webhook, "change", c.Kind, "resourceVersion", next.ResourceVersion)
-			}
-			r.syncGauges(targets, next)
-			return ctrl.Result{}, nil
-		case apierrors.IsConflict(err) && attempt < maxConflictRetries:
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		err := r.reconcileOnce(ctx, reader, req.Name, targets)
+		if apierrors.IsConflict(err) {
 			r.Metrics.WriteConflicts.Inc()
-			log.V(1).Info("Write conflict; reading again and deciding again", "attempt", attempt+1)
+			logf.FromContext(ctx).V(1).Info("Write conflict; reading again and deciding again")
 			reader = r.APIReader
-		default:
-			if apierrors.IsConflict(err) {
-				r.Metrics.WriteConflicts.Inc()
-			} else {
-				r.Metrics.WriteErrors.Inc()
-			}
+		}
+		return err
+	})
+	if err != nil {
+		r.Metrics.Reconciles.WithLabelValues("failed").Inc()
+		return ctrl.Result{}, fmt.Errorf("updating MutatingWebhookConfiguration %s: %w", req.Name, err)
+	}
+	return ctrl.Result{}, nil
+}
+
+func (r *TargetReconciler) reconcileOnce(ctx context.Context, reader client.Reader, name string, targets []config.Target) error {
+	cur := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	if err := reader.Get(ctx, client.ObjectKey{Name: name}, cur); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.syncGauges(targets, nil)
+			return nil
+		}
+		return fmt.Errorf("reading: %w", err)
+	}
+	next, changes, err := Plan(cur, r.State.Inputs(targets, now(r.Clock)))
+	if err != nil {
+		r.Metrics.Reconciles.WithLabelValues("unreadable").Inc()
+		r.Recorder.Eventf(cur, nil, corev1.EventTypeWarning, "RecordUnreadable", "Reconcile",
+			"webhook-guard changes nothing on this configuration until the record is repaired: %v", err)
+		r.syncGauges(targets, cur)
+		return nil // retried when the object changes
+	}
+	if len(changes) == 0 {
+		r.Metrics.Reconciles.WithLabelValues("unchanged").Inc()
+		r.syncGauges(targets, cur)
+		return nil
+	}
+	if err := r.Client.Update(ctx, next, client.FieldOwner(circuit.FieldManager)); err != nil {
+		if !apierrors.IsConflict(err) {
+			r.Metrics.WriteErrors.Inc()
 			r.Recorder.Eventf(cur, nil, corev1.EventTypeWarning, "WriteFailed", "Update",
 				"webhook-guard could not write %d change(s), nothing was changed: %v", len(changes), err)
-			return ctrl.Result{}, fmt.Errorf("updating MutatingWebhookConfiguration %s: %w", req.Name, err)
 		}
+		return err
 	}
+	r.Metrics.Reconciles.WithLabelValues("written").Inc()
+	for _, c := range changes {
+		r.Metrics.Transitions.WithLabelValues(string(c.Kind)).Inc()
+		r.Recorder.Eventf(next, nil, eventType(c.Kind), string(c.Kind), "Update", "%s", c.Message)
+		logf.FromContext(ctx).Info("Wrote a circuit transition", "webhook", c.Webhook, "change", c.Kind, "resourceVersion", next.ResourceVersion)
+	}
+	r.syncGauges(targets, next)
+	return nil
 }
 
 // syncGauges sets guard_circuit_open from the object, level-based.
 func (r *TargetReconciler) syncGauges(targets []config.Target, mwc *admissionregistrationv1.MutatingWebhookConfiguration) {
-	rec := Record{}
+	rec := circuit.Record{}
 	if mwc != nil {
-		if decoded, err := DecodeRecord(mwc.Annotations); err == nil {
+		if decoded, err := circuit.Decode(mwc.Annotations); err == nil {
 			rec = decoded
 		}
 	}
@@ -125,16 +125,6 @@ func (r *TargetReconciler) syncGauges(targets []config.Target, mwc *admissionreg
 		}
 		r.Metrics.CircuitOpen.WithLabelValues(t.Configuration, t.Webhook).Set(v)
 	}
-}
-
-func (r *TargetReconciler) targetsOf(configuration string) []config.Target {
-	var out []config.Target
-	for _, t := range r.Targets {
-		if t.Configuration == configuration {
-			out = append(out, t)
-		}
-	}
-	return out
 }
 
 func eventType(k ChangeKind) string {

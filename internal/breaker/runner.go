@@ -27,8 +27,8 @@ type Prober interface {
 var _ Prober = (*probe.Prober)(nil)
 
 // ProbeRunner probes every target at its interval, feeds the results to
-// State, and asks the TargetReconciler to act when a target's counts call
-// for a transition. It runs on the leader only.
+// State, and wakes the TargetReconciler when Plan would change a
+// configuration. It runs on the leader only.
 type ProbeRunner struct {
 	// Reader reads MutatingWebhookConfigurations (the manager's cache).
 	Reader client.Reader
@@ -87,8 +87,9 @@ func (r *ProbeRunner) loop(ctx context.Context, t config.Target) {
 	}
 }
 
-// ProbeOnce probes t once and triggers a reconcile if its counts call for
-// a transition.
+// ProbeOnce probes t once, records the result, and wakes the
+// TargetReconciler when Plan would change the configuration. It observes;
+// Plan alone decides.
 func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 	log := logf.FromContext(ctx)
 	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
@@ -110,24 +111,21 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 		return
 	}
 	r.Metrics.TargetMissing.WithLabelValues(t.Configuration, t.Webhook).Set(0)
-	r.Metrics.TargetUnprobable.WithLabelValues(t.Configuration, t.Webhook).Set(0)
+	r.Metrics.TargetUnprobeable.WithLabelValues(t.Configuration, t.Webhook).Set(0)
 
 	res := r.Prober.Probe(ctx, *wh, probe.Spec{Kind: probe.Kind(t.Probe.Kind), Timeout: t.Probe.Timeout, Path: t.Probe.Path})
 	labels := []string{t.Configuration, t.Webhook}
 	r.Metrics.ProbeDuration.WithLabelValues(labels...).Observe(res.Duration.Seconds())
+	diagnosis := ""
 	switch res.Outcome {
 	case probe.OutcomeFailed:
 		r.Metrics.ProbeFailures.WithLabelValues(t.Configuration, t.Webhook, string(res.Reason)).Inc()
-		log.V(1).Info("Probe failed", "reason", res.Reason, "error", res.Err, "duration", res.Duration)
 		if res.Reason == probe.ReasonTLS && r.DiagnoseTLS != nil {
-			if diag := r.DiagnoseTLS(ctx, mwc.Annotations); diag != "" {
-				res.Err = fmt.Errorf("%w (likely cause: %s)", res.Err, diag)
-				if r.State.SetDiagnosis(t.Key(), diag) {
-					log.Info("TLS probe failure diagnosed", "diagnosis", diag)
-					r.Recorder.Eventf(mwc, nil, corev1.EventTypeWarning, "ProbeTLSFailure", "Probe", "%s: %s", t.Webhook, diag)
-				}
+			if diagnosis = r.DiagnoseTLS(ctx, mwc.Annotations); diagnosis != "" {
+				res.Err = fmt.Errorf("%w (likely cause: %s)", res.Err, diagnosis)
 			}
 		}
+		log.V(1).Info("Probe failed", "reason", res.Reason, "error", res.Err, "duration", res.Duration)
 	case probe.OutcomeUnknown:
 		r.Metrics.ProbeUnknown.WithLabelValues(labels...).Inc()
 		log.Info("Probe could not run; nothing counted", "error", res.Err)
@@ -135,20 +133,25 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 		log.V(1).Info("Probe healthy", "duration", res.Duration)
 	}
 	counts := r.State.Observe(t.Key(), res, r.Clock.Now())
+	if diagnosis != "" && counts.Failures == 1 {
+		// Once per run of failures, not once per probe.
+		log.Info("TLS probe failure diagnosed", "diagnosis", diagnosis)
+		r.Recorder.Eventf(mwc, nil, corev1.EventTypeWarning, "ProbeTLSFailure", "Probe", "%s: %s", t.Webhook, diagnosis)
+	}
+	r.wake(ctx, mwc)
+}
 
-	if mwc.Annotations[OverrideAnnotation] != "" {
+// wake triggers a reconcile of mwc when Plan, given the current counts,
+// would change it. A record Plan cannot read wakes nothing: the reconciler
+// reports it when the object changes.
+func (r *ProbeRunner) wake(ctx context.Context, mwc *admissionregistrationv1.MutatingWebhookConfiguration) {
+	_, changes, err := Plan(mwc, r.State.Inputs(targetsOf(r.Targets, mwc.Name), r.Clock.Now()))
+	if err != nil || len(changes) == 0 {
 		return
 	}
-	rec, err := DecodeRecord(mwc.Annotations)
-	if err != nil {
-		return // the reconciler reports it
-	}
-	_, open := rec[t.Webhook]
-	if Decide(open, counts, t.OpenAfter, t.CloseAfter) != Stay {
-		select {
-		case r.Trigger <- event.GenericEvent{Object: mwc}:
-		case <-ctx.Done():
-		}
+	select {
+	case r.Trigger <- event.GenericEvent{Object: mwc}:
+	case <-ctx.Done():
 	}
 }
 
@@ -159,7 +162,7 @@ func (r *ProbeRunner) problem(ctx context.Context, t config.Target, mwc *admissi
 		missing, unprobeable, reason = 0, 1, "TargetUnprobeable"
 	}
 	r.Metrics.TargetMissing.WithLabelValues(t.Configuration, t.Webhook).Set(missing)
-	r.Metrics.TargetUnprobable.WithLabelValues(t.Configuration, t.Webhook).Set(unprobeable)
+	r.Metrics.TargetUnprobeable.WithLabelValues(t.Configuration, t.Webhook).Set(unprobeable)
 	if !r.State.SetProblem(t.Key(), problem) {
 		return
 	}

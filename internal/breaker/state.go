@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/webhook-guard/webhook-guard/internal/config"
 	"github.com/webhook-guard/webhook-guard/internal/probe"
 )
 
@@ -16,8 +17,6 @@ type TargetStatus struct {
 	// Problem is why the target is not being probed (missing
 	// configuration or webhook, unprobeable); empty when it is.
 	Problem string
-	// Diagnosis is the likely cause of the last TLS failure, if known.
-	Diagnosis string
 }
 
 // State holds every target's TargetStatus, keyed by config.Target.Key.
@@ -47,22 +46,11 @@ func (s *State) Observe(key string, r probe.Result, at time.Time) Counts {
 // SetProblem records why key is not probed and reports whether that is
 // news (so the caller emits an Event once, not every interval).
 func (s *State) SetProblem(key, problem string) bool {
-	return s.setNote(key, problem, func(st *TargetStatus) *string { return &st.Problem })
-}
-
-// SetDiagnosis records the likely cause of a TLS failure and reports
-// whether it is news.
-func (s *State) SetDiagnosis(key, diagnosis string) bool {
-	return s.setNote(key, diagnosis, func(st *TargetStatus) *string { return &st.Diagnosis })
-}
-
-func (s *State) setNote(key, value string, field func(*TargetStatus) *string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.targets[key]
-	f := field(&st)
-	changed := *f != value
-	*f = value
+	changed := st.Problem != problem
+	st.Problem = problem
 	s.targets[key] = st
 	return changed
 }
@@ -73,4 +61,29 @@ func (s *State) Get(key string) (TargetStatus, bool) {
 	defer s.mu.RUnlock()
 	st, ok := s.targets[key]
 	return st, ok
+}
+
+// Inputs returns what Plan decides from for one configuration's targets:
+// the counts of every target that is being probed, stamped now.
+func (s *State) Inputs(targets []config.Target, now time.Time) Inputs {
+	in := Inputs{Targets: targets, Counts: map[string]Counts{}, Now: now}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, t := range targets {
+		if st, ok := s.targets[t.Key()]; ok && st.Problem == "" {
+			in.Counts[t.Webhook] = st.Counts
+		}
+	}
+	return in
+}
+
+// targetsOf returns the targets in configuration.
+func targetsOf(targets []config.Target, configuration string) []config.Target {
+	var out []config.Target
+	for _, t := range targets {
+		if t.Configuration == configuration {
+			out = append(out, t)
+		}
+	}
+	return out
 }

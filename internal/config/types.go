@@ -2,6 +2,8 @@ package config
 
 import (
 	"time"
+
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
 )
 
 // APIVersion and Kind identify a GuardConfiguration file.
@@ -10,17 +12,14 @@ const (
 	Kind       = "GuardConfiguration"
 )
 
-// Mode is what the breaker does to a webhook while its circuit is open.
-type Mode string
+// Mode is what the breaker does to a webhook while its circuit is open; it
+// is the circuit contract's Mode, recorded in every record entry.
+type Mode = circuit.Mode
 
+// The modes a target may name.
 const (
-	// ModeIgnore sets failurePolicy Ignore. Requests still wait for the
-	// webhook's timeout before the apiserver moves on.
-	ModeIgnore Mode = "Ignore"
-	// ModeBypass sets failurePolicy Ignore and adds the matchCondition
-	// webhook-guard.io/circuit-open with expression false, so the apiserver
-	// skips the call and requests do not wait.
-	ModeBypass Mode = "Bypass"
+	ModeIgnore = circuit.ModeIgnore
+	ModeBypass = circuit.ModeBypass
 )
 
 // ProbeKind names how a target is probed.

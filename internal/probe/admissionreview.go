@@ -2,15 +2,22 @@ package probe
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"strings"
+
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/apiserver/pkg/admission/plugin/webhook/request"
 )
 
 // probeObjectName is metadata.name (and, for namespaced objects,
@@ -57,22 +64,19 @@ type probeTarget struct {
 	namespace string // empty for cluster-scoped objects
 }
 
-// targetFor picks the resource from the webhook's first rule: the first
-// non-"*" entry of each list, falling back to "" / "v1" / "configmaps".
-func targetFor(wh admissionregistrationv1.MutatingWebhook) probeTarget {
-	t := probeTarget{
-		gvr:       metav1.GroupVersionResource{Group: "", Version: "v1", Resource: "configmaps"},
-		namespace: probeObjectName,
-	}
-	var scope *admissionregistrationv1.ScopeType
+// targetFor picks the resource from the webhook's first rule (the first
+// non-"*" entry of each list, falling back to "" / "v1" / "configmaps")
+// and asks mapper for its kind and scope, as the apiserver's discovery
+// knows them.
+func targetFor(wh admissionregistrationv1.MutatingWebhook, mapper meta.RESTMapper) (probeTarget, error) {
+	gvr := schema.GroupVersionResource{Group: "", Version: "v1", Resource: "configmaps"}
 	if len(wh.Rules) > 0 {
 		rule := wh.Rules[0].Rule
-		scope = rule.Scope
 		if g, ok := firstConcrete(rule.APIGroups); ok {
-			t.gvr.Group = g
+			gvr.Group = g
 		}
 		if v, ok := firstConcrete(rule.APIVersions); ok {
-			t.gvr.Version = v
+			gvr.Version = v
 		}
 		resources := make([]string, 0, len(rule.Resources))
 		for _, r := range rule.Resources {
@@ -80,14 +84,25 @@ func targetFor(wh admissionregistrationv1.MutatingWebhook) probeTarget {
 			resources = append(resources, strings.SplitN(r, "/", 2)[0])
 		}
 		if r, ok := firstConcrete(resources); ok {
-			t.gvr.Resource = r
+			gvr.Resource = r
 		}
 	}
-	t.kind = kindFor(t.gvr.Resource)
-	if (scope != nil && *scope == admissionregistrationv1.ClusterScope) || clusterScoped[t.gvr.Resource] {
-		t.namespace = ""
+	if mapper == nil {
+		return probeTarget{}, errors.New("the prober has no RESTMapper to find the probed resource's kind")
 	}
-	return t
+	gvk, err := mapper.KindFor(gvr)
+	if err != nil {
+		return probeTarget{}, fmt.Errorf("finding the kind of %s: %w", gvr, err)
+	}
+	mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return probeTarget{}, fmt.Errorf("finding the scope of %s: %w", gvk, err)
+	}
+	t := probeTarget{gvr: metav1.GroupVersionResource(gvr), kind: gvk.Kind}
+	if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
+		t.namespace = probeObjectName
+	}
+	return t, nil
 }
 
 func firstConcrete(values []string) (string, bool) {
@@ -99,58 +114,8 @@ func firstConcrete(values []string) (string, bool) {
 	return "", false
 }
 
-// knownKinds spells the kinds of common resources properly; others are derived.
-var knownKinds = map[string]string{
-	"configmaps":             "ConfigMap",
-	"cronjobs":               "CronJob",
-	"daemonsets":             "DaemonSet",
-	"deployments":            "Deployment",
-	"endpoints":              "Endpoints",
-	"ingresses":              "Ingress",
-	"networkpolicies":        "NetworkPolicy",
-	"persistentvolumeclaims": "PersistentVolumeClaim",
-	"persistentvolumes":      "PersistentVolume",
-	"replicasets":            "ReplicaSet",
-	"serviceaccounts":        "ServiceAccount",
-	"statefulsets":           "StatefulSet",
-}
-
-// clusterScoped lists common cluster-scoped resources, so the probe object
-// gets no namespace even when the rule's scope is "*".
-var clusterScoped = map[string]bool{
-	"namespaces":                true,
-	"nodes":                     true,
-	"persistentvolumes":         true,
-	"clusterroles":              true,
-	"clusterrolebindings":       true,
-	"customresourcedefinitions": true,
-	"storageclasses":            true,
-}
-
-// kindFor derives a plausible kind from a plural resource name.
-func kindFor(resource string) string {
-	if k, ok := knownKinds[resource]; ok {
-		return k
-	}
-	singular := resource
-	switch {
-	case strings.HasSuffix(resource, "ies"):
-		singular = strings.TrimSuffix(resource, "ies") + "y"
-	case strings.HasSuffix(resource, "sses"), strings.HasSuffix(resource, "xes"),
-		strings.HasSuffix(resource, "ches"), strings.HasSuffix(resource, "shes"):
-		singular = strings.TrimSuffix(resource, "es")
-	case strings.HasSuffix(resource, "s"):
-		singular = strings.TrimSuffix(resource, "s")
-	}
-	if singular == "" {
-		return "Object"
-	}
-	return strings.ToUpper(singular[:1]) + singular[1:]
-}
-
 // newAdmissionReview builds the dry-run CREATE review sent to the webhook.
-func newAdmissionReview(wh admissionregistrationv1.MutatingWebhook, username string) (*admissionv1.AdmissionReview, error) {
-	t := targetFor(wh)
+func newAdmissionReview(wh admissionregistrationv1.MutatingWebhook, t probeTarget, username string) (*admissionv1.AdmissionReview, error) {
 	apiVersion := t.gvr.Version
 	if t.gvr.Group != "" {
 		apiVersion = t.gvr.Group + "/" + t.gvr.Version
@@ -196,44 +161,25 @@ func newAdmissionReview(wh admissionregistrationv1.MutatingWebhook, username str
 	}, nil
 }
 
-// verifyAdmissionResponse checks a 200 body the way kube-apiserver does for a
-// mutating webhook (request.VerifyAdmissionResponse plus the JSONPatch-only
-// rule of the mutating dispatcher). allowed:false is a valid answer.
+// verifyAdmissionResponse checks a 200 body the way kube-apiserver does for
+// a mutating webhook: request.VerifyAdmissionResponse, then the checks the
+// mutating dispatcher makes before it applies a patch (JSONPatch only, and
+// a patch it can decode). allowed:false is a valid answer.
 func verifyAdmissionResponse(uid types.UID, body []byte) error {
 	var review admissionv1.AdmissionReview
 	if err := json.Unmarshal(body, &review); err != nil {
 		return badResponsef("body is not a JSON AdmissionReview: %v", err)
 	}
-	if review.APIVersion != admissionv1.SchemeGroupVersion.String() || review.Kind != "AdmissionReview" {
-		return badResponsef("expected apiVersion %q kind %q, got apiVersion %q kind %q",
-			admissionv1.SchemeGroupVersion.String(), "AdmissionReview", review.APIVersion, review.Kind)
+	r, err := request.VerifyAdmissionResponse(uid, true, &review)
+	if err != nil {
+		return badResponsef("%v", err)
 	}
-	r := review.Response
-	if r == nil {
-		return badResponsef("response is absent")
-	}
-	if r.UID != uid {
-		return badResponsef("expected response.uid=%q, got %q", uid, r.UID)
-	}
-	switch {
-	case len(r.Patch) > 0 && r.PatchType == nil:
-		return badResponsef("response.patch without response.patchType")
-	case len(r.Patch) == 0 && r.PatchType != nil:
-		return badResponsef("response.patchType without response.patch")
-	case r.PatchType != nil && *r.PatchType != admissionv1.PatchTypeJSONPatch:
-		return badResponsef("unsupported response.patchType %q", *r.PatchType)
+	if r.PatchType != "" && r.PatchType != admissionv1.PatchTypeJSONPatch {
+		return badResponsef("unsupported response.patchType %q", r.PatchType)
 	}
 	if len(r.Patch) > 0 {
-		// kube-apiserver decodes the patch before applying it; one it cannot
-		// decode fails the call.
-		var ops []map[string]json.RawMessage
-		if err := json.Unmarshal(r.Patch, &ops); err != nil {
+		if _, err := jsonpatch.DecodePatch(r.Patch); err != nil {
 			return badResponsef("response.patch is not a JSON patch: %v", err)
-		}
-		for i, op := range ops {
-			if _, ok := op["op"]; !ok {
-				return badResponsef("response.patch operation %d has no op", i)
-			}
 		}
 	}
 	return nil

@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -24,6 +25,8 @@ import (
 	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // testCA is a throw-away certificate authority for local TLS servers.
@@ -188,4 +191,27 @@ type fakeResolver struct {
 func (f *fakeResolver) Resolve(_ context.Context, namespace, name string, port int32) (string, error) {
 	f.namespace, f.name, f.port = namespace, name, port
 	return f.addr, f.err
+}
+
+// testMapper knows a few built-in kinds and cert-manager's CRDs, as the
+// manager's RESTMapper would from discovery.
+func testMapper() meta.RESTMapper {
+	m := meta.NewDefaultRESTMapper(nil)
+	for _, k := range []struct {
+		gvk    schema.GroupVersionKind
+		plural string
+		scope  meta.RESTScope
+	}{
+		{schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, "configmaps", meta.RESTScopeNamespace},
+		{schema.GroupVersionKind{Version: "v1", Kind: "Pod"}, "pods", meta.RESTScopeNamespace},
+		{schema.GroupVersionKind{Version: "v1", Kind: "Namespace"}, "namespaces", meta.RESTScopeRoot},
+		{schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}, "deployments", meta.RESTScopeNamespace},
+		{schema.GroupVersionKind{Group: "batch", Version: "v1", Kind: "CronJob"}, "cronjobs", meta.RESTScopeNamespace},
+		{schema.GroupVersionKind{Group: "autoscaling", Version: "v2", Kind: "HorizontalPodAutoscaler"}, "horizontalpodautoscalers", meta.RESTScopeNamespace},
+		{schema.GroupVersionKind{Group: "cert-manager.io", Version: "v1", Kind: "CertificateRequest"}, "certificaterequests", meta.RESTScopeNamespace},
+		{schema.GroupVersionKind{Group: "cert-manager.io", Version: "v1", Kind: "ClusterIssuer"}, "clusterissuers", meta.RESTScopeRoot},
+	} {
+		m.AddSpecific(k.gvk, k.gvk.GroupVersion().WithResource(k.plural), k.gvk.GroupVersion().WithResource(strings.ToLower(k.gvk.Kind)), k.scope)
+	}
+	return m
 }

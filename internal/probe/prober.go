@@ -17,7 +17,10 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
 )
 
 // maxResponseBytes bounds how much of a response body is read; a longer
@@ -35,8 +38,13 @@ type Prober struct {
 	// webhooks using clientConfig.service; nil makes such probes Unknown.
 	Resolver Resolver
 	// Username is request.userInfo.username in AdmissionReview probes;
-	// empty means DefaultUsername.
+	// empty means circuit.DefaultUsername.
 	Username string
+	// Mapper gives an AdmissionReview probe the kind and scope of the
+	// resource it pretends to create, as discovery serves them (the
+	// manager's RESTMapper). Required for AdmissionReview probes; without
+	// it they are Unknown.
+	Mapper meta.RESTMapper
 	// SystemRoots, when non-nil, replaces the system roots used to verify
 	// webhooks with an empty caBundle (for tests). Nil means the real
 	// system roots.
@@ -189,9 +197,13 @@ func (ep endpoint) client() (*http.Client, *http.Transport) {
 func (p *Prober) admissionReview(ctx, probeCtx context.Context, ep endpoint, wh admissionregistrationv1.MutatingWebhook, timeout time.Duration) Result {
 	username := p.Username
 	if username == "" {
-		username = DefaultUsername
+		username = circuit.DefaultUsername
 	}
-	review, err := newAdmissionReview(wh, username)
+	target, err := targetFor(wh, p.Mapper)
+	if err != nil {
+		return unknown(err)
+	}
+	review, err := newAdmissionReview(wh, target, username)
 	if err != nil {
 		return unknown(fmt.Errorf("building AdmissionReview: %w", err))
 	}

@@ -113,7 +113,7 @@ func TestServiceResolver_Resolve_guardSideErrorsAreNotNoRoute(t *testing.T) {
 
 			// Through the Prober, such an error is Unknown, never a failure.
 			wh := serviceWebhook("team", "hook", nil, "/mutate", newTestCA(t).pem)
-			res := (&Prober{Resolver: NewServiceResolver(c)}).Probe(t.Context(), wh, Spec{})
+			res := (&Prober{Mapper: testMapper(), Resolver: NewServiceResolver(c)}).Probe(t.Context(), wh, Spec{})
 			assert.Equal(t, OutcomeUnknown, res.Outcome)
 		})
 	}

@@ -59,10 +59,6 @@ const (
 	ReasonNoRoute FailureReason = "no-route"
 )
 
-// DefaultUsername is the request.userInfo.username sent in AdmissionReview
-// probes when Prober.Username is empty.
-const DefaultUsername = "system:serviceaccount:webhook-guard-system:webhook-guard"
-
 // DefaultTimeout is the probe timeout used when neither Spec.Timeout nor the
 // webhook's timeoutSeconds is set (kube-apiserver's default is 10s too).
 const DefaultTimeout = 10 * time.Second

@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/webhook-guard/webhook-guard/internal/breaker"
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
 )
 
@@ -182,7 +183,7 @@ func (s *breakerSetup) get() *admissionregistrationv1.MutatingWebhookConfigurati
 // isOpen reports whether the breaker's changes are in place: a record
 // entry, Ignore, and in Bypass mode the marker.
 func isOpen(mwc *admissionregistrationv1.MutatingWebhookConfiguration, hook, mode string) bool {
-	rec, err := breaker.DecodeRecord(mwc.Annotations)
+	rec, err := circuit.Decode(mwc.Annotations)
 	if err != nil {
 		return false
 	}
@@ -196,7 +197,7 @@ func isOpen(mwc *admissionregistrationv1.MutatingWebhookConfiguration, hook, mod
 
 func hasMarker(w *admissionregistrationv1.MutatingWebhook) bool {
 	for _, mc := range w.MatchConditions {
-		if mc.Name == breaker.BypassCondition {
+		if mc.Name == circuit.BypassCondition {
 			return mc.Expression == "false"
 		}
 	}
@@ -230,7 +231,7 @@ func (s *breakerSetup) waitRestored() time.Duration {
 	start := time.Now()
 	require.Eventually(s.t, func() bool {
 		mwc := s.get()
-		_, hasRecord := mwc.Annotations[breaker.CircuitAnnotation]
+		_, hasRecord := mwc.Annotations[circuit.Annotation]
 		return !hasRecord && equality.Semantic.DeepEqual(*findWebhook(mwc, s.hook), s.original)
 	}, transition, 20*time.Millisecond, "the original webhook was never restored exactly")
 	return time.Since(start)
@@ -421,7 +422,7 @@ func TestBreaker_fullCycle(t *testing.T) {
 			require.Len(t, writes, 2, "want exactly one write to open and one to close")
 			assert.True(t, isOpen(writes[0], s.hook, tc.mode), "the first write must open completely: policy and record together")
 			assert.Equal(t, s.original, *findWebhook(writes[1], s.hook), "the second write must restore the original exactly")
-			assert.NotContains(t, writes[1].Annotations, breaker.CircuitAnnotation)
+			assert.NotContains(t, writes[1].Annotations, circuit.Annotation)
 
 			require.Eventually(t, func() bool {
 				reasons := eventReasons(t, s.name)
@@ -431,9 +432,9 @@ func TestBreaker_fullCycle(t *testing.T) {
 	}
 }
 
-func mustRecord(t *testing.T, mwc *admissionregistrationv1.MutatingWebhookConfiguration) breaker.Record {
+func mustRecord(t *testing.T, mwc *admissionregistrationv1.MutatingWebhookConfiguration) circuit.Record {
 	t.Helper()
-	rec, err := breaker.DecodeRecord(mwc.Annotations)
+	rec, err := circuit.Decode(mwc.Annotations)
 	require.NoError(t, err)
 	return rec
 }
@@ -482,7 +483,7 @@ func TestBreaker_recreatedWhileOpenCarriesNoStaleRecord(t *testing.T) {
 	s.wh.SetBehaviour(webhookPath, harness.Allow())
 	s.waitRestored()
 	for _, w := range s.writes.modified() {
-		rec, err := breaker.DecodeRecord(w.Annotations)
+		rec, err := circuit.Decode(w.Annotations)
 		require.NoError(t, err)
 		for hook, e := range rec {
 			assert.Equal(t, w.UID, e.UID, "write %s carried a record for %s from another incarnation", w.ResourceVersion, hook)
@@ -501,7 +502,7 @@ func TestBreaker_overrideHandoffDuringOpenLosesNoUpdate(t *testing.T) {
 
 	// The administrator takes over and, at the same moment, edits fields
 	// the breaker does not own, in two separate writes.
-	r := env.Kubectl(ctx, "", nil, "annotate", "mutatingwebhookconfiguration", s.name, breaker.OverrideAnnotation+"=incident-42")
+	r := env.Kubectl(ctx, "", nil, "annotate", "mutatingwebhookconfiguration", s.name, circuit.OverrideAnnotation+"=incident-42")
 	require.NoError(t, r.Err, r.Stderr)
 	r = env.Kubectl(ctx, "", nil, "label", "mutatingwebhookconfiguration", s.name, "owner=oncall")
 	require.NoError(t, r.Err, r.Stderr)
@@ -515,13 +516,13 @@ func TestBreaker_overrideHandoffDuringOpenLosesNoUpdate(t *testing.T) {
 	var handed *admissionregistrationv1.MutatingWebhookConfiguration
 	require.Eventually(t, func() bool {
 		handed = s.get()
-		_, rec := handed.Annotations[breaker.CircuitAnnotation]
+		_, rec := handed.Annotations[circuit.Annotation]
 		return !rec
 	}, transition, 20*time.Millisecond, "the breaker never handed off")
 	w := findWebhook(handed, s.hook)
 	assert.Equal(t, admissionregistrationv1.Ignore, *w.FailurePolicy, "handoff must keep the policy that is there now")
 	assert.False(t, hasMarker(w), "handoff removes the breaker's bypass marker")
-	assert.Equal(t, "incident-42", handed.Annotations[breaker.OverrideAnnotation])
+	assert.Equal(t, "incident-42", handed.Annotations[circuit.OverrideAnnotation])
 	assert.Equal(t, "oncall", handed.Labels["owner"], "a concurrent label edit was lost")
 	assert.Equal(t, int32(3), *w.TimeoutSeconds, "a concurrent timeoutSeconds edit was lost")
 	require.Eventually(t, func() bool { return contains(eventReasons(t, s.name), string(breaker.HandedOff)) },
@@ -541,7 +542,7 @@ func TestBreaker_overrideHandoffDuringOpenLosesNoUpdate(t *testing.T) {
 
 	// Removing the annotation hands it back; the current Ignore is the new
 	// baseline, so opening in Bypass adds only the marker.
-	r = env.Kubectl(ctx, "", nil, "annotate", "mutatingwebhookconfiguration", s.name, breaker.OverrideAnnotation+"-")
+	r = env.Kubectl(ctx, "", nil, "annotate", "mutatingwebhookconfiguration", s.name, circuit.OverrideAnnotation+"-")
 	require.NoError(t, r.Err, r.Stderr)
 	_, reopened := s.waitOpen()
 	assert.Equal(t, admissionregistrationv1.Ignore, *mustRecord(t, reopened)[s.hook].OriginalFailurePolicy)

@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -31,6 +32,7 @@ import (
 
 	"github.com/webhook-guard/webhook-guard/internal/admission"
 	"github.com/webhook-guard/webhook-guard/internal/admission/admissiontest"
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
 )
 
@@ -94,11 +96,12 @@ func startGuardStatic() (map[string][]byte, error) {
 		}
 	}
 	guardStatic.calls = map[string]int{}
-	product := &admission.Handler{Options: guardStaticOptions}
 	counted := ctrladmission.HandlerFunc(func(ctx context.Context, req ctrladmission.Request) ctrladmission.Response {
 		guardStatic.mu.Lock()
 		guardStatic.calls[req.Name]++
 		guardStatic.mu.Unlock()
+		// The breaker's identity is known only once the apiserver runs.
+		product := &admission.Handler{Options: guardStaticOptions()}
 		return product.Handle(ctx, req)
 	})
 	mux := http.NewServeMux()
@@ -126,6 +129,17 @@ func stopGuardStatic() {
 // guardActors are the table's actors as real identities.
 type guardActors struct {
 	breaker, other *harness.Identity
+}
+
+// user is the actor's real identity, as the apiserver sees it.
+func (a guardActors) user(actor admissiontest.Actor) authenticationv1.UserInfo {
+	switch actor {
+	case admissiontest.Breaker:
+		return authenticationv1.UserInfo{Username: a.breaker.Username}
+	case admissiontest.OtherSA:
+		return authenticationv1.UserInfo{Username: a.other.Username}
+	}
+	return authenticationv1.UserInfo{Username: harness.AdminUsername}
 }
 
 func (a guardActors) client(actor admissiontest.Actor) client.Client {
@@ -182,12 +196,12 @@ func applyCase(c admissiontest.Case, obj *admissionregistrationv1.MutatingWebhoo
 		if obj.Annotations == nil {
 			obj.Annotations = map[string]string{}
 		}
-		obj.Annotations[admissiontest.OverrideAnnotation] = ""
+		obj.Annotations[circuit.OverrideAnnotation] = ""
 		if c.Override == admissiontest.OverridePresent {
-			obj.Annotations[admissiontest.OverrideAnnotation] = admissiontest.OverrideReason
+			obj.Annotations[circuit.OverrideAnnotation] = admissiontest.OverrideReason
 		}
 	default:
-		delete(obj.Annotations, admissiontest.OverrideAnnotation)
+		delete(obj.Annotations, circuit.OverrideAnnotation)
 	}
 }
 
@@ -205,8 +219,8 @@ func goDecision(c admissiontest.Case, name, breaker string) admission.Decision {
 // case's UPDATE as the case's actor: the live object with the case's edit
 // applied, so that the apiserver's defaulting adds no diff of its own. It
 // checks that the object changed exactly when the update was admitted, and
-// returns the update's error.
-func runGuardCase(t *testing.T, a guardActors, c admissiontest.Case, name string) error {
+// returns the Go rule's message for the live pair and the update's error.
+func runGuardCase(t *testing.T, a guardActors, c admissiontest.Case, name string) (string, error) {
 	t.Helper()
 	ctx := context.Background()
 	start, _ := c.Build(name)
@@ -224,7 +238,7 @@ func runGuardCase(t *testing.T, a guardActors, c admissiontest.Case, name string
 	// The live old/new pair must mean to the rule what the table's pair means.
 	onLive := admission.Decide(admission.Request{
 		Operation: admissionv1.Update, Old: live, New: want,
-		User: admissiontest.UserInfo(c.Actor, a.breaker.Username),
+		User: a.user(c.Actor),
 	}, admission.Options{BreakerUsername: a.breaker.Username, Managed: c.ManagedConfigs(name)})
 	require.Equal(t, c.WantAllowed, onLive.Allowed, "the Go rule decides the live objects differently from the table's: %s", onLive.Message)
 
@@ -240,7 +254,7 @@ func runGuardCase(t *testing.T, a guardActors, c admissiontest.Case, name string
 	} else {
 		assert.Equal(t, live.ResourceVersion, after.ResourceVersion, "a denied update changed the object")
 	}
-	return err
+	return onLive.Message, err
 }
 
 func decisionString(allowed bool) string {
@@ -323,7 +337,7 @@ func TestGuard_equivalence(t *testing.T) {
 		for i, c := range cases {
 			name := names[i]
 			t.Run(c.Name, func(t *testing.T) {
-				err := runGuardCase(t, actors, c, name)
+				goMessage, err := runGuardCase(t, actors, c, name)
 				rows[i].vap = decisionString(err == nil)
 				if c.WantAllowed {
 					assert.NoError(t, err, "the policy denied an update the table allows")
@@ -334,8 +348,9 @@ func TestGuard_equivalence(t *testing.T) {
 				msg := err.Error()
 				assert.Contains(t, msg, "ValidatingAdmissionPolicy '"+policyName+"'")
 				assert.Contains(t, msg, `mutatingwebhookconfiguration "`+name+`"`)
-				assert.Contains(t, msg, admissiontest.OverrideAnnotation)
+				assert.Contains(t, msg, circuit.OverrideAnnotation)
 				assert.Contains(t, msg, "kubectl annotate mutatingwebhookconfiguration "+name+" ")
+				assert.True(t, strings.HasSuffix(msg, ": "+goMessage), "the policy's message is not the Go rule's\npolicy: %s\nGo:     %s", msg, goMessage)
 				t.Logf("denied: %s", msg)
 			})
 		}
@@ -348,7 +363,7 @@ func TestGuard_equivalence(t *testing.T) {
 			name := guardStaticName(i)
 			t.Run(c.Name, func(t *testing.T) {
 				before := guardStaticCalls(name)
-				err := runGuardCase(t, actors, c, name)
+				goMessage, err := runGuardCase(t, actors, c, name)
 				rows[i].static = decisionString(err == nil)
 				calls := guardStaticCalls(name) - before
 				if c.Managed {
@@ -368,6 +383,7 @@ func TestGuard_equivalence(t *testing.T) {
 				for _, s := range c.WantMessage(name) {
 					assert.Contains(t, msg, s)
 				}
+				assert.True(t, strings.HasSuffix(msg, ": "+goMessage), "the webhook's message is not the Go rule's\nwebhook: %s\nGo:      %s", msg, goMessage)
 				t.Logf("denied: %s", msg)
 			})
 		}

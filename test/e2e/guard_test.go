@@ -22,6 +22,7 @@ import (
 
 	"github.com/webhook-guard/webhook-guard/internal/admission"
 	"github.com/webhook-guard/webhook-guard/internal/breaker"
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
 )
 
@@ -75,7 +76,7 @@ func TestGuard_kubectlApplyExplainsAndOverrideHandsOff(t *testing.T) {
 	}
 	assert.True(t, isOpen(s.get(), s.hook, "Bypass"), "a refused apply must change nothing")
 
-	r = env.Kubectl(ctx, "", nil, "annotate", "mutatingwebhookconfiguration", s.name, breaker.OverrideAnnotation+"=INC-1234 vendor outage, paging oncall")
+	r = env.Kubectl(ctx, "", nil, "annotate", "mutatingwebhookconfiguration", s.name, circuit.OverrideAnnotation+"=INC-1234 vendor outage, paging oncall")
 	require.NoError(t, r.Err, r.Stderr)
 	t.Logf("$ kubectl annotate mutatingwebhookconfiguration %s webhook-guard.io/override=...\n%s%s", s.name, r.Stdout, r.Stderr)
 	r = env.Kubectl(ctx, "", s.manifest, "apply", "-f", "-")
@@ -84,7 +85,7 @@ func TestGuard_kubectlApplyExplainsAndOverrideHandsOff(t *testing.T) {
 
 	require.Eventually(t, func() bool {
 		m := s.get()
-		_, rec := m.Annotations[breaker.CircuitAnnotation]
+		_, rec := m.Annotations[circuit.Annotation]
 		return !rec
 	}, transition, 20*time.Millisecond, "the breaker never handed off")
 	m := s.get()

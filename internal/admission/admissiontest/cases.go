@@ -3,11 +3,11 @@
 // rule (admission.Decide), the ValidatingAdmissionPolicy in a real
 // kube-apiserver, and the static webhook (admission.Handler).
 //
-// The package imports only Kubernetes API types, so that both the admission
-// package's external tests and e2e tests can import it without a cycle:
-// callers build admission.Options themselves from Case.ManagedConfigs and the
-// breaker's username. The names below duplicate admission's constants on
-// purpose; admission's tests check that they agree.
+// The package imports only Kubernetes API types and the circuit contract, so
+// that both the admission package's external tests and e2e tests can import
+// it without a cycle: callers build admission.Options themselves from
+// Case.ManagedConfigs and the breaker's username. Circuit records are written
+// with the contract's own encoder.
 //
 // All cases are UPDATEs. Every object is valid for kube-apiserver as built:
 // webhooks have fully-qualified names, an https://127.0.0.1:1/... URL,
@@ -20,26 +20,22 @@ package admissiontest
 
 import (
 	"strings"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
 )
 
-// Names shared with package admission (kept equal by its tests).
+// Names of the table's objects and records.
 const (
 	// ManagedWebhook is the managed webhook of a managed configuration.
 	ManagedWebhook = "slow.mutator.webhook-guard.io"
 	// OtherWebhook is a second webhook of the same configuration, not managed.
 	OtherWebhook = "other.mutator.webhook-guard.io"
-	// CircuitAnnotation is the breaker's circuit record annotation.
-	CircuitAnnotation = "webhook-guard.io/circuit"
-	// OverrideAnnotation is the administrator override annotation.
-	OverrideAnnotation = "webhook-guard.io/override"
-	// BypassMatchConditionName is the bypass matchCondition's name.
-	BypassMatchConditionName = "webhook-guard.io/circuit-open"
-	// BypassMatchConditionExpression is the bypass matchCondition's expression.
-	BypassMatchConditionExpression = "false"
 	// OverrideReason is the reason the table's "present" override carries.
 	OverrideReason = "incident INC-1234: restoring the webhook by hand"
 	// OpenedAt is when the table's open circuits were opened.
@@ -47,6 +43,8 @@ const (
 	// RecordUID is the configuration UID written in the table's circuit
 	// records (admission does not read it).
 	RecordUID = "00000000-0000-0000-0000-000000000001"
+	// RecordReason is the failure reason in the table's circuit records.
+	RecordReason = "timeout"
 )
 
 // Override values of Case.Override.
@@ -127,7 +125,7 @@ type Case struct {
 	// WantAllowed is the expected decision.
 	WantAllowed bool
 	// WantMessageContains is checked on denials by the Go rule and the
-	// webhook (not the VAP, whose wording differs); NamePlaceholder stands
+	// webhook, and the VAP renders the same message; NamePlaceholder stands
 	// for the configuration name (see WantMessage).
 	WantMessageContains []string
 }
@@ -141,11 +139,11 @@ func (c Case) Build(name string) (old, new *admissionregistrationv1.MutatingWebh
 	}
 	switch c.Override {
 	case OverridePresent:
-		setAnnotation(new, OverrideAnnotation, OverrideReason)
+		setAnnotation(new, circuit.OverrideAnnotation, OverrideReason)
 	case OverrideEmpty:
-		setAnnotation(new, OverrideAnnotation, "")
+		setAnnotation(new, circuit.OverrideAnnotation, "")
 	default:
-		delete(new.Annotations, OverrideAnnotation)
+		delete(new.Annotations, circuit.OverrideAnnotation)
 	}
 	return old, new
 }
@@ -175,13 +173,13 @@ const (
 	// FailurePolicyPath is the managed webhook's failurePolicy path.
 	FailurePolicyPath = "webhooks[name=" + ManagedWebhook + "].failurePolicy"
 	// BypassPath is the managed webhook's bypass marker path.
-	BypassPath = "webhooks[name=" + ManagedWebhook + "].matchConditions[name=" + BypassMatchConditionName + "]"
+	BypassPath = "webhooks[name=" + ManagedWebhook + "].matchConditions[name=" + circuit.BypassCondition + "]"
 	// OtherBypassPath is the other webhook's bypass marker path.
-	OtherBypassPath = "webhooks[name=" + OtherWebhook + "].matchConditions[name=" + BypassMatchConditionName + "]"
+	OtherBypassPath = "webhooks[name=" + OtherWebhook + "].matchConditions[name=" + circuit.BypassCondition + "]"
 	// CircuitPath is the circuit annotation's path.
-	CircuitPath = "metadata.annotations[" + CircuitAnnotation + "]"
+	CircuitPath = "metadata.annotations[" + circuit.Annotation + "]"
 	// AnnotateCommand is the command that hands a configuration over.
-	AnnotateCommand = "kubectl annotate mutatingwebhookconfiguration " + NamePlaceholder + " " + OverrideAnnotation + `="<reason>"`
+	AnnotateCommand = "kubectl annotate mutatingwebhookconfiguration " + NamePlaceholder + " " + circuit.OverrideAnnotation + `="<reason>"`
 )
 
 func want(paths ...string) []string {
@@ -211,7 +209,7 @@ func Healthy(name string) *admissionregistrationv1.MutatingWebhookConfiguration 
 // ManagedWebhook: failurePolicy Ignore, the bypass marker, and the record.
 func BypassOpen(name string) *admissionregistrationv1.MutatingWebhookConfiguration {
 	obj := Healthy(name)
-	openCircuit(obj, "Bypass")
+	openCircuit(obj, circuit.ModeBypass)
 	return obj
 }
 
@@ -219,7 +217,7 @@ func BypassOpen(name string) *admissionregistrationv1.MutatingWebhookConfigurati
 // ManagedWebhook: failurePolicy Ignore and the record, no marker.
 func IgnoreOpen(name string) *admissionregistrationv1.MutatingWebhookConfiguration {
 	obj := Healthy(name)
-	openCircuit(obj, "Ignore")
+	openCircuit(obj, circuit.ModeIgnore)
 	return obj
 }
 
@@ -227,23 +225,38 @@ func IgnoreOpen(name string) *admissionregistrationv1.MutatingWebhookConfigurati
 // override annotation.
 func Overridden(name string) *admissionregistrationv1.MutatingWebhookConfiguration {
 	obj := BypassOpen(name)
-	setAnnotation(obj, OverrideAnnotation, OverrideReason)
+	setAnnotation(obj, circuit.OverrideAnnotation, OverrideReason)
 	return obj
 }
 
 // CircuitRecord returns the breaker's record of an open circuit on
-// ManagedWebhook in mode ("Ignore" or "Bypass").
-func CircuitRecord(mode string) string {
-	return `{"` + ManagedWebhook + `":{"uid":"` + RecordUID + `","mode":"` + mode + `","openedAt":"` + OpenedAt + `","reason":"timeout","originalFailurePolicy":"Fail"}}`
+// ManagedWebhook in mode, opened at openedAt (RFC 3339), as the breaker's
+// encoder writes it.
+func CircuitRecord(mode circuit.Mode, openedAt string) string {
+	at, err := time.Parse(time.RFC3339, openedAt)
+	if err != nil {
+		panic("admissiontest: " + err.Error())
+	}
+	text, err := circuit.Record{ManagedWebhook: {
+		UID:                   RecordUID,
+		Mode:                  mode,
+		OpenedAt:              metav1.NewTime(at),
+		Reason:                RecordReason,
+		OriginalFailurePolicy: ptr.To(admissionregistrationv1.Fail),
+	}}.Text()
+	if err != nil {
+		panic("admissiontest: " + err.Error())
+	}
+	return text
 }
 
-func openCircuit(obj *admissionregistrationv1.MutatingWebhookConfiguration, mode string) {
+func openCircuit(obj *admissionregistrationv1.MutatingWebhookConfiguration, mode circuit.Mode) {
 	hook := findHook(obj, ManagedWebhook)
 	hook.FailurePolicy = policy(admissionregistrationv1.Ignore)
-	if mode == "Bypass" {
-		addMarker(hook, BypassMatchConditionExpression)
+	if mode == circuit.ModeBypass {
+		addMarker(hook, circuit.BypassExpression)
 	}
-	setAnnotation(obj, CircuitAnnotation, CircuitRecord(mode))
+	setAnnotation(obj, circuit.Annotation, CircuitRecord(mode, OpenedAt))
 }
 
 func webhook(name, path string) admissionregistrationv1.MutatingWebhook {
@@ -286,7 +299,7 @@ func findHook(obj *admissionregistrationv1.MutatingWebhookConfiguration, name st
 
 func addMarker(hook *admissionregistrationv1.MutatingWebhook, expression string) {
 	hook.MatchConditions = append(hook.MatchConditions, admissionregistrationv1.MatchCondition{
-		Name:       BypassMatchConditionName,
+		Name:       circuit.BypassCondition,
 		Expression: expression,
 	})
 }
@@ -294,7 +307,7 @@ func addMarker(hook *admissionregistrationv1.MutatingWebhook, expression string)
 func removeMarker(hook *admissionregistrationv1.MutatingWebhook) {
 	var kept []admissionregistrationv1.MatchCondition
 	for _, c := range hook.MatchConditions {
-		if c.Name != BypassMatchConditionName {
+		if c.Name != circuit.BypassCondition {
 			kept = append(kept, c)
 		}
 	}
@@ -317,11 +330,11 @@ func setPolicy(hook string, p admissionregistrationv1.FailurePolicyType) func(*a
 }
 
 func openBypass(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
-	openCircuit(obj, "Bypass")
+	openCircuit(obj, circuit.ModeBypass)
 }
 
 func openIgnore(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
-	openCircuit(obj, "Ignore")
+	openCircuit(obj, circuit.ModeIgnore)
 }
 
 // closeCircuit undoes openCircuit: Fail, no marker, no record.
@@ -329,7 +342,7 @@ func closeCircuit(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
 	hook := findHook(obj, ManagedWebhook)
 	hook.FailurePolicy = policy(admissionregistrationv1.Fail)
 	removeMarker(hook)
-	delete(obj.Annotations, CircuitAnnotation)
+	delete(obj.Annotations, circuit.Annotation)
 }
 
 func setTimeout(seconds int32) func(*admissionregistrationv1.MutatingWebhookConfiguration) {
@@ -344,15 +357,15 @@ func addUpdateRule(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
 }
 
 func forgeRecord(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
-	setAnnotation(obj, CircuitAnnotation, CircuitRecord("Ignore"))
+	setAnnotation(obj, circuit.Annotation, CircuitRecord(circuit.ModeIgnore, OpenedAt))
 }
 
 func removeRecord(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
-	delete(obj.Annotations, CircuitAnnotation)
+	delete(obj.Annotations, circuit.Annotation)
 }
 
 func changeRecord(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
-	setAnnotation(obj, CircuitAnnotation, strings.Replace(CircuitRecord("Bypass"), OpenedAt, "2026-11-30T11:00:00Z", 1))
+	setAnnotation(obj, circuit.Annotation, CircuitRecord(circuit.ModeBypass, "2026-11-30T11:00:00Z"))
 }
 
 func removeManagedMarker(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
@@ -360,17 +373,17 @@ func removeManagedMarker(obj *admissionregistrationv1.MutatingWebhookConfigurati
 }
 
 func addManagedMarker(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
-	addMarker(findHook(obj, ManagedWebhook), BypassMatchConditionExpression)
+	addMarker(findHook(obj, ManagedWebhook), circuit.BypassExpression)
 }
 
 func addOtherMarker(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
-	addMarker(findHook(obj, OtherWebhook), BypassMatchConditionExpression)
+	addMarker(findHook(obj, OtherWebhook), circuit.BypassExpression)
 }
 
 func alterMarker(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
 	hook := findHook(obj, ManagedWebhook)
 	for i := range hook.MatchConditions {
-		if hook.MatchConditions[i].Name == BypassMatchConditionName {
+		if hook.MatchConditions[i].Name == circuit.BypassCondition {
 			hook.MatchConditions[i].Expression = "true"
 		}
 	}

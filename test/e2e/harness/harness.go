@@ -32,9 +32,12 @@ import (
 // kube-apiserver's ClusterIP resolver reaches webhooks on a real cluster.
 const ServiceCIDR = "127.0.1.0/24"
 
+// AdminUsername is the username of Env's admin identity.
+const AdminUsername = "e2e-admin"
+
 // Env is a running control plane.
 type Env struct {
-	// Config is an admin (system:masters) rest config.
+	// Config is an admin (system:masters) rest config, for AdminUsername.
 	Config *rest.Config
 	// Client is an admin controller-runtime client.
 	Client client.Client
@@ -169,7 +172,7 @@ func Start(opts Options) (_ *Env, err error) {
 	if _, err := e.env.Start(); err != nil {
 		return nil, fmt.Errorf("starting kube-apiserver and etcd from %s: %w", bin, err)
 	}
-	admin, err := e.env.AddUser(envtest.User{Name: "e2e-admin", Groups: []string{"system:masters"}}, nil)
+	admin, err := e.env.AddUser(envtest.User{Name: AdminUsername, Groups: []string{"system:masters"}}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("adding the admin user: %w", err)
 	}

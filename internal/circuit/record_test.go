@@ -1,4 +1,4 @@
-package breaker
+package circuit
 
 import (
 	"encoding/json"
@@ -10,14 +10,12 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-
-	"github.com/webhook-guard/webhook-guard/internal/config"
 )
 
 func sampleEntry(policy *admissionregistrationv1.FailurePolicyType) Entry {
 	return Entry{
 		UID:                   "0b1c2d3e-0000-4000-8000-000000000001",
-		Mode:                  config.ModeBypass,
+		Mode:                  ModeBypass,
 		OpenedAt:              metav1.NewTime(time.Date(2025, 3, 4, 5, 6, 7, 0, time.UTC)),
 		Reason:                "timeout",
 		OriginalFailurePolicy: policy,
@@ -47,9 +45,9 @@ func TestRecord_roundTrip_table(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			want := sampleEntry(tc.policy)
-			ann, err := EncodeRecord(map[string]string{"other": "value"}, Record{"a.example.com": want})
+			ann, err := Encode(map[string]string{"other": "value"}, Record{"a.example.com": want})
 			require.NoError(t, err)
-			raw := ann[CircuitAnnotation]
+			raw := ann[Annotation]
 			assert.Contains(t, raw, tc.wantJSON)
 			assert.Contains(t, raw, `"openedAt":"2025-03-04T05:06:07Z"`)
 			assert.Contains(t, raw, `"uid":"0b1c2d3e-0000-4000-8000-000000000001"`)
@@ -57,7 +55,7 @@ func TestRecord_roundTrip_table(t *testing.T) {
 			assert.Contains(t, raw, `"reason":"timeout"`)
 			assert.Equal(t, "value", ann["other"])
 
-			got, err := DecodeRecord(ann)
+			got, err := Decode(ann)
 			require.NoError(t, err)
 			require.Len(t, got, 1)
 			require.Contains(t, got, "a.example.com")
@@ -71,16 +69,16 @@ func TestRecord_roundTrip_nilPolicyAndMatchConditions(t *testing.T) {
 		"nil.example.com":  sampleEntry(nil),
 		"fail.example.com": sampleEntry(ptr.To(admissionregistrationv1.Fail)),
 	}
-	ann, err := EncodeRecord(nil, rec)
+	ann, err := Encode(nil, rec)
 	require.NoError(t, err)
 
 	var generic map[string]map[string]any
-	require.NoError(t, json.Unmarshal([]byte(ann[CircuitAnnotation]), &generic))
+	require.NoError(t, json.Unmarshal([]byte(ann[Annotation]), &generic))
 	require.Contains(t, generic["nil.example.com"], "originalFailurePolicy", "the key is present, not omitted")
 	assert.Nil(t, generic["nil.example.com"]["originalFailurePolicy"], "an unset policy is JSON null")
 	assert.Equal(t, "Fail", generic["fail.example.com"]["originalFailurePolicy"])
 
-	got, err := DecodeRecord(ann)
+	got, err := Decode(ann)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"fail.example.com", "nil.example.com"}, got.Webhooks())
 	assert.Nil(t, got["nil.example.com"].OriginalFailurePolicy)
@@ -88,7 +86,7 @@ func TestRecord_roundTrip_nilPolicyAndMatchConditions(t *testing.T) {
 	assert.Equal(t, admissionregistrationv1.Fail, *got["fail.example.com"].OriginalFailurePolicy)
 }
 
-func TestDecodeRecord_table(t *testing.T) {
+func TestDecode_table(t *testing.T) {
 	cases := map[string]struct {
 		annotations map[string]string
 		wantErr     bool
@@ -96,22 +94,22 @@ func TestDecodeRecord_table(t *testing.T) {
 	}{
 		"nil annotations are an empty record":                {annotations: nil},
 		"a missing annotation is an empty record":            {annotations: map[string]string{"other": "x"}},
-		"an empty object is an empty record":                 {annotations: map[string]string{CircuitAnnotation: `{}`}},
-		"one entry decodes":                                  {annotations: map[string]string{CircuitAnnotation: `{"a":{"uid":"u","mode":"Ignore","openedAt":"2025-01-01T00:00:00Z","reason":"tls","originalFailurePolicy":null}}`}, wantLen: 1},
-		"truncated JSON is an error":                         {annotations: map[string]string{CircuitAnnotation: `{"a":{"uid":`}, wantErr: true},
-		"an empty value is an error":                         {annotations: map[string]string{CircuitAnnotation: ``}, wantErr: true},
-		"a JSON array is an error":                           {annotations: map[string]string{CircuitAnnotation: `[]`}, wantErr: true},
-		"a JSON string is an error":                          {annotations: map[string]string{CircuitAnnotation: `"open"`}, wantErr: true},
-		"an entry that is not an object is an error":         {annotations: map[string]string{CircuitAnnotation: `{"a":1}`}, wantErr: true},
-		"a bad openedAt is an error":                         {annotations: map[string]string{CircuitAnnotation: `{"a":{"openedAt":"yesterday"}}`}, wantErr: true},
-		"a failurePolicy of the wrong JSON type is an error": {annotations: map[string]string{CircuitAnnotation: `{"a":{"originalFailurePolicy":3}}`}, wantErr: true},
+		"an empty object is an empty record":                 {annotations: map[string]string{Annotation: `{}`}},
+		"one entry decodes":                                  {annotations: map[string]string{Annotation: `{"a":{"uid":"u","mode":"Ignore","openedAt":"2025-01-01T00:00:00Z","reason":"tls","originalFailurePolicy":null}}`}, wantLen: 1},
+		"truncated JSON is an error":                         {annotations: map[string]string{Annotation: `{"a":{"uid":`}, wantErr: true},
+		"an empty value is an error":                         {annotations: map[string]string{Annotation: ``}, wantErr: true},
+		"a JSON array is an error":                           {annotations: map[string]string{Annotation: `[]`}, wantErr: true},
+		"a JSON string is an error":                          {annotations: map[string]string{Annotation: `"open"`}, wantErr: true},
+		"an entry that is not an object is an error":         {annotations: map[string]string{Annotation: `{"a":1}`}, wantErr: true},
+		"a bad openedAt is an error":                         {annotations: map[string]string{Annotation: `{"a":{"openedAt":"yesterday"}}`}, wantErr: true},
+		"a failurePolicy of the wrong JSON type is an error": {annotations: map[string]string{Annotation: `{"a":{"originalFailurePolicy":3}}`}, wantErr: true},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			rec, err := DecodeRecord(tc.annotations)
+			rec, err := Decode(tc.annotations)
 			if tc.wantErr {
 				require.Error(t, err)
-				assert.Contains(t, err.Error(), CircuitAnnotation)
+				assert.Contains(t, err.Error(), Annotation)
 				assert.Nil(t, rec)
 				return
 			}
@@ -125,17 +123,17 @@ func TestDecodeRecord_table(t *testing.T) {
 // A record that decodes without error must be a usable (non-nil) map: Plan
 // writes new entries into it. The JSON literal null is accepted by
 // encoding/json and would otherwise leave a nil map behind.
-func TestDecodeRecord_nullIsErrorOrUsableRecord(t *testing.T) {
-	rec, err := DecodeRecord(map[string]string{CircuitAnnotation: `null`})
+func TestDecode_nullIsErrorOrUsableRecord(t *testing.T) {
+	rec, err := Decode(map[string]string{Annotation: `null`})
 	if err != nil {
 		assert.Nil(t, rec)
 		return
 	}
-	require.NotNil(t, rec, "DecodeRecord(%q) returned a nil record and no error", "null")
+	require.NotNil(t, rec, "Decode(%q) returned a nil record and no error", "null")
 	assert.Empty(t, rec)
 }
 
-func TestEncodeRecord_table(t *testing.T) {
+func TestEncode_table(t *testing.T) {
 	entry := sampleEntry(ptr.To(admissionregistrationv1.Fail))
 	cases := map[string]struct {
 		annotations map[string]string
@@ -145,12 +143,12 @@ func TestEncodeRecord_table(t *testing.T) {
 		wantNil     bool
 	}{
 		"an empty record removes the annotation and keeps the others": {
-			annotations: map[string]string{CircuitAnnotation: `{"a":{}}`, "keep": "me", OverrideAnnotation: "reason"},
+			annotations: map[string]string{Annotation: `{"a":{}}`, "keep": "me", OverrideAnnotation: "reason"},
 			rec:         Record{},
 			wantKeys:    []string{"keep", OverrideAnnotation},
 		},
 		"a nil record removes the annotation": {
-			annotations: map[string]string{CircuitAnnotation: `{"a":{}}`, "keep": "me"},
+			annotations: map[string]string{Annotation: `{"a":{}}`, "keep": "me"},
 			rec:         nil,
 			wantKeys:    []string{"keep"},
 		},
@@ -162,13 +160,13 @@ func TestEncodeRecord_table(t *testing.T) {
 		"a record on nil annotations allocates them": {
 			annotations: nil,
 			rec:         Record{"a": entry},
-			wantKeys:    []string{CircuitAnnotation},
+			wantKeys:    []string{Annotation},
 			wantCircuit: true,
 		},
 		"a record replaces an existing annotation and keeps the others": {
-			annotations: map[string]string{CircuitAnnotation: `{"old":{}}`, "keep": "me"},
+			annotations: map[string]string{Annotation: `{"old":{}}`, "keep": "me"},
 			rec:         Record{"a": entry},
-			wantKeys:    []string{CircuitAnnotation, "keep"},
+			wantKeys:    []string{Annotation, "keep"},
 			wantCircuit: true,
 		},
 	}
@@ -181,7 +179,7 @@ func TestEncodeRecord_table(t *testing.T) {
 				}
 				before[k] = v
 			}
-			got, err := EncodeRecord(tc.annotations, tc.rec)
+			got, err := Encode(tc.annotations, tc.rec)
 			require.NoError(t, err)
 			if tc.wantNil {
 				assert.Nil(t, got)
@@ -194,12 +192,12 @@ func TestEncodeRecord_table(t *testing.T) {
 			}
 			assert.ElementsMatch(t, tc.wantKeys, keys)
 			for k, v := range before {
-				if k != CircuitAnnotation {
+				if k != Annotation {
 					assert.Equal(t, v, got[k], "annotation %s is kept", k)
 				}
 			}
 			if tc.wantCircuit {
-				back, err := DecodeRecord(got)
+				back, err := Decode(got)
 				require.NoError(t, err)
 				assert.Equal(t, tc.rec.Webhooks(), back.Webhooks())
 				for name, want := range tc.rec {

@@ -1,0 +1,160 @@
+package admission_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	apiserveradmission "k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/admission/plugin/cel"
+	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
+	celconfig "k8s.io/apiserver/pkg/apis/cel"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/cel/environment"
+
+	"github.com/webhook-guard/webhook-guard/internal/admission"
+	"github.com/webhook-guard/webhook-guard/internal/admission/admissiontest"
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
+)
+
+var (
+	mwcGVR = schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "mutatingwebhookconfigurations"}
+	mwcGVK = schema.GroupVersionKind{Group: "admissionregistration.k8s.io", Version: "v1", Kind: "MutatingWebhookConfiguration"}
+)
+
+// compiledPolicy is the rendered ValidatingAdmissionPolicy compiled the way
+// kube-apiserver v1.37 compiles it (validating.compilePolicy, which is not
+// exported; Gatekeeper's k8scel driver does the same).
+type compiledPolicy struct {
+	validator validating.Validator
+}
+
+func compile(t *testing.T, opts admission.Options) compiledPolicy {
+	t.Helper()
+	policy, _ := admission.RenderPolicy(opts)
+	compiler, err := cel.NewCompositedCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
+	require.NoError(t, err)
+	vars := make([]cel.NamedExpressionAccessor, 0, len(policy.Spec.Variables))
+	for _, v := range policy.Spec.Variables {
+		vars = append(vars, &validating.Variable{Name: v.Name, Expression: v.Expression})
+	}
+	decls := cel.OptionalVariableDeclarations{}
+	compiler.CompileAndStoreVariables(vars, decls, environment.StoredExpressions)
+	var validations, messages []cel.ExpressionAccessor
+	for _, v := range policy.Spec.Validations {
+		validations = append(validations, &validating.ValidationCondition{Expression: v.Expression, Message: v.Message, Reason: v.Reason})
+		messages = append(messages, &validating.MessageExpressionCondition{MessageExpression: v.MessageExpression})
+	}
+	return compiledPolicy{validating.NewValidator(
+		compiler.CompileCondition(validations, decls, environment.StoredExpressions),
+		nil,
+		compiler.CompileCondition(nil, decls, environment.StoredExpressions),
+		compiler.CompileCondition(messages, decls, environment.StoredExpressions),
+		policy.Spec.FailurePolicy,
+		nil,
+	)}
+}
+
+// decide evaluates the policy on one request. A CEL error fails the test:
+// the policy must decide every request, not fall back to its failurePolicy.
+func (p compiledPolicy) decide(t *testing.T, op admissionv1.Operation, old, new *admissionregistrationv1.MutatingWebhookConfiguration, u authenticationv1.UserInfo) (bool, string) {
+	t.Helper()
+	var oldObj runtime.Object
+	if old != nil {
+		oldObj = old
+	}
+	attr := apiserveradmission.NewAttributesRecord(new, oldObj, mwcGVK, "", new.Name, mwcGVR, "", apiserveradmission.Operation(op), nil, false,
+		&user.DefaultInfo{Name: u.Username, UID: u.UID, Groups: u.Groups})
+	versioned := &apiserveradmission.VersionedAttributes{Attributes: attr, VersionedKind: mwcGVK, VersionedObject: apiserveradmission.NewLazyObject(new), VersionedOldObject: apiserveradmission.NewLazyObject(oldObj)}
+	res := p.validator.Validate(context.Background(), mwcGVR, versioned, nil, nil, celconfig.RuntimeCELCostBudget, nil)
+	require.Len(t, res.Decisions, 1)
+	d := res.Decisions[0]
+	require.NotEqual(t, validating.EvalError, d.Evaluation, "CEL error: %s", d.Message)
+	return d.Action == validating.ActionAdmit, d.Message
+}
+
+// TestPolicy_CEL_agreesWithGo runs every case of the admissiontest table,
+// and the hostile records of the Go rule's tests, through the rendered
+// policy compiled offline with kube-apiserver's CEL, and requires the same
+// decision and the same message, word for word, as the Go rule.
+func TestPolicy_CEL_agreesWithGo(t *testing.T) {
+	for i, c := range admissiontest.Cases() {
+		t.Run(c.Name, func(t *testing.T) {
+			name := caseName(i)
+			old, new := c.Build(name)
+			opts := options(c, name)
+			user := admissiontest.UserInfo(c.Actor, breaker)
+			want := admission.Decide(admission.Request{Operation: admissionv1.Update, Old: old, New: new, User: user}, opts)
+			allowed, message := compile(t, opts).decide(t, admissionv1.Update, old, new, user)
+			require.Equal(t, c.WantAllowed, allowed, message)
+			if !allowed {
+				assert.Equal(t, want.Message, message)
+			}
+		})
+	}
+}
+
+func TestPolicy_CEL_agreesWithGo_beyondTheTable(t *testing.T) {
+	opts := admission.Options{BreakerUsername: breaker, Managed: map[string][]string{
+		"cfg": {admissiontest.ManagedWebhook, admissiontest.OtherWebhook, admissiontest.ManagedWebhook},
+	}}
+	p := compile(t, opts)
+	type req struct {
+		op       admissionv1.Operation
+		old, new *admissionregistrationv1.MutatingWebhookConfiguration
+	}
+	var reqs = map[string]req{}
+	open := admissiontest.BypassOpen("cfg")
+	for i, record := range []string{
+		`{not json`, ``, `null`, `[]`, `"a string"`,
+		`{"slow.mutator.webhook-guard.io":"not an object"}`,
+		`{"slow.mutator.webhook-guard.io":{"openedAt":42,"originalFailurePolicy":["x"]}}`,
+		`{"slow.mutator.webhook-guard.io":null}`,
+		"{\"slow.mutator.webhook-guard.io\":{\"openedAt\":\"line\\nbreak\",\"mode\":\"By\\rpass\"}}",
+		"{\"slow.mutator.webhook-guard.io\":{\"openedAt\":\"line\nbreak\",\"mode\":\"By\tpass\"}}",
+		"{\n  \"pretty\": \"printed\"\n}",
+		`{"other.mutator.webhook-guard.io":{"mode":"Ignore","reason":"été"},"slow.mutator.webhook-guard.io":{"mode":"Bypass"}}`,
+	} {
+		old := open.DeepCopy()
+		old.Annotations[circuit.Annotation] = record
+		reqs[fmt.Sprintf("record %d restores Fail", i)] = req{admissionv1.Update, old, restoreFail(old)}
+		n := old.DeepCopy()
+		delete(n.Annotations, circuit.Annotation)
+		n.Annotations[circuit.OverrideAnnotation] = ""
+		reqs[fmt.Sprintf("record %d removed with an empty override", i)] = req{admissionv1.Update, old, n}
+	}
+	unset := admissiontest.Healthy("cfg")
+	unset.Webhooks[0].FailurePolicy = nil
+	reqs["unset to Fail"] = req{admissionv1.Update, unset, restoreFail(unset)}
+	both := admissiontest.BypassOpen("cfg")
+	both2 := both.DeepCopy()
+	for i := range both2.Webhooks {
+		ignore := admissionregistrationv1.Ignore
+		both2.Webhooks[i].FailurePolicy = &ignore
+		both2.Webhooks[i].MatchConditions = []admissionregistrationv1.MatchCondition{{Name: circuit.BypassCondition, Expression: "true"}}
+	}
+	reqs["every owned field of two webhooks"] = req{admissionv1.Update, both, both2}
+	forged := admissiontest.Healthy("cfg")
+	forged.Annotations = map[string]string{circuit.Annotation: admissiontest.CircuitRecord(circuit.ModeIgnore, admissiontest.OpenedAt)}
+	reqs["a forged record on CREATE"] = req{admissionv1.Create, nil, forged}
+
+	for name, r := range reqs {
+		t.Run(name, func(t *testing.T) {
+			for _, u := range []authenticationv1.UserInfo{admin(), {Username: "weird\nuser\t\"x\""}, admissiontest.UserInfo(admissiontest.Breaker, breaker)} {
+				want := admission.Decide(admission.Request{Operation: r.op, Old: r.old, New: r.new, User: u}, opts)
+				allowed, message := p.decide(t, r.op, r.old, r.new, u)
+				require.Equal(t, want.Allowed, allowed, "Go: %s; CEL: %s", want.Message, message)
+				if !allowed {
+					assert.Equal(t, want.Message, message)
+				}
+			}
+		})
+	}
+}

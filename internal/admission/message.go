@@ -1,0 +1,87 @@
+package admission
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
+)
+
+// The denial message is written twice, once here in Go and once in CEL for
+// the ValidatingAdmissionPolicy (messageCEL below), side by side so that a
+// change to one is a change to the other. TestPolicy_CEL_agreesWithGo
+// evaluates both on every case of the admissiontest table and requires the
+// same string.
+
+// Paths of the owned fields, as the messages name them.
+const circuitPath = "metadata.annotations[" + circuit.Annotation + "]"
+
+func failurePolicyPath(webhook string) string {
+	return "webhooks[name=" + webhook + "].failurePolicy"
+}
+
+func bypassPath(webhook string) string {
+	return "webhooks[name=" + webhook + "].matchConditions[name=" + circuit.BypassCondition + "]"
+}
+
+// denial holds the facts of one denial.
+type denial struct {
+	configuration, username, breaker string
+	// changes are the owned fields changed, "path (what happened)".
+	changes []string
+	// notes describe the open circuits of managed webhooks (circuit.Note).
+	notes []string
+	// overwrite is whether the stored object already carries the override
+	// annotation, so kubectl annotate needs --overwrite.
+	overwrite bool
+}
+
+// message renders the denial on one line.
+func (d denial) message() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `mutatingwebhookconfiguration "%s": user "%s" may not change fields owned by webhook-guard (%s): %s.`,
+		d.configuration, d.username, d.breaker, strings.Join(d.changes, ", "))
+	if len(d.notes) > 0 {
+		b.WriteString(" " + strings.Join(d.notes, "; ") + ".")
+	}
+	fmt.Fprintf(&b, " To hand this configuration over, run: %s and retry; remove the annotation to give it back to webhook-guard.",
+		AnnotateCommand(d.configuration, d.overwrite))
+	return oneLine(b.String())
+}
+
+// messageCEL is message in CEL, from the policy's variables.
+func messageCEL(breaker string) string {
+	return oneLineCEL(strings.Join([]string{
+		`'mutatingwebhookconfiguration "' + object.metadata.name + '": user "' + request.userInfo.username + '" may not change fields owned by webhook-guard (' + ` + circuit.QuoteCEL(breaker) + ` + '): ' + variables.ownedChanges.join(', ') + '.'`,
+		`(size(variables.openNotes) > 0 ? ' ' + variables.openNotes.join('; ') + '.' : '')`,
+		`' To hand this configuration over, run: ' + ` + annotateCommandCEL(`object.metadata.name`, `(`+circuit.QuoteCEL(circuit.OverrideAnnotation)+` in variables.oldAnnotations)`),
+		`' and retry; remove the annotation to give it back to webhook-guard.'`,
+	}, " + "))
+}
+
+// AnnotateCommand returns the kubectl command that hands configuration name
+// over to its administrators. overwrite adds --overwrite, needed when the
+// stored object already carries the annotation (for example with an empty
+// value).
+func AnnotateCommand(name string, overwrite bool) string {
+	cmd := fmt.Sprintf(`kubectl annotate mutatingwebhookconfiguration %s %s="<reason>"`, name, circuit.OverrideAnnotation)
+	if overwrite {
+		cmd += " --overwrite"
+	}
+	return cmd
+}
+
+func annotateCommandCEL(name, overwrite string) string {
+	return fmt.Sprintf(`'kubectl annotate mutatingwebhookconfiguration ' + %s + ' %s="<reason>"' + (%s ? ' --overwrite' : '')`,
+		name, circuit.OverrideAnnotation, overwrite)
+}
+
+// oneLine keeps a message on one line: the apiserver drops a CEL message
+// with a line break, and both renderings must say the same.
+func oneLine(s string) string {
+	return strings.NewReplacer("\n", " ", "\r", " ", "\t", " ").Replace(s)
+}
+
+func oneLineCEL(expr string) string {
+	return "(" + expr + `).replace('\n', ' ').replace('\r', ' ').replace('\t', ' ')`
+}

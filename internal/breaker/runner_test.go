@@ -1,0 +1,101 @@
+package breaker
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
+	"github.com/webhook-guard/webhook-guard/internal/config"
+	"github.com/webhook-guard/webhook-guard/internal/probe"
+)
+
+type stubProber struct{ result probe.Result }
+
+func (p stubProber) Probe(context.Context, admissionregistrationv1.MutatingWebhook, probe.Spec) probe.Result {
+	return p.result
+}
+
+// runnerFor returns a runner over one configuration read from a fake
+// client (only Get matters here) and its trigger channel.
+func runnerFor(t *testing.T, mwc *admissionregistrationv1.MutatingWebhookConfiguration, tgt config.Target, res probe.Result) (*ProbeRunner, chan event.GenericEvent) {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	require.NoError(t, clientgoscheme.AddToScheme(scheme))
+	trigger := make(chan event.GenericEvent, 100)
+	tgt.Probe.Kind = config.ProbeAdmissionReview
+	return &ProbeRunner{
+		Reader:   fake.NewClientBuilder().WithScheme(scheme).WithObjects(mwc).Build(),
+		Prober:   stubProber{res},
+		Targets:  []config.Target{tgt},
+		State:    NewState(),
+		Metrics:  NewMetrics(),
+		Recorder: events.NewFakeRecorder(100),
+		Trigger:  trigger,
+		Clock:    clocktesting.NewFakeClock(testNow),
+	}, trigger
+}
+
+// TestProbeRunner_ProbeOnce_wakesOnlyWhenPlanWouldWrite: the runner only
+// observes. It wakes the reconciler exactly when Plan would change the
+// configuration, so an administrator's Ignore baseline under a failing
+// webhook costs no reconcile at all.
+func TestProbeRunner_ProbeOnce_wakesOnlyWhenPlanWouldWrite(t *testing.T) {
+	cases := map[string]struct {
+		policy   *admissionregistrationv1.FailurePolicyType
+		mode     config.Mode
+		result   probe.Result
+		wantWake []bool // after each probe
+	}{
+		"a failing webhook with Fail wakes it at the opening threshold": {
+			policy: policyFail, mode: config.ModeIgnore, result: failedResult(probe.ReasonTimeout),
+			wantWake: []bool{false, false, true, true},
+		},
+		"a failing webhook on an administrator's Ignore baseline never wakes it in Ignore mode": {
+			policy: policyIgnore, mode: config.ModeIgnore, result: failedResult(probe.ReasonTimeout),
+			wantWake: []bool{false, false, false, false, false, false},
+		},
+		"the Ignore baseline in Bypass mode still wants the marker": {
+			policy: policyIgnore, mode: config.ModeBypass, result: failedResult(probe.ReasonTimeout),
+			wantWake: []bool{false, false, true},
+		},
+		"a healthy closed webhook never wakes it": {
+			policy: policyFail, mode: config.ModeBypass, result: healthyResult(),
+			wantWake: []bool{false, false, false, false, false},
+		},
+		"Unknown never wakes it": {
+			policy: policyFail, mode: config.ModeBypass, result: probe.Result{Outcome: probe.OutcomeUnknown},
+			wantWake: []bool{false, false, false, false, false},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			r, trigger := runnerFor(t, newConfig(newWebhook(whA, tc.policy)), target(whA, tc.mode, 3, 2), tc.result)
+			for i, want := range tc.wantWake {
+				r.ProbeOnce(context.Background(), r.Targets[0])
+				assert.Equal(t, want, len(trigger) == 1, "probe %d", i+1)
+				for len(trigger) > 0 {
+					<-trigger
+				}
+			}
+		})
+	}
+}
+
+func TestProbeRunner_ProbeOnce_openCircuitWakesAtTheClosingThreshold(t *testing.T) {
+	open := withEntries(t, newConfig(newWebhook(whA, policyFail)), circuit.Record{whA: entryFor(config.ModeBypass, policyFail)})
+	r, trigger := runnerFor(t, open, target(whA, config.ModeBypass, 3, 2), healthyResult())
+	r.ProbeOnce(context.Background(), r.Targets[0])
+	assert.Empty(t, trigger)
+	r.ProbeOnce(context.Background(), r.Targets[0])
+	assert.Len(t, trigger, 1)
+}

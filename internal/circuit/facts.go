@@ -1,0 +1,164 @@
+package circuit
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"unicode"
+)
+
+// Fact is one value of a record Entry, read from the record's text. The Go
+// accessor (Read) and the CEL accessor (CEL) apply the same RE2 patterns
+// and the same string operations, so they agree on any text, including a
+// record someone wrote by hand. A value longer than maxFactLength, or one
+// with a quote, backslash or control character, reads as absent.
+type Fact struct {
+	// Key is the Entry field's JSON name.
+	Key string
+	// Absent is how the fact renders when the entry lacks it (or holds
+	// null, or a value the pattern refuses).
+	Absent string
+}
+
+// maxFactLength bounds every value a message quotes from a record.
+const maxFactLength = 64
+
+// The facts messages quote from an entry.
+var (
+	FactOpenedAt              = Fact{Key: "openedAt", Absent: "an unknown time"}
+	FactOriginalFailurePolicy = Fact{Key: "originalFailurePolicy", Absent: Unset}
+	FactMode                  = Fact{Key: "mode", Absent: "unknown"}
+	FactReason                = Fact{Key: "reason", Absent: "unknown"}
+)
+
+func (f Fact) prefix() string { return `"` + f.Key + `":"` }
+
+// pattern matches `"key":"value"` with a value of at most maxFactLength
+// characters and no quote, backslash or control character.
+func (f Fact) pattern() string {
+	return regexp.QuoteMeta(f.prefix()) + fmt.Sprintf(`[^"\\\x00-\x1f]{0,%d}"`, maxFactLength)
+}
+
+// entryPattern matches webhook's entry in the record text. Webhook names
+// are DNS subdomains, so '.' is the only character to escape; CEL has no
+// QuoteMeta, so Go escapes exactly as the CEL accessor does.
+func entryPattern(webhook string) string {
+	return `"` + strings.ReplaceAll(webhook, ".", `\.`) + `":\{[^}]*\}`
+}
+
+const entryPatternSuffix = `":\{[^}]*\}`
+
+func entryPatternCEL(webhook string) string {
+	return QuoteCEL(`"`) + " + " + webhook + ".replace('.', " + QuoteCEL(`\.`) + ") + " + QuoteCEL(entryPatternSuffix)
+}
+
+// HasEntry reports whether the record text holds an entry for webhook.
+func HasEntry(record, webhook string) bool {
+	re, err := regexp.Compile(entryPattern(webhook))
+	return err == nil && re.MatchString(record)
+}
+
+// HasEntryCEL is HasEntry in CEL; record and webhook are CEL string
+// expressions.
+func HasEntryCEL(record, webhook string) string {
+	return fmt.Sprintf("%s.matches(%s)", record, entryPatternCEL(webhook))
+}
+
+// EntryText returns webhook's entry in the record text, "" when absent.
+func EntryText(record, webhook string) string {
+	re, err := regexp.Compile(entryPattern(webhook))
+	if err != nil {
+		return ""
+	}
+	return re.FindString(record)
+}
+
+// EntryTextCEL is EntryText in CEL.
+func EntryTextCEL(record, webhook string) string {
+	return fmt.Sprintf("%s.find(%s)", record, entryPatternCEL(webhook))
+}
+
+// Read returns the fact's value in an entry's text (EntryText), or ""
+// when it is absent. The value cannot hold a quote, so removing the
+// prefix and every quote leaves exactly the value.
+func (f Fact) Read(entry string) string {
+	m := regexp.MustCompile(f.pattern()).FindString(entry)
+	return strings.ReplaceAll(strings.ReplaceAll(m, f.prefix(), ""), `"`, "")
+}
+
+// CEL is Read in CEL; entry is a CEL string expression.
+func (f Fact) CEL(entry string) string {
+	return fmt.Sprintf("%s.find(%s).replace(%s, '').replace('\"', '')", entry, QuoteCEL(f.pattern()), QuoteCEL(f.prefix()))
+}
+
+// Show returns the fact for a message: its value, or Absent.
+func (f Fact) Show(entry string) string {
+	if v := f.Read(entry); v != "" {
+		return v
+	}
+	return f.Absent
+}
+
+// ShowCEL is Show in CEL: the first non-empty of the value and Absent.
+func (f Fact) ShowCEL(entry string) string {
+	return fmt.Sprintf("([%s].filter(v, v != '') + [%s])[0]", f.CEL(entry), QuoteCEL(f.Absent))
+}
+
+// Note describes an open circuit from webhook's entry text, for a denial:
+// "webhooks[name=W]: circuit open since T, original failurePolicy P, mode
+// M, reason R".
+func Note(entry, webhook string) string {
+	return "webhooks[name=" + webhook + "]: circuit open since " + FactOpenedAt.Show(entry) +
+		", original failurePolicy " + FactOriginalFailurePolicy.Show(entry) +
+		", mode " + FactMode.Show(entry) +
+		", reason " + FactReason.Show(entry)
+}
+
+// NoteCEL is Note in CEL; entry and webhook are CEL string expressions.
+func NoteCEL(entry, webhook string) string {
+	return strings.Join([]string{
+		"'webhooks[name=' + " + webhook + " + ']: circuit open since '",
+		FactOpenedAt.ShowCEL(entry),
+		"', original failurePolicy '",
+		FactOriginalFailurePolicy.ShowCEL(entry),
+		"', mode '",
+		FactMode.ShowCEL(entry),
+		"', reason '",
+		FactReason.ShowCEL(entry),
+	}, " + ")
+}
+
+// QuoteCEL returns s as a single-quoted CEL string literal. Backslashes and
+// single quotes are escaped, common control characters use their short
+// escapes, and any other non-printable rune is written as \uXXXX or
+// \UXXXXXXXX; invalid UTF-8 becomes U+FFFD.
+func QuoteCEL(s string) string {
+	var b strings.Builder
+	b.Grow(len(s) + 2)
+	b.WriteByte('\'')
+	for _, r := range s {
+		switch r {
+		case '\\':
+			b.WriteString(`\\`)
+		case '\'':
+			b.WriteString(`\'`)
+		case '\n':
+			b.WriteString(`\n`)
+		case '\r':
+			b.WriteString(`\r`)
+		case '\t':
+			b.WriteString(`\t`)
+		default:
+			switch {
+			case unicode.IsPrint(r):
+				b.WriteRune(r)
+			case r <= 0xFFFF:
+				fmt.Fprintf(&b, `\u%04x`, r)
+			default:
+				fmt.Fprintf(&b, `\U%08x`, r)
+			}
+		}
+	}
+	b.WriteByte('\'')
+	return b.String()
+}

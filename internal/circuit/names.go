@@ -1,0 +1,44 @@
+package circuit
+
+// The names webhook-guard puts on webhook configurations. They are the
+// contract with users: keep them stable.
+const (
+	// Annotation holds the Record on the webhook configuration itself.
+	Annotation = "webhook-guard.io/circuit"
+	// OverrideAnnotation, with a non-empty reason as its value, hands a
+	// configuration to its administrators: anyone may then change the owned
+	// fields, and the breaker lets go of it.
+	OverrideAnnotation = "webhook-guard.io/override"
+	// BypassCondition names the matchCondition the breaker adds in Bypass
+	// mode.
+	BypassCondition = "webhook-guard.io/circuit-open"
+	// BypassExpression is the bypass matchCondition's CEL expression: it
+	// never matches, so the apiserver skips the webhook.
+	BypassExpression = "false"
+	// FieldManager is the field manager of every write the service makes.
+	FieldManager = "webhook-guard"
+)
+
+// The default installation's identity.
+const (
+	// DefaultNamespace is the namespace of the default installation.
+	DefaultNamespace = "webhook-guard-system"
+	// DefaultServiceAccount is the service's ServiceAccount.
+	DefaultServiceAccount = "webhook-guard"
+	// DefaultUsername is the service's username in the default
+	// installation. The running service learns its real identity from a
+	// SelfSubjectReview; this is only the fallback for rendering and tools.
+	DefaultUsername = "system:serviceaccount:" + DefaultNamespace + ":" + DefaultServiceAccount
+)
+
+// Mode is what the breaker does to a webhook while its circuit is open.
+type Mode string
+
+const (
+	// ModeIgnore sets failurePolicy Ignore. Requests still wait for the
+	// webhook's timeout before the apiserver moves on.
+	ModeIgnore Mode = "Ignore"
+	// ModeBypass sets failurePolicy Ignore and adds the BypassCondition,
+	// so the apiserver skips the call and requests do not wait.
+	ModeBypass Mode = "Bypass"
+)

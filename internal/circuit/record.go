@@ -1,0 +1,101 @@
+package circuit
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Record is the value of Annotation: the breaker's entries keyed by
+// webhook name. An entry exists if and only if the breaker's changes to
+// that webhook are in place.
+type Record map[string]Entry
+
+// Entry is what the breaker changed on one webhook and why. Its values
+// never contain '}' or '"', so the Fact accessors can find them in the
+// encoded text.
+type Entry struct {
+	// UID is the configuration's UID when the circuit opened. An entry
+	// with another UID is a stale copy, not the breaker's.
+	UID types.UID `json:"uid"`
+	// Mode is the mode the circuit opened in.
+	Mode Mode `json:"mode"`
+	// OpenedAt is when the circuit opened, to the second.
+	OpenedAt metav1.Time `json:"openedAt"`
+	// Reason is the failure reason of the last probe before opening.
+	Reason string `json:"reason"`
+	// OriginalFailurePolicy is the failurePolicy before opening; null
+	// means it was unset.
+	OriginalFailurePolicy *admissionregistrationv1.FailurePolicyType `json:"originalFailurePolicy"`
+}
+
+// Decode reads the record from a configuration's annotations. A missing
+// annotation is an empty record. A malformed one is an error: nobody may
+// guess what the breaker changed.
+func Decode(annotations map[string]string) (Record, error) {
+	raw, ok := annotations[Annotation]
+	if !ok {
+		return Record{}, nil
+	}
+	rec := Record{}
+	if err := json.Unmarshal([]byte(raw), &rec); err != nil {
+		return nil, fmt.Errorf("annotation %s is not a circuit record: %w", Annotation, err)
+	}
+	if rec == nil {
+		return nil, fmt.Errorf("annotation %s is not a circuit record: %q", Annotation, raw)
+	}
+	return rec, nil
+}
+
+// Encode writes rec into annotations (allocating them if nil) and returns
+// them. An empty record removes the annotation.
+func Encode(annotations map[string]string, rec Record) (map[string]string, error) {
+	if len(rec) == 0 {
+		delete(annotations, Annotation)
+		return annotations, nil
+	}
+	text, err := rec.Text()
+	if err != nil {
+		return annotations, err
+	}
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	annotations[Annotation] = text
+	return annotations, nil
+}
+
+// Text is the annotation value for rec: compact JSON with sorted keys.
+func (r Record) Text() (string, error) {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return "", fmt.Errorf("encoding circuit record: %w", err)
+	}
+	return string(data), nil
+}
+
+// Webhooks returns the record's webhook names, sorted.
+func (r Record) Webhooks() []string {
+	out := make([]string, 0, len(r))
+	for name := range r {
+		out = append(out, name)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// PolicyString renders a failurePolicy for people: "unset" for nil.
+// Every message of webhook-guard, in Go and in CEL, renders it this way.
+func PolicyString(p *admissionregistrationv1.FailurePolicyType) string {
+	if p == nil || *p == "" {
+		return Unset
+	}
+	return string(*p)
+}
+
+// Unset is how a failurePolicy that is not set is rendered.
+const Unset = "unset"
