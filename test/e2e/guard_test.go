@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -145,10 +144,12 @@ func TestGuard_tamperedPolicyIsRestored(t *testing.T) {
 // readyz reflects whether the guard's policy is in place.
 func TestGuard_readyzFailsUntilPolicyInPlace(t *testing.T) {
 	s := newBreakerSetup(t, setupOptions{mode: "Ignore", noRBAC: []string{"create-policy", "write-policy"}})
-	probeAddr := freeAddr(t)
-	g := s.startGuard("guard", "--health-probe-bind-address", probeAddr)
+	probeAddr, metricsAddr := freeAddr(t), freeAddr(t)
+	s.startGuard("guard", "--health-probe-bind-address", probeAddr, "--metrics-bind-address", metricsAddr)
+	reader := metricsReader(t, s.ns)
 	require.Eventually(t, func() bool {
-		return strings.Contains(g.Logs(), "Reconciler error") && strings.Contains(g.Logs(), "guard-policy")
+		body, err := scrape(metricsAddr, reader)
+		return err == nil && metricValue(body, `controller_runtime_reconcile_errors_total{controller="guard-policy"}`) >= 1
 	}, transition, 50*time.Millisecond, "the guard never tried to apply its policy")
 	code, body := get(t, "http://"+probeAddr+"/readyz")
 	assert.Equal(t, http.StatusInternalServerError, code, body)
