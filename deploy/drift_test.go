@@ -29,8 +29,9 @@ func TestGenerated_matchesConfig(t *testing.T) {
 	require.NoError(t, err, "the example configuration must load as the service loads it")
 
 	policy, binding := admission.RenderPolicy(admission.Options{
-		BreakerUsername: circuit.DefaultUsername,
-		Managed:         cfg.Managed(),
+		BreakerUsername:   circuit.DefaultUsername,
+		Managed:           cfg.Managed(circuit.KindMutating),
+		ManagedValidating: cfg.Managed(circuit.KindValidating),
 	})
 	cases := map[string]func() ([]byte, error){
 		"targets-role.yaml": func() ([]byte, error) { return admission.MarshalManifest(rbac.RenderTargetsRole(cfg)) },

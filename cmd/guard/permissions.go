@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 )
 
@@ -23,24 +24,30 @@ func checkTargetPermissions(ctx context.Context, rc *rest.Config, cfg *config.Co
 	if err != nil {
 		return err
 	}
-	var missing []string
-	for _, name := range cfg.Names() {
-		review, err := cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
-			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
-				Group: "admissionregistration.k8s.io", Resource: "mutatingwebhookconfigurations", Verb: "update", Name: name,
-			}},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			return fmt.Errorf("checking permission to update mutatingwebhookconfigurations/%s: %w", name, err)
+	var gaps []string
+	for _, kind := range []circuit.Kind{circuit.KindMutating, circuit.KindValidating} {
+		var missing []string
+		for _, name := range cfg.Names(kind) {
+			review, err := cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+				Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+					Group: "admissionregistration.k8s.io", Resource: kind.Resource(), Verb: "update", Name: name,
+				}},
+			}, metav1.CreateOptions{})
+			if err != nil {
+				return fmt.Errorf("checking permission to update %s/%s: %w", kind.Resource(), name, err)
+			}
+			if !review.Status.Allowed {
+				missing = append(missing, name)
+			}
 		}
-		if !review.Status.Allowed {
-			missing = append(missing, name)
+		if len(missing) > 0 {
+			gaps = append(gaps, kind.Resource()+" "+strings.Join(missing, ", "))
 		}
 	}
-	if len(missing) > 0 {
-		return fmt.Errorf("this identity may not update mutatingwebhookconfigurations %s, which the configuration lists as targets; "+
+	if len(gaps) > 0 {
+		return fmt.Errorf("this identity may not update %s, which the configuration lists as targets; "+
 			"add them to the resourceNames of the ClusterRole webhook-guard-targets (make manifests regenerates it from the configuration) or remove the targets",
-			strings.Join(missing, ", "))
+			strings.Join(gaps, "; "))
 	}
 	return nil
 }

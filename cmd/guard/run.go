@@ -28,6 +28,7 @@ import (
 	"github.com/webhook-guard/webhook-guard/certs"
 	"github.com/webhook-guard/webhook-guard/internal/admission"
 	"github.com/webhook-guard/webhook-guard/internal/breaker"
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 	"github.com/webhook-guard/webhook-guard/internal/probe"
 )
@@ -110,7 +111,7 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 		return err
 	}
 
-	opts := admission.Options{BreakerUsername: identity, Managed: cfg.Managed()}
+	opts := admission.Options{BreakerUsername: identity, Managed: cfg.Managed(circuit.KindMutating), ManagedValidating: cfg.Managed(circuit.KindValidating)}
 	policy := &admission.PolicyReconciler{Client: mgr.GetClient(), Options: opts, Recorder: mgr.GetEventRecorder("webhook-guard"), Repairs: repairs}
 	if err := policy.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the guard policy controller: %w", err)
@@ -123,17 +124,25 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 
 	reader := mgr.GetAPIReader()
 	state := breaker.NewState()
-	trigger := make(chan event.GenericEvent, len(cfg.Targets))
 	recorder := mgr.GetEventRecorder("webhook-guard")
-	targets := &breaker.TargetReconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Targets: cfg.Targets,
-		State: state, Recorder: recorder, Metrics: m,
-	}
-	if err := targets.SetupWithManager(mgr, trigger); err != nil {
-		return fmt.Errorf("setting up the breaker controller: %w", err)
+	triggers := map[circuit.Kind]chan<- event.GenericEvent{}
+	for _, kind := range []circuit.Kind{circuit.KindMutating, circuit.KindValidating} {
+		// A kind with no target gets no controller, so it needs no RBAC.
+		if len(cfg.Names(kind)) == 0 {
+			continue
+		}
+		trigger := make(chan event.GenericEvent, len(cfg.Targets))
+		triggers[kind] = trigger
+		targets := &breaker.TargetReconciler{
+			Kind: kind, Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Targets: cfg.Targets,
+			State: state, Recorder: recorder, Metrics: m,
+		}
+		if err := targets.SetupWithManager(mgr, trigger); err != nil {
+			return fmt.Errorf("setting up the breaker controller for %s: %w", kind.Resource(), err)
+		}
 	}
 	runner := &breaker.ProbeRunner{
-		Reader: mgr.GetClient(), Targets: cfg.Targets, State: state, Metrics: m, Recorder: recorder, Trigger: trigger,
+		Reader: mgr.GetClient(), Targets: cfg.Targets, State: state, Metrics: m, Recorder: recorder, Triggers: triggers,
 		Prober: &probe.Prober{Resolver: probe.NewServiceResolver(mgr.GetAPIReader()), Mapper: mgr.GetRESTMapper(), Username: identity},
 		DiagnoseTLS: func(ctx context.Context, annotations map[string]string) string {
 			return certs.DiagnoseInjectedCA(ctx, reader, annotations, time.Now())

@@ -11,7 +11,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -24,6 +23,7 @@ import (
 
 // targetStatus is one row of /status and of "guard status".
 type targetStatus struct {
+	Kind          string `json:"kind"`
 	Configuration string `json:"configuration"`
 	Webhook       string `json:"webhook"`
 	State         string `json:"state,omitempty"`
@@ -77,7 +77,7 @@ func (s *statusServer) Start(ctx context.Context) error {
 }
 
 func probeRow(t config.Target, state *breaker.State) targetStatus {
-	row := targetStatus{Configuration: t.Configuration, Webhook: t.Webhook}
+	row := targetStatus{Kind: string(t.Kind), Configuration: t.Configuration, Webhook: t.Webhook}
 	st, ok := state.Get(t.Key())
 	if !ok {
 		row.Problem = "not probed yet by this replica (only the leader probes)"
@@ -132,12 +132,12 @@ func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer,
 			countsNote = fmt.Sprintf("probe counts unavailable: %v", err)
 		}
 		for _, r := range rows {
-			counts[r.Configuration+"/"+r.Webhook] = r
+			counts[r.Kind+"/"+r.Configuration+"/"+r.Webhook] = r
 		}
 	}
 
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "CONFIGURATION\tWEBHOOK\tSTATE\tMODE\tSINCE\tFAILURES\tSUCCESSES\tLAST PROBE")
+	fmt.Fprintln(tw, "KIND\tCONFIGURATION\tWEBHOOK\tSTATE\tMODE\tSINCE\tFAILURES\tSUCCESSES\tLAST PROBE")
 	for _, t := range cfg.Targets {
 		row := objectRow(ctx, c, t)
 		if cr, ok := counts[t.Key()]; ok {
@@ -150,7 +150,7 @@ func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer,
 		if row.Problem != "" {
 			last = row.Problem
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", t.Configuration, t.Webhook, row.State, row.Mode, dash(row.Since), row.Failures, row.Successes, dash(last))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", t.Kind, t.Configuration, t.Webhook, row.State, row.Mode, dash(row.Since), row.Failures, row.Successes, dash(last))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -163,9 +163,9 @@ func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer,
 
 // objectRow reads a target's circuit state from its configuration.
 func objectRow(ctx context.Context, c client.Reader, t config.Target) targetStatus {
-	row := targetStatus{Configuration: t.Configuration, Webhook: t.Webhook, State: "Closed", Mode: string(t.Mode)}
-	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
-	if err := c.Get(ctx, client.ObjectKey{Name: t.Configuration}, mwc); err != nil {
+	row := targetStatus{Kind: string(t.Kind), Configuration: t.Configuration, Webhook: t.Webhook, State: "Closed", Mode: string(t.Mode)}
+	obj := t.Kind.New()
+	if err := c.Get(ctx, client.ObjectKey{Name: t.Configuration}, obj); err != nil {
 		row.State = "Unknown"
 		if apierrors.IsNotFound(err) {
 			row.State, row.Problem = "Missing", "configuration not found"
@@ -174,12 +174,13 @@ func objectRow(ctx context.Context, c client.Reader, t config.Target) targetStat
 		}
 		return row
 	}
-	if mwc.Annotations[circuit.OverrideAnnotation] != "" {
+	annotations := obj.GetAnnotations()
+	if annotations[circuit.OverrideAnnotation] != "" {
 		row.State = "HandedOff"
-		row.Problem = fmt.Sprintf("override: %s", mwc.Annotations[circuit.OverrideAnnotation])
+		row.Problem = fmt.Sprintf("override: %s", annotations[circuit.OverrideAnnotation])
 		return row
 	}
-	rec, err := circuit.Decode(mwc.Annotations)
+	rec, err := circuit.Decode(annotations)
 	if err != nil {
 		row.State, row.Problem = "Unknown", err.Error()
 		return row

@@ -24,10 +24,6 @@ import (
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 )
 
-var (
-	mwcGVR = schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "mutatingwebhookconfigurations"}
-	mwcGVK = schema.GroupVersionKind{Group: "admissionregistration.k8s.io", Version: "v1", Kind: "MutatingWebhookConfiguration"}
-)
 
 // compiledPolicy is the rendered ValidatingAdmissionPolicy compiled the way
 // kube-apiserver v1.37 compiles it (validating.compilePolicy, which is not
@@ -64,16 +60,24 @@ func compile(t *testing.T, opts admission.Options) compiledPolicy {
 
 // decide evaluates the policy on one request. A CEL error fails the test:
 // the policy must decide every request, not fall back to its failurePolicy.
-func (p compiledPolicy) decide(t *testing.T, op admissionv1.Operation, old, new *admissionregistrationv1.MutatingWebhookConfiguration, u authenticationv1.UserInfo) (bool, string) {
+func (p compiledPolicy) decide(t *testing.T, kind circuit.Kind, op admissionv1.Operation, old, new *admissionregistrationv1.MutatingWebhookConfiguration, u authenticationv1.UserInfo) (bool, string) {
 	t.Helper()
-	var oldObj runtime.Object
-	if old != nil {
-		oldObj = old
+	gvr := schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: kind.Resource()}
+	gvk := schema.GroupVersionKind{Group: "admissionregistration.k8s.io", Version: "v1", Kind: kind.ObjectKind()}
+	real := func(obj *admissionregistrationv1.MutatingWebhookConfiguration) runtime.Object {
+		switch {
+		case obj == nil:
+			return nil
+		case kind == circuit.KindValidating:
+			return admissiontest.AsValidating(obj)
+		}
+		return obj
 	}
-	attr := apiserveradmission.NewAttributesRecord(new, oldObj, mwcGVK, "", new.Name, mwcGVR, "", apiserveradmission.Operation(op), nil, false,
+	newObj, oldObj := real(new), real(old)
+	attr := apiserveradmission.NewAttributesRecord(newObj, oldObj, gvk, "", new.Name, gvr, "", apiserveradmission.Operation(op), nil, false,
 		&user.DefaultInfo{Name: u.Username, UID: u.UID, Groups: u.Groups})
-	versioned := &apiserveradmission.VersionedAttributes{Attributes: attr, VersionedKind: mwcGVK, VersionedObject: apiserveradmission.NewLazyObject(new), VersionedOldObject: apiserveradmission.NewLazyObject(oldObj)}
-	res := p.validator.Validate(context.Background(), mwcGVR, versioned, nil, nil, celconfig.RuntimeCELCostBudget, nil)
+	versioned := &apiserveradmission.VersionedAttributes{Attributes: attr, VersionedKind: gvk, VersionedObject: apiserveradmission.NewLazyObject(newObj), VersionedOldObject: apiserveradmission.NewLazyObject(oldObj)}
+	res := p.validator.Validate(context.Background(), gvr, versioned, nil, nil, celconfig.RuntimeCELCostBudget, nil)
 	require.Len(t, res.Decisions, 1)
 	d := res.Decisions[0]
 	require.NotEqual(t, validating.EvalError, d.Evaluation, "CEL error: %s", d.Message)
@@ -91,8 +95,8 @@ func TestPolicy_CEL_agreesWithGo(t *testing.T) {
 			old, new := c.Build(name)
 			opts := options(c, name)
 			user := admissiontest.UserInfo(c.Actor, breaker)
-			want := admission.Decide(admission.Request{Operation: admissionv1.Update, Old: old, New: new, User: user}, opts)
-			allowed, message := compile(t, opts).decide(t, admissionv1.Update, old, new, user)
+			want := admission.Decide(admission.Request{Kind: c.Kind, Operation: admissionv1.Update, Old: old, New: new, User: user}, opts)
+			allowed, message := compile(t, opts).decide(t, c.ConfigKind(), admissionv1.Update, old, new, user)
 			require.Equal(t, c.WantAllowed, allowed, message)
 			if !allowed {
 				assert.Equal(t, want.Message, message)
@@ -102,9 +106,8 @@ func TestPolicy_CEL_agreesWithGo(t *testing.T) {
 }
 
 func TestPolicy_CEL_agreesWithGo_beyondTheTable(t *testing.T) {
-	opts := admission.Options{BreakerUsername: breaker, Managed: map[string][]string{
-		"cfg": {admissiontest.ManagedWebhook, admissiontest.OtherWebhook, admissiontest.ManagedWebhook},
-	}}
+	hooks := map[string][]string{"cfg": {admissiontest.ManagedWebhook, admissiontest.OtherWebhook, admissiontest.ManagedWebhook}}
+	opts := admission.Options{BreakerUsername: breaker, Managed: hooks, ManagedValidating: hooks}
 	p := compile(t, opts)
 	type req struct {
 		op       admissionv1.Operation
@@ -147,12 +150,14 @@ func TestPolicy_CEL_agreesWithGo_beyondTheTable(t *testing.T) {
 
 	for name, r := range reqs {
 		t.Run(name, func(t *testing.T) {
-			for _, u := range []authenticationv1.UserInfo{admin(), {Username: "weird\nuser\t\"x\""}, admissiontest.UserInfo(admissiontest.Breaker, breaker)} {
-				want := admission.Decide(admission.Request{Operation: r.op, Old: r.old, New: r.new, User: u}, opts)
-				allowed, message := p.decide(t, r.op, r.old, r.new, u)
-				require.Equal(t, want.Allowed, allowed, "Go: %s; CEL: %s", want.Message, message)
-				if !allowed {
-					assert.Equal(t, want.Message, message)
+			for _, kind := range []circuit.Kind{circuit.KindMutating, circuit.KindValidating} {
+				for _, u := range []authenticationv1.UserInfo{admin(), {Username: "weird\nuser\t\"x\""}, admissiontest.UserInfo(admissiontest.Breaker, breaker)} {
+					want := admission.Decide(admission.Request{Kind: kind, Operation: r.op, Old: r.old, New: r.new, User: u}, opts)
+					allowed, message := p.decide(t, kind, r.op, r.old, r.new, u)
+					require.Equal(t, want.Allowed, allowed, "Go: %s; CEL: %s", want.Message, message)
+					if !allowed {
+						assert.Equal(t, want.Message, message)
+					}
 				}
 			}
 		})

@@ -26,6 +26,7 @@ func bypassPath(webhook string) string {
 
 // denial holds the facts of one denial.
 type denial struct {
+	kind                             circuit.Kind
 	configuration, username, breaker string
 	// changes are the owned fields changed, "path (what happened)".
 	changes []string
@@ -39,41 +40,41 @@ type denial struct {
 // message renders the denial on one line.
 func (d denial) message() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, `mutatingwebhookconfiguration "%s": user "%s" may not change fields owned by webhook-guard (%s): %s.`,
-		d.configuration, d.username, d.breaker, strings.Join(d.changes, ", "))
+	fmt.Fprintf(&b, `%s "%s": user "%s" may not change fields owned by webhook-guard (%s): %s.`,
+		d.kind.Singular(), d.configuration, d.username, d.breaker, strings.Join(d.changes, ", "))
 	if len(d.notes) > 0 {
 		b.WriteString(" " + strings.Join(d.notes, "; ") + ".")
 	}
 	fmt.Fprintf(&b, " To hand this configuration over, run: %s and retry; remove the annotation to give it back to webhook-guard.",
-		AnnotateCommand(d.configuration, d.overwrite))
+		AnnotateCommand(d.kind, d.configuration, d.overwrite))
 	return oneLine(b.String())
 }
 
 // messageCEL is message in CEL, from the policy's variables.
 func messageCEL(breaker string) string {
 	return oneLineCEL(strings.Join([]string{
-		`'mutatingwebhookconfiguration "' + object.metadata.name + '": user "' + request.userInfo.username + '" may not change fields owned by webhook-guard (' + ` + circuit.QuoteCEL(breaker) + ` + '): ' + variables.ownedChanges.join(', ') + '.'`,
+		`variables.kindName + ' "' + object.metadata.name + '": user "' + request.userInfo.username + '" may not change fields owned by webhook-guard (' + ` + circuit.QuoteCEL(breaker) + ` + '): ' + variables.ownedChanges.join(', ') + '.'`,
 		`(size(variables.openNotes) > 0 ? ' ' + variables.openNotes.join('; ') + '.' : '')`,
-		`' To hand this configuration over, run: ' + ` + annotateCommandCEL(`object.metadata.name`, `(`+circuit.QuoteCEL(circuit.OverrideAnnotation)+` in variables.oldAnnotations)`),
+		`' To hand this configuration over, run: ' + ` + annotateCommandCEL(`variables.kindName`, `object.metadata.name`, `(`+circuit.QuoteCEL(circuit.OverrideAnnotation)+` in variables.oldAnnotations)`),
 		`' and retry; remove the annotation to give it back to webhook-guard.'`,
 	}, " + "))
 }
 
 // AnnotateCommand returns the kubectl command that hands configuration name
-// over to its administrators. overwrite adds --overwrite, needed when the
-// stored object already carries the annotation (for example with an empty
-// value).
-func AnnotateCommand(name string, overwrite bool) string {
-	cmd := fmt.Sprintf(`kubectl annotate mutatingwebhookconfiguration %s %s="<reason>"`, name, circuit.OverrideAnnotation)
+// of kind over to its administrators. overwrite adds --overwrite, needed
+// when the stored object already carries the annotation (for example with
+// an empty value).
+func AnnotateCommand(kind circuit.Kind, name string, overwrite bool) string {
+	cmd := fmt.Sprintf(`kubectl annotate %s %s %s="<reason>"`, kind.Singular(), name, circuit.OverrideAnnotation)
 	if overwrite {
 		cmd += " --overwrite"
 	}
 	return cmd
 }
 
-func annotateCommandCEL(name, overwrite string) string {
-	return fmt.Sprintf(`'kubectl annotate mutatingwebhookconfiguration ' + %s + ' %s="<reason>"' + (%s ? ' --overwrite' : '')`,
-		name, circuit.OverrideAnnotation, overwrite)
+func annotateCommandCEL(kind, name, overwrite string) string {
+	return fmt.Sprintf(`'kubectl annotate ' + %s + ' ' + %s + ' %s="<reason>"' + (%s ? ' --overwrite' : '')`,
+		kind, name, circuit.OverrideAnnotation, overwrite)
 }
 
 // oneLine keeps a message on one line: the apiserver drops a CEL message

@@ -21,10 +21,12 @@ const PolicyName = "webhook-guard"
 const noManagedConfigurationName = "webhook-guard:no-managed-configurations"
 
 const (
-	mwcGroup    = "admissionregistration.k8s.io"
-	mwcVersion  = "v1"
-	mwcResource = "mutatingwebhookconfigurations"
+	group   = "admissionregistration.k8s.io"
+	version = "v1"
 )
+
+// kinds are the configuration kinds the guard covers, in rendering order.
+var kinds = []circuit.Kind{circuit.KindMutating, circuit.KindValidating}
 
 // Labels returns the labels put on every object this package renders.
 func Labels() map[string]string {
@@ -38,17 +40,32 @@ func Labels() map[string]string {
 // PolicyName and its binding (validationActions Deny). kube-apiserver
 // evaluates it in-process, so it holds even while webhook-guard is down.
 //
-// The policy matches CREATE and UPDATE of the managed configurations by name.
-// With no managed configuration it matches a name no configuration can have,
-// never every configuration. Both objects carry TypeMeta and Labels.
+// The policy matches CREATE and UPDATE of the managed configurations of
+// both kinds by name. A kind with no managed configuration matches a name
+// no configuration can have, never every configuration. Both objects carry TypeMeta and Labels.
 func RenderPolicy(opts Options) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
-	names := opts.ConfigNames()
-	if len(names) == 0 {
-		names = []string{noManagedConfigurationName}
-	}
 	failurePolicy := admissionregistrationv1.Fail
 	matchPolicy := admissionregistrationv1.Equivalent
 	scope := admissionregistrationv1.ClusterScope
+	var rules []admissionregistrationv1.NamedRuleWithOperations
+	for _, kind := range kinds {
+		names := opts.ConfigNames(kind)
+		if len(names) == 0 {
+			names = []string{noManagedConfigurationName}
+		}
+		rules = append(rules, admissionregistrationv1.NamedRuleWithOperations{
+			ResourceNames: names,
+			RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+				Rule: admissionregistrationv1.Rule{
+					APIGroups:   []string{group},
+					APIVersions: []string{version},
+					Resources:   []string{kind.Resource()},
+					Scope:       &scope,
+				},
+			},
+		})
+	}
 
 	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
 		TypeMeta: metav1.TypeMeta{
@@ -62,25 +79,14 @@ func RenderPolicy(opts Options) (*admissionregistrationv1.ValidatingAdmissionPol
 				NamespaceSelector: &metav1.LabelSelector{},
 				ObjectSelector:    &metav1.LabelSelector{},
 				MatchPolicy:       &matchPolicy,
-				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
-					ResourceNames: names,
-					RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-						Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
-						Rule: admissionregistrationv1.Rule{
-							APIGroups:   []string{mwcGroup},
-							APIVersions: []string{mwcVersion},
-							Resources:   []string{mwcResource},
-							Scope:       &scope,
-						},
-					},
-				}},
+				ResourceRules:     rules,
 			},
 			Variables: policyVariables(opts),
 			Validations: []admissionregistrationv1.Validation{{
 				Expression:        validationExpression,
 				MessageExpression: messageCEL(opts.Breaker()),
 				Message: fmt.Sprintf("fields owned by webhook-guard (%s) may not be changed; to hand the configuration over, run: %s",
-					opts.Breaker(), AnnotateCommand("<name>", false)),
+					opts.Breaker(), AnnotateCommand("<kind>", "<name>", false)),
 				Reason: ptrTo(metav1.StatusReasonForbidden),
 			}},
 		},
@@ -122,8 +128,11 @@ func policyVariables(opts Options) []admissionregistrationv1.Variable {
 		return fmt.Sprintf(`%s.filter(m, m.startsWith(%s + ' '))`, list, n)
 	}
 	vars := []struct{ name, expr string }{
-		// managed webhook names by configuration name, rendered from Options.
-		{"managedByConfig", celManagedMap(opts)},
+		// managed webhook names by resource and configuration name, rendered from Options.
+		{"managedByResource", celManagedMap(opts)},
+		{"managedByConfig", `request.resource.resource in variables.managedByResource ? variables.managedByResource[request.resource.resource] : {}`},
+		{"kindName", fmt.Sprintf(`request.resource.resource == %s ? %s : %s`, circuit.QuoteCEL(circuit.KindValidating.Resource()),
+			circuit.QuoteCEL(circuit.KindValidating.Singular()), circuit.QuoteCEL(circuit.KindMutating.Singular()))},
 		{"isManaged", `object.metadata.name in variables.managedByConfig`},
 		{"managed", `variables.isManaged ? variables.managedByConfig[object.metadata.name] : []`},
 		{"isBreaker", `request.userInfo.username == ` + circuit.QuoteCEL(opts.Breaker())},
@@ -163,14 +172,18 @@ func policyVariables(opts Options) []admissionregistrationv1.Variable {
 }
 
 // celManagedMap renders the managed webhooks as a CEL map literal from
-// configuration name to its list of webhook names, sorted as the Go rule
-// sorts them.
+// resource to configuration name to its list of webhook names, sorted as
+// the Go rule sorts them.
 func celManagedMap(opts Options) string {
-	entries := make([]string, 0, len(opts.Managed))
-	for _, name := range opts.ConfigNames() {
-		entries = append(entries, circuit.QuoteCEL(name)+": "+celList(opts.managedWebhooks(name)))
+	byKind := make([]string, 0, len(kinds))
+	for _, kind := range kinds {
+		entries := make([]string, 0, len(opts.managed(kind)))
+		for _, name := range opts.ConfigNames(kind) {
+			entries = append(entries, circuit.QuoteCEL(name)+": "+celList(opts.managedWebhooks(kind, name)))
+		}
+		byKind = append(byKind, circuit.QuoteCEL(kind.Resource())+": {"+strings.Join(entries, ", ")+"}")
 	}
-	return "{" + strings.Join(entries, ", ") + "}"
+	return "{" + strings.Join(byKind, ", ") + "}"
 }
 
 // celList renders values, in their order, as a CEL list literal of strings.

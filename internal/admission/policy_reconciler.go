@@ -95,15 +95,15 @@ func (r *PolicyReconciler) apply(ctx context.Context, want client.Object) error 
 		// breaker's identity and the target names. That is not a repair.
 		logf.FromContext(ctx).Info("Applied the guard policy object", "kind", kind, "name", want.GetName(), "action", action)
 		r.Recorder.Eventf(after, nil, corev1.EventTypeNormal, "GuardPolicyApplied", "Apply",
-			"webhook-guard %s %s %s (managed configurations: %v, breaker: %s)",
-			action, kind, want.GetName(), r.Options.ConfigNames(), r.Options.Breaker())
+			"webhook-guard %s %s %s (%s, breaker: %s)",
+			action, kind, want.GetName(), r.Options.summary(), r.Options.Breaker())
 		return nil
 	}
 	r.Repairs.WithLabelValues(kind, action).Inc()
 	logf.FromContext(ctx).Info("Restored the guard policy object", "kind", kind, "name", want.GetName(), "action", action)
 	r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, "GuardPolicyRestored", "Apply",
-		"webhook-guard %s %s %s after it was deleted or changed, to enforce its ownership rule (managed configurations: %v, breaker: %s)",
-		action, kind, want.GetName(), r.Options.ConfigNames(), r.Options.Breaker())
+		"webhook-guard %s %s %s after it was deleted or changed, to enforce its ownership rule (%s, breaker: %s)",
+		action, kind, want.GetName(), r.Options.summary(), r.Options.Breaker())
 	return nil
 }
 

@@ -29,33 +29,42 @@ func variable(t *testing.T, p *admissionregistrationv1.ValidatingAdmissionPolicy
 }
 
 func TestRenderPolicy_resourceNames(t *testing.T) {
-	opts := admission.Options{Managed: map[string][]string{
-		"zeta":  {"z.example.com"},
-		"alpha": {"a.example.com"},
-		"mid":   nil,
-	}}
+	opts := admission.Options{
+		Managed: map[string][]string{
+			"zeta":  {"z.example.com"},
+			"alpha": {"a.example.com"},
+			"mid":   nil,
+		},
+		ManagedValidating: map[string][]string{"policy-engine": {"v.example.com"}, "alpha": {"a.example.com"}},
+	}
 	p, _ := admission.RenderPolicy(opts)
 	require.NotNil(t, p.Spec.MatchConstraints)
 	rules := p.Spec.MatchConstraints.ResourceRules
-	require.Len(t, rules, 1)
+	require.Len(t, rules, 2)
 	assert.Equal(t, []string{"alpha", "mid", "zeta"}, rules[0].ResourceNames)
-	assert.True(t, sort.StringsAreSorted(rules[0].ResourceNames))
-	assert.Equal(t, []string{"admissionregistration.k8s.io"}, rules[0].APIGroups)
-	assert.Equal(t, []string{"v1"}, rules[0].APIVersions)
 	assert.Equal(t, []string{"mutatingwebhookconfigurations"}, rules[0].Resources)
-	assert.ElementsMatch(t, []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update}, rules[0].Operations)
+	assert.Equal(t, []string{"alpha", "policy-engine"}, rules[1].ResourceNames)
+	assert.Equal(t, []string{"validatingwebhookconfigurations"}, rules[1].Resources)
+	for _, r := range rules {
+		assert.True(t, sort.StringsAreSorted(r.ResourceNames))
+		assert.Equal(t, []string{"admissionregistration.k8s.io"}, r.APIGroups)
+		assert.Equal(t, []string{"v1"}, r.APIVersions)
+		assert.ElementsMatch(t, []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update}, r.Operations)
+	}
 	assert.Empty(t, p.Spec.MatchConstraints.ExcludeResourceRules)
 }
 
 func TestRenderPolicy_emptyManagedMatchesNothing(t *testing.T) {
-	for _, opts := range []admission.Options{{}, {Managed: map[string][]string{}}} {
+	for _, opts := range []admission.Options{{}, {Managed: map[string][]string{}, ManagedValidating: map[string][]string{}}} {
 		p, _ := admission.RenderPolicy(opts)
-		names := p.Spec.MatchConstraints.ResourceRules[0].ResourceNames
-		require.NotEmpty(t, names, "an empty resourceNames list would match every configuration")
-		assert.Equal(t, []string{admission.NoManagedConfigurationName}, names)
-		// A MutatingWebhookConfiguration name is a DNS subdomain: no ':'.
-		assert.Contains(t, names[0], ":")
-		assert.Equal(t, "{}", variable(t, p, "managedByConfig"))
+		for _, rule := range p.Spec.MatchConstraints.ResourceRules {
+			names := rule.ResourceNames
+			require.NotEmpty(t, names, "an empty resourceNames list would match every configuration")
+			assert.Equal(t, []string{admission.NoManagedConfigurationName}, names)
+			// A webhook configuration's name is a DNS subdomain: no ':'.
+			assert.Contains(t, names[0], ":")
+		}
+		assert.Equal(t, "{'mutatingwebhookconfigurations': {}, 'validatingwebhookconfigurations': {}}", variable(t, p, "managedByResource"))
 	}
 }
 
@@ -96,7 +105,7 @@ func TestRenderPolicy_validations(t *testing.T) {
 		"variables.ownedChanges.join(', ')",
 		"webhook-guard (' + 'system:serviceaccount:ns:breaker' + ')",
 		"variables.openNotes.join('; ')",
-		`kubectl annotate mutatingwebhookconfiguration ' + object.metadata.name + ' webhook-guard.io/override="<reason>"`,
+		`'kubectl annotate ' + variables.kindName + ' ' + object.metadata.name + ' webhook-guard.io/override="<reason>"'`,
 	} {
 		assert.Contains(t, v.MessageExpression, want)
 	}
@@ -141,7 +150,7 @@ func TestRenderPolicy_managedMapEscaped(t *testing.T) {
 			`a'config\`: {},
 		},
 	})
-	assert.Equal(t, `{'a\'config\\': [], 'b-config': ['a.example.com', 'we\'ird\\hook', 'z.example.com']}`, variable(t, p, "managedByConfig"))
+	assert.Equal(t, `{'mutatingwebhookconfigurations': {'a\'config\\': [], 'b-config': ['a.example.com', 'we\'ird\\hook', 'z.example.com']}, 'validatingwebhookconfigurations': {}}`, variable(t, p, "managedByResource"))
 	assert.Equal(t, `request.userInfo.username == 'it\'s\\me'`, variable(t, p, "isBreaker"))
 }
 

@@ -39,10 +39,21 @@ type Options struct {
 	// BreakerUsername is the identity allowed to change owned fields (from
 	// SelfSubjectReview at runtime). Empty means circuit.DefaultUsername.
 	BreakerUsername string
-	// Managed maps MWC name -> managed webhook names in it. A configuration
-	// is managed when its name is a key, even with an empty list: its bypass
-	// markers and circuit annotation are then still owned.
+	// Managed maps MutatingWebhookConfiguration name -> managed webhook
+	// names in it. A configuration is managed when its name is a key, even
+	// with an empty list: its bypass markers and circuit annotation are then
+	// still owned.
 	Managed map[string][]string
+	// ManagedValidating is Managed for ValidatingWebhookConfigurations.
+	ManagedValidating map[string][]string
+}
+
+// managed returns the managed configurations of kind.
+func (o Options) managed(kind circuit.Kind) map[string][]string {
+	if kind == circuit.KindValidating {
+		return o.ManagedValidating
+	}
+	return o.Managed
 }
 
 // Breaker returns the effective breaker username: BreakerUsername, or
@@ -54,20 +65,26 @@ func (o Options) Breaker() string {
 	return o.BreakerUsername
 }
 
-// ConfigNames returns the managed configuration names, sorted.
-func (o Options) ConfigNames() []string {
-	names := make([]string, 0, len(o.Managed))
-	for name := range o.Managed {
+// ConfigNames returns the names of kind's managed configurations, sorted.
+func (o Options) ConfigNames(kind circuit.Kind) []string {
+	names := make([]string, 0, len(o.managed(kind)))
+	for name := range o.managed(kind) {
 		names = append(names, name)
 	}
 	sort.Strings(names)
 	return names
 }
 
+// summary counts the managed configurations for Events and logs; an
+// Event names no list that grows with the configuration.
+func (o Options) summary() string {
+	return fmt.Sprintf("managed configurations: %d mutating, %d validating", len(o.Managed), len(o.ManagedValidating))
+}
+
 // managedWebhooks returns configuration's managed webhook names, sorted
 // and without repeats: the order in which both renderings list notes.
-func (o Options) managedWebhooks(configuration string) []string {
-	sorted := append([]string(nil), o.Managed[configuration]...)
+func (o Options) managedWebhooks(kind circuit.Kind, configuration string) []string {
+	sorted := append([]string(nil), o.managed(kind)[configuration]...)
 	sort.Strings(sorted)
 	out := sorted[:0]
 	for i, v := range sorted {
@@ -78,12 +95,15 @@ func (o Options) managedWebhooks(configuration string) []string {
 	return out
 }
 
-// Request is one admission request for a MutatingWebhookConfiguration.
+// Request is one admission request for a webhook configuration.
 type Request struct {
+	// Kind is the configuration's kind; empty means Mutating.
+	Kind circuit.Kind
 	// Operation is CREATE, UPDATE, DELETE or CONNECT.
 	Operation admissionv1.Operation
 	// Old is the stored object (nil on CREATE); New is the object being
-	// written (nil on DELETE).
+	// written (nil on DELETE). A ValidatingWebhookConfiguration is given as
+	// its circuit.View.
 	Old, New *admissionregistrationv1.MutatingWebhookConfiguration
 	// User is the requesting user.
 	User authenticationv1.UserInfo
@@ -102,7 +122,8 @@ type Decision struct {
 
 // Decide applies the ownership rule to one request.
 //
-// On a managed configuration (its name is a key of opts.Managed), a CREATE or
+// On a managed configuration (its name is a key of opts.Managed, or of
+// opts.ManagedValidating for a validating one), a CREATE or
 // UPDATE is denied when it changes a managed webhook's failurePolicy, adds,
 // removes or alters the bypass matchCondition on any webhook, or adds,
 // changes or removes the circuit annotation; unless the user is the breaker
@@ -114,21 +135,25 @@ func Decide(req Request, opts Options) Decision {
 	default:
 		return Decision{Allowed: true, Reason: ReasonNotGuarded}
 	}
+	kind := req.Kind
+	if kind == "" {
+		kind = circuit.KindMutating
+	}
 	if req.New == nil {
 		return Decision{
 			Reason:  ReasonInvalidRequest,
-			Message: fmt.Sprintf("%s request for a mutatingwebhookconfiguration carries no object", req.Operation),
+			Message: fmt.Sprintf("%s request for a %s carries no object", req.Operation, kind.Singular()),
 		}
 	}
 	name := req.New.Name
-	if _, managed := opts.Managed[name]; !managed {
+	if _, managed := opts.managed(kind)[name]; !managed {
 		return Decision{Allowed: true, Reason: ReasonUnmanaged}
 	}
 	old := req.Old
 	if req.Operation == admissionv1.Create {
 		old = nil
 	}
-	managedHooks := opts.managedWebhooks(name)
+	managedHooks := opts.managedWebhooks(kind, name)
 	changes := ownedChanges(old, req.New, managedHooks)
 	switch {
 	case len(changes) == 0:
@@ -142,6 +167,7 @@ func Decide(req Request, opts Options) Decision {
 		Allowed: false,
 		Reason:  ReasonOwnedFieldChanged,
 		Message: denial{
+			kind:          kind,
 			configuration: name,
 			username:      req.User.Username,
 			breaker:       opts.Breaker(),

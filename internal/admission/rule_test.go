@@ -21,6 +21,9 @@ const breaker = circuit.DefaultUsername
 func caseName(i int) string { return fmt.Sprintf("guard-case-%02d", i) }
 
 func options(c admissiontest.Case, name string) admission.Options {
+	if c.ConfigKind() == circuit.KindValidating {
+		return admission.Options{BreakerUsername: breaker, ManagedValidating: c.ManagedConfigs(name)}
+	}
 	return admission.Options{BreakerUsername: breaker, Managed: c.ManagedConfigs(name)}
 }
 
@@ -64,7 +67,10 @@ func TestCases_shape(t *testing.T) {
 }
 
 func TestCases_annotateCommandIsTheRules(t *testing.T) {
-	assert.Equal(t, strings.ReplaceAll(admissiontest.AnnotateCommand, admissiontest.NamePlaceholder, "cfg"), admission.AnnotateCommand("cfg", false))
+	for _, kind := range []circuit.Kind{circuit.KindMutating, circuit.KindValidating} {
+		c := admissiontest.Case{Kind: kind, WantMessageContains: []string{admissiontest.AnnotateCommand}}
+		assert.Equal(t, c.WantMessage("cfg")[0], admission.AnnotateCommand(kind, "cfg", false))
+	}
 }
 
 func TestCases_buildDoesNotShareState(t *testing.T) {
@@ -81,6 +87,7 @@ func TestDecide_table(t *testing.T) {
 			name := caseName(i)
 			old, new := c.Build(name)
 			d := admission.Decide(admission.Request{
+				Kind:      c.Kind,
 				Operation: admissionv1.Update,
 				Old:       old,
 				New:       new,

@@ -10,6 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
+
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
 )
 
 // StaticWebhookName is the name of the static ValidatingWebhookConfiguration.
@@ -70,9 +72,9 @@ func RenderStaticWebhook(url string, caBundle []byte, opts Options) *admissionre
 			Rules: []admissionregistrationv1.RuleWithOperations{{
 				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
 				Rule: admissionregistrationv1.Rule{
-					APIGroups:   []string{mwcGroup},
-					APIVersions: []string{mwcVersion},
-					Resources:   []string{mwcResource},
+					APIGroups:   []string{group},
+					APIVersions: []string{version},
+					Resources:   []string{circuit.KindMutating.Resource(), circuit.KindValidating.Resource()},
 					Scope:       &scope,
 				},
 			}},
@@ -84,8 +86,9 @@ func RenderStaticWebhook(url string, caBundle []byte, opts Options) *admissionre
 			TimeoutSeconds:          &timeout,
 			AdmissionReviewVersions: []string{"v1"},
 			MatchConditions: []admissionregistrationv1.MatchCondition{{
-				Name:       StaticMatchConditionName,
-				Expression: "object.metadata.name in " + celList(opts.ConfigNames()),
+				Name: StaticMatchConditionName,
+				Expression: fmt.Sprintf("request.resource.resource == %s ? object.metadata.name in %s : object.metadata.name in %s",
+					circuit.QuoteCEL(circuit.KindValidating.Resource()), celList(opts.ConfigNames(circuit.KindValidating)), celList(opts.ConfigNames(circuit.KindMutating))),
 			}},
 		}},
 	}

@@ -16,7 +16,10 @@ const staticURL = "https://127.0.0.1:9443" + admission.WebhookPath
 
 func TestRenderStaticWebhook(t *testing.T) {
 	ca := []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
-	opts := admission.Options{Managed: map[string][]string{"zeta": {"z.example.com"}, `we'ird`: nil, "alpha": {"a.example.com"}}}
+	opts := admission.Options{
+		Managed:           map[string][]string{"zeta": {"z.example.com"}, `we'ird`: nil, "alpha": {"a.example.com"}},
+		ManagedValidating: map[string][]string{"policy-engine": {"v.example.com"}},
+	}
 	vwc := admission.RenderStaticWebhook(staticURL, ca, opts)
 
 	assert.Equal(t, admission.StaticWebhookName, vwc.Name)
@@ -36,11 +39,11 @@ func TestRenderStaticWebhook(t *testing.T) {
 
 	require.Len(t, wh.Rules, 1)
 	assert.Equal(t, []string{"admissionregistration.k8s.io"}, wh.Rules[0].APIGroups)
-	assert.Equal(t, []string{"mutatingwebhookconfigurations"}, wh.Rules[0].Resources)
+	assert.Equal(t, []string{"mutatingwebhookconfigurations", "validatingwebhookconfigurations"}, wh.Rules[0].Resources)
 	assert.ElementsMatch(t, []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update}, wh.Rules[0].Operations)
 
 	require.Len(t, wh.MatchConditions, 1)
-	assert.Equal(t, `object.metadata.name in ['alpha', 'we\'ird', 'zeta']`, wh.MatchConditions[0].Expression)
+	assert.Equal(t, `request.resource.resource == 'validatingwebhookconfigurations' ? object.metadata.name in ['policy-engine'] : object.metadata.name in ['alpha', 'we\'ird', 'zeta']`, wh.MatchConditions[0].Expression)
 
 	require.NotNil(t, wh.FailurePolicy)
 	assert.Equal(t, admissionregistrationv1.Ignore, *wh.FailurePolicy)
@@ -57,7 +60,7 @@ func TestRenderStaticWebhook(t *testing.T) {
 
 func TestRenderStaticWebhook_emptyManagedMatchesNothing(t *testing.T) {
 	vwc := admission.RenderStaticWebhook(staticURL, nil, admission.Options{})
-	assert.Equal(t, "object.metadata.name in []", vwc.Webhooks[0].MatchConditions[0].Expression)
+	assert.Equal(t, "request.resource.resource == 'validatingwebhookconfigurations' ? object.metadata.name in [] : object.metadata.name in []", vwc.Webhooks[0].MatchConditions[0].Expression)
 }
 
 func TestMarshalManifest_roundTrip(t *testing.T) {

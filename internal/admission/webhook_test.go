@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -23,8 +24,6 @@ import (
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 )
 
-var mwcResource = metav1.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "mutatingwebhookconfigurations"}
-
 func raw(t *testing.T, obj *admissionregistrationv1.MutatingWebhookConfiguration) runtime.RawExtension {
 	t.Helper()
 	if obj == nil {
@@ -36,6 +35,12 @@ func raw(t *testing.T, obj *admissionregistrationv1.MutatingWebhookConfiguration
 }
 
 func request(t *testing.T, op admissionv1.Operation, old, new *admissionregistrationv1.MutatingWebhookConfiguration, user authenticationv1.UserInfo) ctrladmission.Request {
+	return requestFor(t, circuit.KindMutating, op, old, new, user)
+}
+
+// requestFor is request for a configuration of kind; old and new are the
+// rule's views, sent as the real objects.
+func requestFor(t *testing.T, kind circuit.Kind, op admissionv1.Operation, old, new *admissionregistrationv1.MutatingWebhookConfiguration, user authenticationv1.UserInfo) ctrladmission.Request {
 	name := ""
 	if new != nil {
 		name = new.Name
@@ -44,14 +49,24 @@ func request(t *testing.T, op admissionv1.Operation, old, new *admissionregistra
 	}
 	return ctrladmission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
 		UID:       types.UID("uid-" + name),
-		Kind:      metav1.GroupVersionKind{Group: "admissionregistration.k8s.io", Version: "v1", Kind: "MutatingWebhookConfiguration"},
-		Resource:  mwcResource,
+		Kind:      metav1.GroupVersionKind{Group: "admissionregistration.k8s.io", Version: "v1", Kind: kind.ObjectKind()},
+		Resource:  metav1.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: kind.Resource()},
 		Name:      name,
 		Operation: op,
 		UserInfo:  user,
-		Object:    raw(t, new),
-		OldObject: raw(t, old),
+		Object:    rawFor(t, kind, new),
+		OldObject: rawFor(t, kind, old),
 	}}
+}
+
+func rawFor(t *testing.T, kind circuit.Kind, obj *admissionregistrationv1.MutatingWebhookConfiguration) runtime.RawExtension {
+	t.Helper()
+	if obj == nil || kind != circuit.KindValidating {
+		return raw(t, obj)
+	}
+	b, err := json.Marshal(admissiontest.AsValidating(obj))
+	require.NoError(t, err)
+	return runtime.RawExtension{Raw: b}
 }
 
 func handlerFor(opts admission.Options) *admission.Handler {
@@ -64,9 +79,9 @@ func TestHandler_Handle_table(t *testing.T) {
 			name := caseName(i)
 			old, new := c.Build(name)
 			user := admissiontest.UserInfo(c.Actor, breaker)
-			resp := handlerFor(options(c, name)).Handle(context.Background(), request(t, admissionv1.Update, old, new, user))
+			resp := handlerFor(options(c, name)).Handle(context.Background(), requestFor(t, c.ConfigKind(), admissionv1.Update, old, new, user))
 			require.Equal(t, c.WantAllowed, resp.Allowed, "result %+v", resp.Result)
-			want := admission.Decide(admission.Request{Operation: admissionv1.Update, Old: old, New: new, User: user}, options(c, name))
+			want := admission.Decide(admission.Request{Kind: c.Kind, Operation: admissionv1.Update, Old: old, New: new, User: user}, options(c, name))
 			if c.WantAllowed {
 				return
 			}
@@ -129,8 +144,35 @@ func TestHandler_Handle_deleteAllowed(t *testing.T) {
 func TestHandler_Handle_otherResourceAllowed(t *testing.T) {
 	old := admissiontest.BypassOpen("cfg")
 	req := request(t, admissionv1.Update, old, restoreFail(old), admin())
-	req.Resource = metav1.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingwebhookconfigurations"}
+	req.Resource = metav1.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingadmissionpolicies"}
 	assert.True(t, handlerFor(managedOpts("cfg")).Handle(context.Background(), req).Allowed)
+}
+
+// The same name as a mutating and as a validating configuration are two
+// things: managing one does not manage the other.
+func TestHandler_Handle_kindsAreDistinct(t *testing.T) {
+	old := admissiontest.BypassOpen("cfg")
+	mutatingOnly := managedOpts("cfg")
+	validatingOnly := admission.Options{BreakerUsername: breaker, ManagedValidating: mutatingOnly.Managed}
+	for name, tc := range map[string]struct {
+		kind        circuit.Kind
+		opts        admission.Options
+		wantAllowed bool
+	}{
+		"a managed mutating configuration":               {circuit.KindMutating, mutatingOnly, false},
+		"a validating one of the same name, not managed": {circuit.KindValidating, mutatingOnly, true},
+		"a managed validating configuration":             {circuit.KindValidating, validatingOnly, false},
+		"a mutating one of the same name, not managed":   {circuit.KindMutating, validatingOnly, true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			resp := handlerFor(tc.opts).Handle(context.Background(), requestFor(t, tc.kind, admissionv1.Update, old, restoreFail(old), admin()))
+			require.Equal(t, tc.wantAllowed, resp.Allowed, "%+v", resp.Result)
+			if !tc.wantAllowed {
+				assert.Contains(t, resp.Result.Message, "kubectl annotate "+tc.kind.Singular()+" cfg ")
+				assert.True(t, strings.HasPrefix(resp.Result.Message, tc.kind.Singular()+` "cfg"`), resp.Result.Message)
+			}
+		})
+	}
 }
 
 // TestHandler_ServeHTTP runs a denial through controller-runtime's webhook

@@ -26,7 +26,7 @@ type Metrics struct {
 
 // NewMetrics creates the collectors without registering them.
 func NewMetrics() *Metrics {
-	target := []string{"configuration", "webhook"}
+	target := []string{"kind", "configuration", "webhook"}
 	return &Metrics{
 		CircuitOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "guard_circuit_open", Help: "1 while the breaker's changes are in place on a target webhook.",
@@ -42,8 +42,8 @@ func NewMetrics() *Metrics {
 			Name: "guard_probe_unknown_total", Help: "Probes that could not run for reasons on the guard's side; they count for nothing.",
 		}, target),
 		Transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "guard_circuit_transitions_total", Help: "Changes the breaker wrote, by kind (to).",
-		}, []string{"to"}),
+			Name: "guard_circuit_transitions_total", Help: "Changes the breaker wrote, by configuration kind and change (to). kind=\"Validating\",to=\"CircuitOpened\" counts openings that admit requests without validation.",
+		}, []string{"kind", "to"}),
 		WriteConflicts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "guard_write_conflicts_total", Help: "Updates refused for a stale resourceVersion; each was re-read and decided again.",
 		}),

@@ -91,7 +91,7 @@ func newConfig(webhooks ...admissionregistrationv1.MutatingWebhook) *admissionre
 }
 
 func target(name string, mode config.Mode, openAfter, closeAfter int) config.Target {
-	return config.Target{Configuration: cfgName, Webhook: name, Mode: mode, OpenAfter: openAfter, CloseAfter: closeAfter}
+	return config.Target{Kind: circuit.KindMutating, Configuration: cfgName, Webhook: name, Mode: mode, OpenAfter: openAfter, CloseAfter: closeAfter}
 }
 
 func failing(n int, reason probe.FailureReason) Counts {

@@ -24,17 +24,20 @@ import (
 	"github.com/webhook-guard/webhook-guard/internal/config"
 )
 
-// TargetReconciler writes the circuit's transitions to the target
-// MutatingWebhookConfigurations, one Update per transition, with a
-// resourceVersion precondition. It is level-based: from the object and
-// the probe counts Plan computes the wanted object, and the reconciler
-// writes it, so a repeated or late reconcile is harmless.
+// TargetReconciler writes the circuit's transitions to the target webhook
+// configurations of one kind, one Update per transition, with a
+// resourceVersion precondition. It is level-based: from the object (seen
+// through circuit.View) and the probe counts Plan computes the wanted
+// object, and the reconciler writes it, so a repeated or late reconcile is
+// harmless.
 type TargetReconciler struct {
+	// Kind is the kind of configuration it writes.
+	Kind circuit.Kind
 	// Client reads from the cache and writes.
 	Client client.Client
 	// APIReader reads fresh from the apiserver after a conflict.
 	APIReader client.Reader
-	// Targets are the approved webhooks.
+	// Targets are the approved webhooks (those of other kinds are ignored).
 	Targets []config.Target
 	// State holds the probe counts.
 	State *State
@@ -49,7 +52,7 @@ type TargetReconciler struct {
 // Reconcile brings one configuration to what Plan wants. A conflict is
 // decided again from a fresh read (retry.RetryOnConflict's backoff).
 func (r *TargetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	targets := targetsOf(r.Targets, req.Name)
+	targets := targetsOf(r.Targets, r.Kind, req.Name)
 	if len(targets) == 0 {
 		return ctrl.Result{}, nil
 	}
@@ -65,13 +68,13 @@ func (r *TargetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	})
 	if err != nil {
 		r.Metrics.Reconciles.WithLabelValues("failed").Inc()
-		return ctrl.Result{}, fmt.Errorf("updating MutatingWebhookConfiguration %s: %w", req.Name, err)
+		return ctrl.Result{}, fmt.Errorf("updating %s %s: %w", r.Kind.ObjectKind(), req.Name, err)
 	}
 	return ctrl.Result{}, nil
 }
 
 func (r *TargetReconciler) reconcileOnce(ctx context.Context, reader client.Reader, name string, targets []config.Target) error {
-	cur := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	cur := r.Kind.New()
 	if err := reader.Get(ctx, client.ObjectKey{Name: name}, cur); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.syncGauges(targets, nil)
@@ -79,20 +82,28 @@ func (r *TargetReconciler) reconcileOnce(ctx context.Context, reader client.Read
 		}
 		return fmt.Errorf("reading: %w", err)
 	}
-	next, changes, err := Plan(cur, r.State.Inputs(targets, now(r.Clock)))
+	view, err := circuit.View(cur)
+	if err != nil {
+		return err
+	}
+	next, changes, err := Plan(view, r.State.Inputs(targets, now(r.Clock)))
 	if err != nil {
 		r.Metrics.Reconciles.WithLabelValues("unreadable").Inc()
 		r.Recorder.Eventf(cur, nil, corev1.EventTypeWarning, "RecordUnreadable", "Reconcile",
 			"webhook-guard changes nothing on this configuration until the record is repaired: %v", err)
-		r.syncGauges(targets, cur)
+		r.syncGauges(targets, view)
 		return nil // retried when the object changes
 	}
 	if len(changes) == 0 {
 		r.Metrics.Reconciles.WithLabelValues("unchanged").Inc()
-		r.syncGauges(targets, cur)
+		r.syncGauges(targets, view)
 		return nil
 	}
-	if err := r.Client.Update(ctx, next, client.FieldOwner(circuit.FieldManager)); err != nil {
+	write := cur.DeepCopyObject().(client.Object)
+	if err := circuit.Apply(write, next); err != nil {
+		return err
+	}
+	if err := r.Client.Update(ctx, write, client.FieldOwner(circuit.FieldManager)); err != nil {
 		if !apierrors.IsConflict(err) {
 			r.Metrics.WriteErrors.Inc()
 			r.Recorder.Eventf(cur, nil, corev1.EventTypeWarning, "WriteFailed", "Update",
@@ -102,9 +113,14 @@ func (r *TargetReconciler) reconcileOnce(ctx context.Context, reader client.Read
 	}
 	r.Metrics.Reconciles.WithLabelValues("written").Inc()
 	for _, c := range changes {
-		r.Metrics.Transitions.WithLabelValues(string(c.Kind)).Inc()
-		r.Recorder.Eventf(next, nil, eventType(c.Kind), string(c.Kind), "Update", "%s", c.Message)
-		logf.FromContext(ctx).Info("Wrote a circuit transition", "webhook", c.Webhook, "change", c.Kind, "resourceVersion", next.ResourceVersion)
+		r.Metrics.Transitions.WithLabelValues(string(r.Kind), string(c.Kind)).Inc()
+		r.Recorder.Eventf(write, nil, eventType(c.Kind), string(c.Kind), "Update", "%s", c.Message)
+		if r.Kind == circuit.KindValidating && c.Kind == Opened {
+			r.Recorder.Eventf(write, nil, corev1.EventTypeWarning, "AdmittingWithoutValidation", "Update",
+				"%s: requests this webhook validates are admitted without its validation while the circuit is open; "+
+					"guard_circuit_transitions_total{kind=\"Validating\",to=\"CircuitOpened\"} counts these openings", c.Webhook)
+		}
+		logf.FromContext(ctx).Info("Wrote a circuit transition", "kind", r.Kind, "webhook", c.Webhook, "change", c.Kind, "resourceVersion", write.GetResourceVersion())
 	}
 	r.syncGauges(targets, next)
 	return nil
@@ -123,7 +139,7 @@ func (r *TargetReconciler) syncGauges(targets []config.Target, mwc *admissionreg
 		if _, open := rec[t.Webhook]; open {
 			v = 1
 		}
-		r.Metrics.CircuitOpen.WithLabelValues(t.Configuration, t.Webhook).Set(v)
+		r.Metrics.CircuitOpen.WithLabelValues(string(t.Kind), t.Configuration, t.Webhook).Set(v)
 	}
 }
 
@@ -134,17 +150,25 @@ func eventType(k ChangeKind) string {
 	return corev1.EventTypeNormal
 }
 
-// SetupWithManager watches the target configurations (and nothing else)
-// and the probe runner's triggers.
+// SetupWithManager watches the target configurations of its kind (and
+// nothing else) and the probe runner's triggers. The controller is named
+// "breaker" for mutating configurations and "breaker-validating" for
+// validating ones.
 func (r *TargetReconciler) SetupWithManager(mgr ctrl.Manager, trigger <-chan event.GenericEvent) error {
 	names := map[string]bool{}
 	for _, t := range r.Targets {
-		names[t.Configuration] = true
+		if t.Kind == r.Kind {
+			names[t.Configuration] = true
+		}
 	}
 	isTarget := predicate.NewPredicateFuncs(func(o client.Object) bool { return names[o.GetName()] })
+	name := "breaker"
+	if r.Kind == circuit.KindValidating {
+		name = "breaker-validating"
+	}
 	return ctrl.NewControllerManagedBy(mgr).
-		Named("breaker").
-		For(&admissionregistrationv1.MutatingWebhookConfiguration{}, builder.WithPredicates(isTarget)).
+		Named(name).
+		For(r.Kind.New(), builder.WithPredicates(isTarget)).
 		WatchesRawSource(source.Channel(trigger, &handler.EnqueueRequestForObject{})).
 		Complete(r)
 }

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 	"github.com/webhook-guard/webhook-guard/internal/probe"
 )
@@ -30,7 +31,7 @@ var _ Prober = (*probe.Prober)(nil)
 // State, and wakes the TargetReconciler when Plan would change a
 // configuration. It runs on the leader only.
 type ProbeRunner struct {
-	// Reader reads MutatingWebhookConfigurations (the manager's cache).
+	// Reader reads webhook configurations (the manager's cache).
 	Reader client.Reader
 	// Prober reaches the webhooks.
 	Prober Prober
@@ -42,8 +43,8 @@ type ProbeRunner struct {
 	Metrics *Metrics
 	// Recorder emits Events for targets that cannot be probed.
 	Recorder recorder.EventRecorder
-	// Trigger wakes the TargetReconciler for a configuration.
-	Trigger chan<- event.GenericEvent
+	// Triggers wake the TargetReconciler of each configuration kind.
+	Triggers map[circuit.Kind]chan<- event.GenericEvent
 	// Clock drives the intervals. Default: the real clock.
 	Clock clock.WithTicker
 	// DiagnoseTLS, when set, explains a TLS probe failure from the
@@ -74,7 +75,7 @@ func (r *ProbeRunner) Start(ctx context.Context) error {
 }
 
 func (r *ProbeRunner) loop(ctx context.Context, t config.Target) {
-	ctx = logf.IntoContext(ctx, logf.FromContext(ctx).WithValues("configuration", t.Configuration, "webhook", t.Webhook))
+	ctx = logf.IntoContext(ctx, logf.FromContext(ctx).WithValues("kind", t.Kind, "configuration", t.Configuration, "webhook", t.Webhook))
 	ticker := r.Clock.NewTicker(t.Probe.Interval)
 	defer ticker.Stop()
 	for {
@@ -92,36 +93,44 @@ func (r *ProbeRunner) loop(ctx context.Context, t config.Target) {
 // Plan alone decides.
 func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 	log := logf.FromContext(ctx)
-	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
-	if err := r.Reader.Get(ctx, client.ObjectKey{Name: t.Configuration}, mwc); err != nil {
+	obj := t.Kind.New()
+	if err := r.Reader.Get(ctx, client.ObjectKey{Name: t.Configuration}, obj); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.problem(ctx, t, nil, "MutatingWebhookConfiguration not found; it will be picked up when it appears")
+			r.problem(ctx, t, nil, t.Kind.ObjectKind()+" not found; it will be picked up when it appears")
 			return
 		}
 		log.Error(err, "Reading the target configuration failed; nothing counted")
 		return
 	}
-	wh := webhook(mwc, t.Webhook)
+	view, err := circuit.View(obj)
+	if err != nil {
+		log.Error(err, "Reading the target configuration failed; nothing counted")
+		return
+	}
+	wh := webhook(view, t.Webhook)
 	if wh == nil {
-		r.problem(ctx, t, mwc, "webhook not found in the configuration; it will be picked up when it appears")
+		r.problem(ctx, t, obj, "webhook not found in the configuration; it will be picked up when it appears")
 		return
 	}
 	if t.Probe.Kind == config.ProbeAdmissionReview && !probe.DryRunSafe(wh.SideEffects) {
-		r.problem(ctx, t, mwc, fmt.Sprintf("sideEffects is %s, so a dry-run AdmissionReview probe is not safe; configure an HTTPGet probe. The circuit will never open", sideEffects(wh)))
+		r.problem(ctx, t, obj, fmt.Sprintf("sideEffects is %s, so a dry-run AdmissionReview probe is not safe; configure an HTTPGet probe. The circuit will never open", sideEffects(wh)))
 		return
 	}
-	r.Metrics.TargetMissing.WithLabelValues(t.Configuration, t.Webhook).Set(0)
-	r.Metrics.TargetUnprobeable.WithLabelValues(t.Configuration, t.Webhook).Set(0)
+	labels := []string{string(t.Kind), t.Configuration, t.Webhook}
+	r.Metrics.TargetMissing.WithLabelValues(labels...).Set(0)
+	r.Metrics.TargetUnprobeable.WithLabelValues(labels...).Set(0)
 
-	res := r.Prober.Probe(ctx, *wh, probe.Spec{Kind: probe.Kind(t.Probe.Kind), Timeout: t.Probe.Timeout, Path: t.Probe.Path})
-	labels := []string{t.Configuration, t.Webhook}
+	res := r.Prober.Probe(ctx, *wh, probe.Spec{
+		Kind: probe.Kind(t.Probe.Kind), Timeout: t.Probe.Timeout, Path: t.Probe.Path,
+		Validating: t.Kind == circuit.KindValidating,
+	})
 	r.Metrics.ProbeDuration.WithLabelValues(labels...).Observe(res.Duration.Seconds())
 	diagnosis := ""
 	switch res.Outcome {
 	case probe.OutcomeFailed:
-		r.Metrics.ProbeFailures.WithLabelValues(t.Configuration, t.Webhook, string(res.Reason)).Inc()
+		r.Metrics.ProbeFailures.WithLabelValues(append(labels, string(res.Reason))...).Inc()
 		if res.Reason == probe.ReasonTLS && r.DiagnoseTLS != nil {
-			if diagnosis = r.DiagnoseTLS(ctx, mwc.Annotations); diagnosis != "" {
+			if diagnosis = r.DiagnoseTLS(ctx, obj.GetAnnotations()); diagnosis != "" {
 				res.Err = fmt.Errorf("%w (likely cause: %s)", res.Err, diagnosis)
 			}
 		}
@@ -136,39 +145,45 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 	if diagnosis != "" && counts.Failures == 1 {
 		// Once per run of failures, not once per probe.
 		log.Info("TLS probe failure diagnosed", "diagnosis", diagnosis)
-		r.Recorder.Eventf(mwc, nil, corev1.EventTypeWarning, "ProbeTLSFailure", "Probe", "%s: %s", t.Webhook, diagnosis)
+		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, "ProbeTLSFailure", "Probe", "%s: %s", t.Webhook, diagnosis)
 	}
-	r.wake(ctx, mwc)
+	r.wake(ctx, t.Kind, obj, view)
 }
 
-// wake triggers a reconcile of mwc when Plan, given the current counts,
-// would change it. A record Plan cannot read wakes nothing: the reconciler
-// reports it when the object changes.
-func (r *ProbeRunner) wake(ctx context.Context, mwc *admissionregistrationv1.MutatingWebhookConfiguration) {
-	_, changes, err := Plan(mwc, r.State.Inputs(targetsOf(r.Targets, mwc.Name), r.Clock.Now()))
+// wake triggers a reconcile of obj (whose circuit.View is view) when Plan,
+// given the current counts, would change it. A record Plan cannot read
+// wakes nothing: the reconciler reports it when the object changes.
+func (r *ProbeRunner) wake(ctx context.Context, kind circuit.Kind, obj client.Object, view *admissionregistrationv1.MutatingWebhookConfiguration) {
+	_, changes, err := Plan(view, r.State.Inputs(targetsOf(r.Targets, kind, view.Name), r.Clock.Now()))
 	if err != nil || len(changes) == 0 {
 		return
 	}
 	select {
-	case r.Trigger <- event.GenericEvent{Object: mwc}:
+	case r.Triggers[kind] <- event.GenericEvent{Object: obj}:
 	case <-ctx.Done():
 	}
 }
 
-func (r *ProbeRunner) problem(ctx context.Context, t config.Target, mwc *admissionregistrationv1.MutatingWebhookConfiguration, problem string) {
+// problem records why t is not probed; obj is its configuration, nil when
+// missing.
+func (r *ProbeRunner) problem(ctx context.Context, t config.Target, obj client.Object, problem string) {
 	missing, unprobeable := 1.0, 0.0
 	reason := "TargetMissing"
-	if mwc != nil && webhook(mwc, t.Webhook) != nil {
+	if obj != nil {
 		missing, unprobeable, reason = 0, 1, "TargetUnprobeable"
+		if view, err := circuit.View(obj); err != nil || webhook(view, t.Webhook) == nil {
+			missing, unprobeable, reason = 1, 0, "TargetMissing"
+		}
 	}
-	r.Metrics.TargetMissing.WithLabelValues(t.Configuration, t.Webhook).Set(missing)
-	r.Metrics.TargetUnprobeable.WithLabelValues(t.Configuration, t.Webhook).Set(unprobeable)
+	labels := []string{string(t.Kind), t.Configuration, t.Webhook}
+	r.Metrics.TargetMissing.WithLabelValues(labels...).Set(missing)
+	r.Metrics.TargetUnprobeable.WithLabelValues(labels...).Set(unprobeable)
 	if !r.State.SetProblem(t.Key(), problem) {
 		return
 	}
 	logf.FromContext(ctx).Info("Target is not probed", "problem", problem)
-	if mwc != nil {
-		r.Recorder.Eventf(mwc, nil, corev1.EventTypeWarning, reason, "Probe", "%s: %s", t.Webhook, problem)
+	if obj != nil {
+		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, reason, "Probe", "%s: %s", t.Webhook, problem)
 	}
 }
 

@@ -40,7 +40,7 @@ func runnerFor(t *testing.T, mwc *admissionregistrationv1.MutatingWebhookConfigu
 		State:    NewState(),
 		Metrics:  NewMetrics(),
 		Recorder: events.NewFakeRecorder(100),
-		Trigger:  trigger,
+		Triggers: map[circuit.Kind]chan<- event.GenericEvent{circuit.KindMutating: trigger},
 		Clock:    clocktesting.NewFakeClock(testNow),
 	}, trigger
 }

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 	"github.com/webhook-guard/webhook-guard/internal/probe"
 )
@@ -77,11 +78,11 @@ func (s *State) Inputs(targets []config.Target, now time.Time) Inputs {
 	return in
 }
 
-// targetsOf returns the targets in configuration.
-func targetsOf(targets []config.Target, configuration string) []config.Target {
+// targetsOf returns the targets in kind's configuration.
+func targetsOf(targets []config.Target, kind circuit.Kind, configuration string) []config.Target {
 	var out []config.Target
 	for _, t := range targets {
-		if t.Configuration == configuration {
+		if t.Kind == kind && t.Configuration == configuration {
 			out = append(out, t)
 		}
 	}

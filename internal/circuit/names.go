@@ -42,3 +42,35 @@ const (
 	// so the apiserver skips the call and requests do not wait.
 	ModeBypass Mode = "Bypass"
 )
+
+// Kind is the kind of webhook configuration a target lives in.
+type Kind string
+
+const (
+	// KindMutating is a MutatingWebhookConfiguration: opening its circuit
+	// admits objects without the webhook's mutation.
+	KindMutating Kind = "Mutating"
+	// KindValidating is a ValidatingWebhookConfiguration: opening its
+	// circuit admits requests without the webhook's validation.
+	KindValidating Kind = "Validating"
+)
+
+// Resource is the configuration kind's resource name, for example
+// "mutatingwebhookconfigurations".
+func (k Kind) Resource() string {
+	if k == KindValidating {
+		return "validatingwebhookconfigurations"
+	}
+	return "mutatingwebhookconfigurations"
+}
+
+// Singular is the resource's singular name, as kubectl spells it.
+func (k Kind) Singular() string {
+	if k == KindValidating {
+		return "validatingwebhookconfiguration"
+	}
+	return "mutatingwebhookconfiguration"
+}
+
+// ObjectKind is the Go kind, for example "MutatingWebhookConfiguration".
+func (k Kind) ObjectKind() string { return string(k) + "WebhookConfiguration" }

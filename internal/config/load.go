@@ -9,6 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/yaml"
+
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
 )
 
 // Load reads, strictly decodes, validates and defaults the
@@ -68,9 +70,15 @@ func convert(f *file) (*Configuration, field.ErrorList) {
 
 func convertTarget(p *field.Path, ft fileTarget) (Target, field.ErrorList) {
 	var errs field.ErrorList
-	t := Target{Configuration: ft.Configuration, Webhook: ft.Webhook}
+	t := Target{Kind: circuit.Kind(ft.Kind), Configuration: ft.Configuration, Webhook: ft.Webhook}
+	if t.Kind == "" {
+		t.Kind = circuit.KindMutating
+	}
+	if t.Kind != circuit.KindMutating && t.Kind != circuit.KindValidating {
+		errs = append(errs, field.NotSupported(p.Child("kind"), ft.Kind, []string{string(circuit.KindMutating), string(circuit.KindValidating)}))
+	}
 	if ft.Configuration == "" {
-		errs = append(errs, field.Required(p.Child("configuration"), "the MutatingWebhookConfiguration name"))
+		errs = append(errs, field.Required(p.Child("configuration"), "the webhook configuration's name"))
 	} else {
 		for _, msg := range validation.IsDNS1123Subdomain(ft.Configuration) {
 			errs = append(errs, field.Invalid(p.Child("configuration"), ft.Configuration, msg))
@@ -79,13 +87,18 @@ func convertTarget(p *field.Path, ft fileTarget) (Target, field.ErrorList) {
 	if ft.Webhook == "" {
 		errs = append(errs, field.Required(p.Child("webhook"), "the webhook name inside the configuration"))
 	}
-	switch {
-	case ft.AllowAdmissionWithoutMutation == nil:
-		errs = append(errs, field.Required(p.Child("allowAdmissionWithoutMutation"),
-			"must be true: opening the circuit admits objects without this webhook's mutation, and only an operator can approve that"))
-	case !*ft.AllowAdmissionWithoutMutation:
-		errs = append(errs, field.Invalid(p.Child("allowAdmissionWithoutMutation"), false,
-			"must be true: a webhook whose mutation is required must not be listed as a target"))
+	if t.Kind == circuit.KindValidating {
+		errs = append(errs, approval(p.Child("allowAdmissionWithoutValidation"), ft.AllowAdmissionWithoutValidation, "validation",
+			"requests without this webhook's validation, a security decision")...)
+		if ft.AllowAdmissionWithoutMutation != nil {
+			errs = append(errs, field.Forbidden(p.Child("allowAdmissionWithoutMutation"), "a Validating target approves allowAdmissionWithoutValidation instead"))
+		}
+	} else {
+		errs = append(errs, approval(p.Child("allowAdmissionWithoutMutation"), ft.AllowAdmissionWithoutMutation, "mutation",
+			"objects without this webhook's mutation")...)
+		if ft.AllowAdmissionWithoutValidation != nil {
+			errs = append(errs, field.Forbidden(p.Child("allowAdmissionWithoutValidation"), "a Mutating target approves allowAdmissionWithoutMutation instead; set kind: Validating for a validating webhook"))
+		}
 	}
 
 	t.Mode = Mode(ft.Mode)
@@ -119,6 +132,17 @@ func convertTarget(p *field.Path, ft fileTarget) (Target, field.ErrorList) {
 	t.Probe.Interval = duration(pp.Child("interval"), ft.Probe.Interval, DefaultProbeInterval, &errs)
 	t.Probe.Timeout = duration(pp.Child("timeout"), ft.Probe.Timeout, 0, &errs)
 	return t, errs
+}
+
+// approval checks the explicit opt-in a target of each kind needs.
+func approval(p *field.Path, v *bool, what, admits string) field.ErrorList {
+	switch {
+	case v == nil:
+		return field.ErrorList{field.Required(p, "must be true: opening the circuit admits "+admits+", and only an operator can approve that")}
+	case !*v:
+		return field.ErrorList{field.Invalid(p, false, "must be true: a webhook whose "+what+" is required must not be listed as a target")}
+	}
+	return nil
 }
 
 func threshold(p *field.Path, v *int, def int, errs *field.ErrorList) int {

@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
 )
 
 const header = "apiVersion: config.webhook-guard.io/v1alpha1\nkind: GuardConfiguration\n"
@@ -23,6 +25,7 @@ func TestParse_defaults(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, cfg.Targets, 1)
 	assert.Equal(t, Target{
+		Kind:          circuit.KindMutating,
 		Configuration: "slow-mutator",
 		Webhook:       "slow-mutator.example.com",
 		Mode:          ModeIgnore,
@@ -54,14 +57,38 @@ func TestParse_everyField(t *testing.T) {
 `))
 	require.NoError(t, err)
 	assert.Equal(t, Target{
+		Kind:          circuit.KindMutating,
 		Configuration: "slow-mutator", Webhook: "slow-mutator.example.com", Mode: ModeBypass, OpenAfter: 2, CloseAfter: 4,
 		Probe: Probe{Kind: ProbeHTTPGet, Interval: 200 * time.Millisecond, Timeout: 250 * time.Millisecond, Path: "/healthz"},
 	}, cfg.Targets[0])
-	assert.Equal(t, []string{"slow-mutator", "second"}, cfg.Names())
+	assert.Equal(t, []string{"slow-mutator", "second"}, cfg.Names(circuit.KindMutating))
+	assert.Empty(t, cfg.Names(circuit.KindValidating))
 	assert.Equal(t, map[string][]string{
 		"slow-mutator": {"slow-mutator.example.com", "other.example.com"},
 		"second":       {"a.example.com"},
-	}, cfg.Managed())
+	}, cfg.Managed(circuit.KindMutating))
+}
+
+// The same names in a mutating and a validating configuration are two
+// distinct targets.
+func TestParse_sameNamesInBothKindsAreTwoTargets(t *testing.T) {
+	cfg, err := Parse([]byte(header + `targets:
+- configuration: shared
+  webhook: a.example.com
+  allowAdmissionWithoutMutation: true
+- kind: Validating
+  configuration: shared
+  webhook: a.example.com
+  allowAdmissionWithoutValidation: true
+  mode: Bypass
+`))
+	require.NoError(t, err)
+	require.Len(t, cfg.Targets, 2)
+	assert.Equal(t, circuit.KindMutating, cfg.Targets[0].Kind)
+	assert.Equal(t, circuit.KindValidating, cfg.Targets[1].Kind)
+	assert.NotEqual(t, cfg.Targets[0].Key(), cfg.Targets[1].Key())
+	assert.Equal(t, map[string][]string{"shared": {"a.example.com"}}, cfg.Managed(circuit.KindMutating))
+	assert.Equal(t, map[string][]string{"shared": {"a.example.com"}}, cfg.Managed(circuit.KindValidating))
 }
 
 func TestParse_malformed(t *testing.T) {
@@ -87,7 +114,31 @@ func TestParse_malformed(t *testing.T) {
 		},
 		"a duplicate target is rejected": {
 			header + minimalTarget + "- configuration: slow-mutator\n  webhook: slow-mutator.example.com\n  allowAdmissionWithoutMutation: true\n",
-			`invalid GuardConfiguration: targets[1]: Duplicate value: "slow-mutator/slow-mutator.example.com (same as targets[0])"`,
+			`invalid GuardConfiguration: targets[1]: Duplicate value: "Mutating/slow-mutator/slow-mutator.example.com (same as targets[0])"`,
+		},
+		"an unknown kind is rejected": {
+			header + "targets:\n- kind: Mutatin\n  configuration: a\n  webhook: a.example.com\n  allowAdmissionWithoutMutation: true\n",
+			`invalid GuardConfiguration: targets[0].kind: Unsupported value: "Mutatin": supported values: "Mutating", "Validating"`,
+		},
+		"a validating target without allowAdmissionWithoutValidation is rejected": {
+			header + "targets:\n- kind: Validating\n  configuration: a\n  webhook: a.example.com\n",
+			"invalid GuardConfiguration: targets[0].allowAdmissionWithoutValidation: Required value: must be true: opening the circuit admits requests without this webhook's validation, a security decision, and only an operator can approve that",
+		},
+		"a validating target with a false allowAdmissionWithoutValidation is rejected": {
+			header + "targets:\n- kind: Validating\n  configuration: a\n  webhook: a.example.com\n  allowAdmissionWithoutValidation: false\n",
+			"invalid GuardConfiguration: targets[0].allowAdmissionWithoutValidation: Invalid value: false: must be true: a webhook whose validation is required must not be listed as a target",
+		},
+		"a validating target may not approve admission without mutation": {
+			header + "targets:\n- kind: Validating\n  configuration: a\n  webhook: a.example.com\n  allowAdmissionWithoutValidation: true\n  allowAdmissionWithoutMutation: true\n",
+			"invalid GuardConfiguration: targets[0].allowAdmissionWithoutMutation: Forbidden: a Validating target approves allowAdmissionWithoutValidation instead",
+		},
+		"a validating target may not stand on allowAdmissionWithoutMutation alone": {
+			header + "targets:\n- kind: Validating\n  configuration: a\n  webhook: a.example.com\n  allowAdmissionWithoutMutation: true\n",
+			"invalid GuardConfiguration: [targets[0].allowAdmissionWithoutValidation: Required value: must be true: opening the circuit admits requests without this webhook's validation, a security decision, and only an operator can approve that, targets[0].allowAdmissionWithoutMutation: Forbidden: a Validating target approves allowAdmissionWithoutValidation instead]",
+		},
+		"a mutating target may not approve admission without validation": {
+			header + minimalTarget + "  allowAdmissionWithoutValidation: true\n",
+			"invalid GuardConfiguration: targets[0].allowAdmissionWithoutValidation: Forbidden: a Mutating target approves allowAdmissionWithoutMutation instead; set kind: Validating for a validating webhook",
 		},
 		"a bad duration is rejected": {
 			header + minimalTarget + "  probe:\n    interval: soon\n",

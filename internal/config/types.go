@@ -50,13 +50,15 @@ type file struct {
 }
 
 type fileTarget struct {
-	Configuration                 string    `json:"configuration"`
-	Webhook                       string    `json:"webhook"`
-	AllowAdmissionWithoutMutation *bool     `json:"allowAdmissionWithoutMutation"`
-	Mode                          string    `json:"mode"`
-	OpenAfter                     *int      `json:"openAfter"`
-	CloseAfter                    *int      `json:"closeAfter"`
-	Probe                         fileProbe `json:"probe"`
+	Kind                            string    `json:"kind"`
+	Configuration                   string    `json:"configuration"`
+	Webhook                         string    `json:"webhook"`
+	AllowAdmissionWithoutMutation   *bool     `json:"allowAdmissionWithoutMutation"`
+	AllowAdmissionWithoutValidation *bool     `json:"allowAdmissionWithoutValidation"`
+	Mode                            string    `json:"mode"`
+	OpenAfter                       *int      `json:"openAfter"`
+	CloseAfter                      *int      `json:"closeAfter"`
+	Probe                           fileProbe `json:"probe"`
 }
 
 type fileProbe struct {
@@ -74,7 +76,10 @@ type Configuration struct {
 
 // Target is one approved webhook.
 type Target struct {
-	// Configuration is the MutatingWebhookConfiguration name.
+	// Kind is the kind of its configuration: Mutating (the default) or
+	// Validating.
+	Kind circuit.Kind
+	// Configuration is the webhook configuration's name.
 	Configuration string
 	// Webhook is the webhook's name inside that configuration.
 	Webhook string
@@ -90,8 +95,9 @@ type Target struct {
 	Probe Probe
 }
 
-// Key is "configuration/webhook", unique per target.
-func (t Target) Key() string { return t.Configuration + "/" + t.Webhook }
+// Key is "kind/configuration/webhook", unique per target: the same names
+// in a mutating and a validating configuration are two targets.
+func (t Target) Key() string { return string(t.Kind) + "/" + t.Configuration + "/" + t.Webhook }
 
 // Probe says how a target is probed.
 type Probe struct {
@@ -105,12 +111,13 @@ type Probe struct {
 	Path string
 }
 
-// Names returns the configuration names in target order, without repeats.
-func (c *Configuration) Names() []string {
+// Names returns the names of kind's configurations in target order,
+// without repeats.
+func (c *Configuration) Names(kind circuit.Kind) []string {
 	seen := map[string]bool{}
 	var out []string
 	for _, t := range c.Targets {
-		if !seen[t.Configuration] {
+		if t.Kind == kind && !seen[t.Configuration] {
 			seen[t.Configuration] = true
 			out = append(out, t.Configuration)
 		}
@@ -118,11 +125,14 @@ func (c *Configuration) Names() []string {
 	return out
 }
 
-// Managed maps each configuration name to its target webhook names.
-func (c *Configuration) Managed() map[string][]string {
+// Managed maps each of kind's configuration names to its target webhook
+// names.
+func (c *Configuration) Managed(kind circuit.Kind) map[string][]string {
 	out := map[string][]string{}
 	for _, t := range c.Targets {
-		out[t.Configuration] = append(out[t.Configuration], t.Webhook)
+		if t.Kind == kind {
+			out[t.Configuration] = append(out[t.Configuration], t.Webhook)
+		}
 	}
 	return out
 }

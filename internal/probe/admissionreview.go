@@ -161,16 +161,17 @@ func newAdmissionReview(wh admissionregistrationv1.MutatingWebhook, t probeTarge
 	}, nil
 }
 
-// verifyAdmissionResponse checks a 200 body the way kube-apiserver does for
-// a mutating webhook: request.VerifyAdmissionResponse, then the checks the
-// mutating dispatcher makes before it applies a patch (JSONPatch only, and
-// a patch it can decode). allowed:false is a valid answer.
-func verifyAdmissionResponse(uid types.UID, body []byte) error {
+// verifyAdmissionResponse checks a 200 body the way kube-apiserver does:
+// request.VerifyAdmissionResponse (which refuses a patch from a validating
+// webhook), then, for a mutating one, the checks the mutating dispatcher
+// makes before it applies a patch (JSONPatch only, and a patch it can
+// decode). allowed:false is a valid answer.
+func verifyAdmissionResponse(uid types.UID, mutating bool, body []byte) error {
 	var review admissionv1.AdmissionReview
 	if err := json.Unmarshal(body, &review); err != nil {
 		return badResponsef("body is not a JSON AdmissionReview: %v", err)
 	}
-	r, err := request.VerifyAdmissionResponse(uid, true, &review)
+	r, err := request.VerifyAdmissionResponse(uid, mutating, &review)
 	if err != nil {
 		return badResponsef("%v", err)
 	}

@@ -101,7 +101,7 @@ func (p *Prober) Probe(ctx context.Context, wh admissionregistrationv1.MutatingW
 	if kind == KindHTTPGet {
 		return p.httpGet(ctx, probeCtx, ep, spec.Path)
 	}
-	return p.admissionReview(ctx, probeCtx, ep, wh, timeout)
+	return p.admissionReview(ctx, probeCtx, ep, wh, timeout, !spec.Validating)
 }
 
 // probeTimeout is spec.Timeout, else the webhook's timeoutSeconds, else
@@ -194,7 +194,7 @@ func (ep endpoint) client() (*http.Client, *http.Transport) {
 	}, tr
 }
 
-func (p *Prober) admissionReview(ctx, probeCtx context.Context, ep endpoint, wh admissionregistrationv1.MutatingWebhook, timeout time.Duration) Result {
+func (p *Prober) admissionReview(ctx, probeCtx context.Context, ep endpoint, wh admissionregistrationv1.MutatingWebhook, timeout time.Duration, mutating bool) Result {
 	username := p.Username
 	if username == "" {
 		username = circuit.DefaultUsername
@@ -229,7 +229,7 @@ func (p *Prober) admissionReview(ctx, probeCtx context.Context, ep endpoint, wh 
 	if err != nil {
 		return p.callFailed(ctx, err, status)
 	}
-	if err := verifyAdmissionResponse(types.UID(review.Request.UID), respBody); err != nil {
+	if err := verifyAdmissionResponse(types.UID(review.Request.UID), mutating, respBody); err != nil {
 		return failed(ReasonBadResponse, err, status)
 	}
 	return Result{Outcome: OutcomeHealthy, HTTPStatus: status}

@@ -88,6 +88,10 @@ type Spec struct {
 	// Path is the absolute path (optionally with a query) used by HTTPGet
 	// probes, e.g. "/healthz". It is ignored for AdmissionReview probes.
 	Path string
+	// Validating says the webhook is a validating one: its AdmissionReview
+	// answer is checked as kube-apiserver checks a validating webhook's
+	// (no patch allowed).
+	Validating bool
 }
 
 // Resolver turns a webhook's service reference into an address.

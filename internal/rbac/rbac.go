@@ -6,6 +6,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 )
 
@@ -20,32 +21,35 @@ func Labels() map[string]string {
 }
 
 // RenderTargetsRole renders the ClusterRole TargetsRoleName. It grants update
-// and patch on mutatingwebhookconfigurations, limited by resourceNames to
-// cfg.Names(), sorted and without repeats, and nothing else. Reading
-// configurations is granted by the static ClusterRole webhook-guard.
+// and patch on mutatingwebhookconfigurations and on
+// validatingwebhookconfigurations, each limited by resourceNames to the
+// names of cfg's targets of that kind, sorted and without repeats, and
+// nothing else. Reading configurations is granted by the static ClusterRole
+// webhook-guard.
 //
-// With no configuration names the role has no rules: a rule with an empty
-// resourceNames list would grant every name. The result carries TypeMeta and
-// Labels.
+// A kind with no target gets no rule: a rule with an empty resourceNames
+// list would grant every name. The result carries TypeMeta and Labels.
 func RenderTargetsRole(cfg *config.Configuration) *rbacv1.ClusterRole {
 	role := &rbacv1.ClusterRole{
 		TypeMeta:   metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "ClusterRole"},
 		ObjectMeta: metav1.ObjectMeta{Name: TargetsRoleName, Labels: Labels()},
 	}
-	var names []string
-	if cfg != nil {
-		names = slices.Clone(cfg.Names())
+	for _, kind := range []circuit.Kind{circuit.KindMutating, circuit.KindValidating} {
+		var names []string
+		if cfg != nil {
+			names = slices.Clone(cfg.Names(kind))
+		}
+		slices.Sort(names)
+		names = slices.Compact(names)
+		if len(names) == 0 {
+			continue
+		}
+		role.Rules = append(role.Rules, rbacv1.PolicyRule{
+			APIGroups:     []string{"admissionregistration.k8s.io"},
+			Resources:     []string{kind.Resource()},
+			ResourceNames: names,
+			Verbs:         []string{"update", "patch"},
+		})
 	}
-	slices.Sort(names)
-	names = slices.Compact(names)
-	if len(names) == 0 {
-		return role
-	}
-	role.Rules = []rbacv1.PolicyRule{{
-		APIGroups:     []string{"admissionregistration.k8s.io"},
-		Resources:     []string{"mutatingwebhookconfigurations"},
-		ResourceNames: names,
-		Verbs:         []string{"update", "patch"},
-	}}
 	return role
 }

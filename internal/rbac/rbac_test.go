@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 	rbacv1 "k8s.io/api/rbac/v1"
 
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 	"github.com/webhook-guard/webhook-guard/internal/rbac"
 )
@@ -15,7 +16,7 @@ func TestRenderTargetsRole(t *testing.T) {
 	targets := func(pairs ...string) *config.Configuration {
 		cfg := &config.Configuration{}
 		for i := 0; i < len(pairs); i += 2 {
-			cfg.Targets = append(cfg.Targets, config.Target{Configuration: pairs[i], Webhook: pairs[i+1]})
+			cfg.Targets = append(cfg.Targets, config.Target{Kind: circuit.KindMutating, Configuration: pairs[i], Webhook: pairs[i+1]})
 		}
 		return cfg
 	}
@@ -47,6 +48,21 @@ func TestRenderTargetsRole(t *testing.T) {
 			cfg:  targets(),
 			want: nil,
 		},
+		"validating targets get their own rule, a name shared across kinds counts for each": {
+			cfg: func() *config.Configuration {
+				cfg := targets("shared", "m.example.com")
+				cfg.Targets = append(cfg.Targets,
+					config.Target{Kind: circuit.KindValidating, Configuration: "policy-engine", Webhook: "v.example.com"},
+					config.Target{Kind: circuit.KindValidating, Configuration: "shared", Webhook: "m.example.com"})
+				return cfg
+			}(),
+			want: append(writeRule("shared"), rbacv1.PolicyRule{
+				APIGroups:     []string{"admissionregistration.k8s.io"},
+				Resources:     []string{"validatingwebhookconfigurations"},
+				ResourceNames: []string{"policy-engine", "shared"},
+				Verbs:         []string{"update", "patch"},
+			}),
+		},
 		"a nil configuration grants nothing": {
 			cfg:  nil,
 			want: nil,
@@ -70,9 +86,9 @@ func TestRenderTargetsRole(t *testing.T) {
 
 func TestRenderTargetsRole_doesNotModifyTheConfiguration(t *testing.T) {
 	cfg := &config.Configuration{Targets: []config.Target{
-		{Configuration: "b", Webhook: "b.example.com"},
-		{Configuration: "a", Webhook: "a.example.com"},
+		{Kind: circuit.KindMutating, Configuration: "b", Webhook: "b.example.com"},
+		{Kind: circuit.KindMutating, Configuration: "a", Webhook: "a.example.com"},
 	}}
 	rbac.RenderTargetsRole(cfg)
-	assert.Equal(t, []string{"b", "a"}, cfg.Names())
+	assert.Equal(t, []string{"b", "a"}, cfg.Names(circuit.KindMutating))
 }

@@ -57,8 +57,10 @@ const (
 // guardStatic is the product's admission handler, served over TLS for the
 // static manifest that TestMain installs.
 var guardStatic struct {
-	server  *harness.TLSServer
-	managed map[string][]string
+	server *harness.TLSServer
+	// managed holds the managed configurations of both kinds, as the
+	// table's cases name them.
+	managed admission.Options
 	// breaker is the breaker's username, known once its ServiceAccount
 	// exists; until then the handler uses admission's default.
 	breaker atomic.Pointer[string]
@@ -69,7 +71,7 @@ var guardStatic struct {
 
 // guardStaticOptions is the static handler's admission.Options.
 func guardStaticOptions() admission.Options {
-	opts := admission.Options{Managed: guardStatic.managed}
+	opts := guardStatic.managed
 	if b := guardStatic.breaker.Load(); b != nil {
 		opts.BreakerUsername = *b
 	}
@@ -89,10 +91,10 @@ func guardStaticCalls(name string) int {
 // harness.Options.ExtraStaticManifests. TestMain calls it before the
 // apiserver starts, since static manifests are loaded at startup.
 func startGuardStatic() (map[string][]byte, error) {
-	guardStatic.managed = map[string][]string{}
+	guardStatic.managed = admission.Options{Managed: map[string][]string{}, ManagedValidating: map[string][]string{}}
 	for i, c := range admissiontest.Cases() {
 		for k, v := range c.ManagedConfigs(guardStaticName(i)) {
-			guardStatic.managed[k] = v
+			addManaged(&guardStatic.managed, c.ConfigKind(), k, v)
 		}
 	}
 	guardStatic.calls = map[string]int{}
@@ -161,7 +163,7 @@ func setupGuardActors(t *testing.T) guardActors {
 	role := &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: guardClusterRole},
 		Rules: []rbacv1.PolicyRule{{
-			APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"},
+			APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations", "validatingwebhookconfigurations"},
 			Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"},
 		}},
 	}
@@ -205,13 +207,41 @@ func applyCase(c admissiontest.Case, obj *admissionregistrationv1.MutatingWebhoo
 	}
 }
 
+// addManaged adds configuration name of kind, with webhooks, to opts.
+func addManaged(opts *admission.Options, kind circuit.Kind, name string, webhooks []string) {
+	if kind == circuit.KindValidating {
+		opts.ManagedValidating[name] = webhooks
+		return
+	}
+	opts.Managed[name] = webhooks
+}
+
+// caseOptions are the rule's options for running c on configuration name.
+func caseOptions(c admissiontest.Case, name, breaker string) admission.Options {
+	opts := admission.Options{BreakerUsername: breaker, Managed: map[string][]string{}, ManagedValidating: map[string][]string{}}
+	for k, v := range c.ManagedConfigs(name) {
+		addManaged(&opts, c.ConfigKind(), k, v)
+	}
+	return opts
+}
+
+// realObject returns the object a case's view stands for: the view itself
+// for a mutating case, the ValidatingWebhookConfiguration for a validating
+// one.
+func realObject(c admissiontest.Case, view *admissionregistrationv1.MutatingWebhookConfiguration) client.Object {
+	if c.ConfigKind() == circuit.KindValidating {
+		return admissiontest.AsValidating(view)
+	}
+	return view
+}
+
 // goDecision runs the Go rule on the table's own objects for name.
 func goDecision(c admissiontest.Case, name, breaker string) admission.Decision {
 	old, new := c.Build(name)
 	return admission.Decide(admission.Request{
-		Operation: admissionv1.Update, Old: old, New: new,
+		Kind: c.Kind, Operation: admissionv1.Update, Old: old, New: new,
 		User: admissiontest.UserInfo(c.Actor, breaker),
-	}, admission.Options{BreakerUsername: breaker, Managed: c.ManagedConfigs(name)})
+	}, caseOptions(c, name, breaker))
 }
 
 // runGuardCase creates the case's starting object on name as the breaker
@@ -223,29 +253,37 @@ func goDecision(c admissiontest.Case, name, breaker string) admission.Decision {
 func runGuardCase(t *testing.T, a guardActors, c admissiontest.Case, name string) (string, error) {
 	t.Helper()
 	ctx := context.Background()
+	kind := c.ConfigKind()
 	start, _ := c.Build(name)
-	require.NoError(t, a.breaker.Client.Create(ctx, start), "the breaker could not create the starting object")
+	require.NoError(t, a.breaker.Client.Create(ctx, realObject(c, start)), "the breaker could not create the starting object")
 	t.Cleanup(func() {
-		_ = env.Client.Delete(context.Background(), &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name}})
+		obj := kind.New()
+		obj.SetName(name)
+		_ = env.Client.Delete(context.Background(), obj)
 	})
 
-	live := &admissionregistrationv1.MutatingWebhookConfiguration{}
-	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Name: name}, live))
+	liveView := func() *admissionregistrationv1.MutatingWebhookConfiguration {
+		obj := kind.New()
+		require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Name: name}, obj))
+		view, err := circuit.View(obj)
+		require.NoError(t, err)
+		return view
+	}
+	live := liveView()
 	sent := live.DeepCopy()
 	applyCase(c, sent)
 	want := sent.DeepCopy()
 
 	// The live old/new pair must mean to the rule what the table's pair means.
 	onLive := admission.Decide(admission.Request{
-		Operation: admissionv1.Update, Old: live, New: want,
+		Kind: c.Kind, Operation: admissionv1.Update, Old: live, New: want,
 		User: a.user(c.Actor),
-	}, admission.Options{BreakerUsername: a.breaker.Username, Managed: c.ManagedConfigs(name)})
+	}, caseOptions(c, name, a.breaker.Username))
 	require.Equal(t, c.WantAllowed, onLive.Allowed, "the Go rule decides the live objects differently from the table's: %s", onLive.Message)
 
-	err := a.client(c.Actor).Update(ctx, sent)
+	err := a.client(c.Actor).Update(ctx, realObject(c, sent))
 
-	after := &admissionregistrationv1.MutatingWebhookConfiguration{}
-	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Name: name}, after))
+	after := liveView()
 	if err == nil {
 		assert.NotEqual(t, live.ResourceVersion, after.ResourceVersion, "an admitted update did not change the object")
 		assert.True(t, equality.Semantic.DeepEqual(want.Webhooks, after.Webhooks), "stored webhooks differ from the ones sent")
@@ -282,15 +320,15 @@ func TestGuard_equivalence(t *testing.T) {
 
 	t.Run("VAP", func(t *testing.T) {
 		names := make([]string, len(cases))
-		managed := map[string][]string{}
+		managed := admission.Options{BreakerUsername: breaker, Managed: map[string][]string{}, ManagedValidating: map[string][]string{}}
 		for i, c := range cases {
 			names[i] = uniqueName(t, "guard-vap")
 			for k, v := range c.ManagedConfigs(names[i]) {
-				managed[k] = v
+				addManaged(&managed, c.ConfigKind(), k, v)
 			}
 		}
 		sentinel := uniqueName(t, "guard-vap-sentinel")
-		managed[sentinel] = []string{admissiontest.ManagedWebhook}
+		managed.Managed[sentinel] = []string{admissiontest.ManagedWebhook}
 
 		// The sentinel is created before the policy exists; flipping its
 		// managed failurePolicy as admin is denied once the policy is live.
@@ -299,7 +337,7 @@ func TestGuard_equivalence(t *testing.T) {
 			_ = env.Client.Delete(context.Background(), &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: sentinel}})
 		})
 
-		policy, binding := admission.RenderPolicy(admission.Options{BreakerUsername: breaker, Managed: managed})
+		policy, binding := admission.RenderPolicy(managed)
 		policyName := uniqueName(t, "webhook-guard-equivalence")
 		policy.Name, binding.Name, binding.Spec.PolicyName = policyName, policyName, policyName
 		require.NoError(t, env.Client.Create(ctx, policy))
@@ -347,9 +385,9 @@ func TestGuard_equivalence(t *testing.T) {
 				assert.True(t, apierrors.IsForbidden(err), "want Forbidden, got %v", err)
 				msg := err.Error()
 				assert.Contains(t, msg, "ValidatingAdmissionPolicy '"+policyName+"'")
-				assert.Contains(t, msg, `mutatingwebhookconfiguration "`+name+`"`)
+				assert.Contains(t, msg, c.ConfigKind().Singular()+` "`+name+`"`)
 				assert.Contains(t, msg, circuit.OverrideAnnotation)
-				assert.Contains(t, msg, "kubectl annotate mutatingwebhookconfiguration "+name+" ")
+				assert.Contains(t, msg, "kubectl annotate "+c.ConfigKind().Singular()+" "+name+" ")
 				assert.True(t, strings.HasSuffix(msg, ": "+goMessage), "the policy's message is not the Go rule's\npolicy: %s\nGo:     %s", msg, goMessage)
 				t.Logf("denied: %s", msg)
 			})

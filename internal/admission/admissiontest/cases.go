@@ -58,9 +58,13 @@ const (
 	OverrideEmpty = "empty"
 )
 
-// NamePlaceholder stands for the configuration name in
-// Case.WantMessageContains; Case.WantMessage expands it.
-const NamePlaceholder = "{name}"
+// NamePlaceholder and KindPlaceholder stand for the configuration name and
+// its kind's singular resource name in Case.WantMessageContains;
+// Case.WantMessage expands them.
+const (
+	NamePlaceholder = "{name}"
+	KindPlaceholder = "{kind}"
+)
 
 // Actor is who sends a case's request.
 type Actor string
@@ -105,14 +109,18 @@ func UserInfo(a Actor, breakerUsername string) authenticationv1.UserInfo {
 	}
 }
 
-// Case is one row of the table: an UPDATE of a MutatingWebhookConfiguration.
+// Case is one row of the table: an UPDATE of a webhook configuration.
 type Case struct {
 	// Name reads as a sentence.
 	Name string
+	// Kind is the configuration's kind; empty means Mutating. Old and Edit
+	// build the objects as MutatingWebhookConfigurations, the rule's view of
+	// either kind; AsValidating turns them into the real objects.
+	Kind circuit.Kind
 	// Actor sends the request.
 	Actor Actor
-	// Managed is whether the configuration is in Options.Managed (with
-	// ManagedWebhook as its managed webhook).
+	// Managed is whether the configuration is in Options.Managed (or
+	// ManagedValidating), with ManagedWebhook as its managed webhook.
 	Managed bool
 	// Old builds the starting object; name is the MWC name chosen by the
 	// caller.
@@ -158,12 +166,39 @@ func (c Case) ManagedConfigs(name string) map[string][]string {
 	return map[string][]string{name + "-elsewhere": {ManagedWebhook}}
 }
 
+// ConfigKind is the case's kind, Mutating when unset.
+func (c Case) ConfigKind() circuit.Kind {
+	if c.Kind == "" {
+		return circuit.KindMutating
+	}
+	return c.Kind
+}
+
 // WantMessage returns WantMessageContains with NamePlaceholder replaced by
-// name.
+// name and KindPlaceholder by the kind's singular resource name.
 func (c Case) WantMessage(name string) []string {
 	out := make([]string, 0, len(c.WantMessageContains))
 	for _, s := range c.WantMessageContains {
-		out = append(out, strings.ReplaceAll(s, NamePlaceholder, name))
+		out = append(out, strings.NewReplacer(NamePlaceholder, name, KindPlaceholder, c.ConfigKind().Singular()).Replace(s))
+	}
+	return out
+}
+
+// AsValidating returns the ValidatingWebhookConfiguration whose
+// circuit.View is obj.
+func AsValidating(obj *admissionregistrationv1.MutatingWebhookConfiguration) *admissionregistrationv1.ValidatingWebhookConfiguration {
+	obj = obj.DeepCopy()
+	out := &admissionregistrationv1.ValidatingWebhookConfiguration{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingWebhookConfiguration"},
+		ObjectMeta: obj.ObjectMeta,
+	}
+	for _, w := range obj.Webhooks {
+		out.Webhooks = append(out.Webhooks, admissionregistrationv1.ValidatingWebhook{
+			Name: w.Name, ClientConfig: w.ClientConfig, Rules: w.Rules, FailurePolicy: w.FailurePolicy,
+			MatchPolicy: w.MatchPolicy, NamespaceSelector: w.NamespaceSelector, ObjectSelector: w.ObjectSelector,
+			SideEffects: w.SideEffects, TimeoutSeconds: w.TimeoutSeconds, AdmissionReviewVersions: w.AdmissionReviewVersions,
+			MatchConditions: w.MatchConditions,
+		})
 	}
 	return out
 }
@@ -179,7 +214,7 @@ const (
 	// CircuitPath is the circuit annotation's path.
 	CircuitPath = "metadata.annotations[" + circuit.Annotation + "]"
 	// AnnotateCommand is the command that hands a configuration over.
-	AnnotateCommand = "kubectl annotate mutatingwebhookconfiguration " + NamePlaceholder + " " + circuit.OverrideAnnotation + `="<reason>"`
+	AnnotateCommand = "kubectl annotate " + KindPlaceholder + " " + NamePlaceholder + " " + circuit.OverrideAnnotation + `="<reason>"`
 )
 
 func want(paths ...string) []string {
@@ -411,8 +446,42 @@ func all(edits ...func(*admissionregistrationv1.MutatingWebhookConfiguration)) f
 	}
 }
 
-// Cases returns the table. Each call returns fresh values.
+// Cases returns the table: every mutating case, then the validating
+// ones. Each call returns fresh values.
 func Cases() []Case {
+	mutating := mutatingCases()
+	out := append([]Case(nil), mutating...)
+	for _, c := range mutating {
+		if validatingCases[c.Name] {
+			c.Kind = circuit.KindValidating
+			c.Name = "validating: " + c.Name
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// validatingCases names the mutating cases that are repeated on a
+// ValidatingWebhookConfiguration: every actor, every owned field, the
+// override, and fields the breaker does not own.
+var validatingCases = map[string]bool{
+	"the breaker opens a Bypass circuit":                                            true,
+	"the breaker closes an Ignore circuit":                                          true,
+	"an admin restores Fail while the circuit is open":                              true,
+	"an admin restores Fail with an override":                                       true,
+	"an admin restores Fail while removing the override":                            true,
+	"an admin closes the circuit by hand":                                           true,
+	"another service account opens a circuit":                                       true,
+	"another service account forges a circuit record":                               true,
+	"an admin removes the circuit record":                                           true,
+	"an admin adds a bypass marker to the other webhook":                            true,
+	"an admin changes only timeoutSeconds while the circuit is open":                true,
+	"an admin changes the other webhook's failurePolicy in the same configuration":  true,
+	"an admin removes the override annotation alone":                                true,
+	"another service account forges a circuit record on an unmanaged configuration": true,
+}
+
+func mutatingCases() []Case {
 	restoreFail := setPolicy(ManagedWebhook, admissionregistrationv1.Fail)
 	return []Case{
 		// The breaker.
