@@ -33,6 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
 )
 
@@ -46,7 +47,10 @@ const (
 	// configuration of this name.
 	installTarget        = "slow-mutator"
 	installTargetWebhook = "slow-mutator.example.com"
-	installLeaseName     = "webhook-guard.webhook-guard.io"
+	// The default overlay's validating target.
+	installValidating        = "policy-engine"
+	installValidatingWebhook = "validate.policy-engine.example.com"
+	installLeaseName         = "webhook-guard.webhook-guard.io"
 )
 
 // installOverlays are the overlays under deploy/kustomize/overlays.
@@ -167,43 +171,49 @@ func TestInstall_RBACIsLeastPrivilege(t *testing.T) {
 	installOnlyOwnBindings(t, ctx, objs)
 
 	cases := map[string]installCanI{
-		"patch the target configuration":                          {[]string{"patch", "mutatingwebhookconfigurations/" + installTarget}, true},
-		"update the target configuration":                         {[]string{"update", "mutatingwebhookconfigurations/" + installTarget}, true},
-		"not patch a configuration that is not a target":          {[]string{"patch", "mutatingwebhookconfigurations/not-a-target"}, false},
-		"not update configurations by no name":                    {[]string{"update", "mutatingwebhookconfigurations"}, false},
-		"not delete the target configuration":                     {[]string{"delete", "mutatingwebhookconfigurations/" + installTarget}, false},
-		"not create mutating webhook configurations":              {[]string{"create", "mutatingwebhookconfigurations"}, false},
-		"list configurations (the manager caches them)":           {[]string{"list", "mutatingwebhookconfigurations"}, true},
-		"watch configurations (the manager caches them)":          {[]string{"watch", "mutatingwebhookconfigurations"}, true},
-		"not touch validating webhook configurations":             {[]string{"update", "validatingwebhookconfigurations/anything"}, false},
-		"patch the guard policy (server-side apply)":              {[]string{"patch", "validatingadmissionpolicies.admissionregistration.k8s.io/webhook-guard"}, true},
-		"patch the guard policy binding":                          {[]string{"patch", "validatingadmissionpolicybindings.admissionregistration.k8s.io/webhook-guard"}, true},
-		"create the guard policy":                                 {[]string{"create", "validatingadmissionpolicies.admissionregistration.k8s.io"}, true},
-		"not delete another policy":                               {[]string{"delete", "validatingadmissionpolicies.admissionregistration.k8s.io/other"}, false},
-		"not patch another policy binding":                        {[]string{"patch", "validatingadmissionpolicybindings.admissionregistration.k8s.io/other"}, false},
-		"not read Secrets in kube-system":                         {[]string{"get", "secrets", "-n", "kube-system"}, false},
-		"read its own certificate Secret":                         {[]string{"get", "secrets/webhook-guard-certs", "-n", installNamespace}, true},
-		"update its own certificate Secret":                       {[]string{"update", "secrets/webhook-guard-certs", "-n", installNamespace}, true},
-		"not read another Secret in its namespace":                {[]string{"get", "secrets/other", "-n", installNamespace}, false},
-		"not list Secrets in its namespace":                       {[]string{"list", "secrets", "-n", installNamespace}, false},
-		"not list Secrets anywhere":                               {[]string{"list", "secrets", "-A"}, false},
-		"not create ConfigMaps cluster-wide":                      {[]string{"create", "configmaps", "-A"}, false},
-		"not read ConfigMaps in its namespace (config is a file)": {[]string{"get", "configmaps", "-n", installNamespace}, false},
-		"create Leases in its namespace":                          {[]string{"create", "leases.coordination.k8s.io", "-n", installNamespace}, true},
-		"not create Leases in default":                            {[]string{"create", "leases.coordination.k8s.io", "-n", "default"}, false},
-		"create events.k8s.io Events in default":                  {[]string{"create", "events.events.k8s.io", "-n", "default"}, true},
-		"patch events.k8s.io Events in default":                   {[]string{"patch", "events.events.k8s.io", "-n", "default"}, true},
-		"not create events.k8s.io Events in kube-system":          {[]string{"create", "events.events.k8s.io", "-n", "kube-system"}, false},
-		"create core Events for leader election":                  {[]string{"create", "events", "-n", installNamespace}, true},
-		"get a Service in any namespace":                          {[]string{"get", "services", "-n", "anywhere"}, true},
-		"not list Services":                                       {[]string{"list", "services", "-n", "anywhere"}, false},
-		"not watch Services":                                      {[]string{"watch", "services", "-A"}, false},
-		"get a cert-manager Certificate to diagnose TLS failures": {[]string{"get", "certificates.cert-manager.io", "-n", "anywhere"}, true},
-		"not list cert-manager Certificates":                      {[]string{"list", "certificates.cert-manager.io", "-n", "anywhere"}, false},
-		"create SelfSubjectReviews":                               {[]string{"create", "selfsubjectreviews.authentication.k8s.io"}, true},
-		"create SelfSubjectAccessReviews":                         {[]string{"create", "selfsubjectaccessreviews.authorization.k8s.io"}, true},
-		"not create Pods in its namespace":                        {[]string{"create", "pods", "-n", installNamespace}, false},
-		"not impersonate":                                         {[]string{"impersonate", "serviceaccounts", "-A"}, false},
+		"patch the target configuration":                           {[]string{"patch", "mutatingwebhookconfigurations/" + installTarget}, true},
+		"update the target configuration":                          {[]string{"update", "mutatingwebhookconfigurations/" + installTarget}, true},
+		"not patch a configuration that is not a target":           {[]string{"patch", "mutatingwebhookconfigurations/not-a-target"}, false},
+		"not update configurations by no name":                     {[]string{"update", "mutatingwebhookconfigurations"}, false},
+		"not delete the target configuration":                      {[]string{"delete", "mutatingwebhookconfigurations/" + installTarget}, false},
+		"not create mutating webhook configurations":               {[]string{"create", "mutatingwebhookconfigurations"}, false},
+		"list configurations (the manager caches them)":            {[]string{"list", "mutatingwebhookconfigurations"}, true},
+		"watch configurations (the manager caches them)":           {[]string{"watch", "mutatingwebhookconfigurations"}, true},
+		"patch the validating target configuration":                {[]string{"patch", "validatingwebhookconfigurations/" + installValidating}, true},
+		"update the validating target configuration":               {[]string{"update", "validatingwebhookconfigurations/" + installValidating}, true},
+		"not update a validating configuration that is no target":  {[]string{"update", "validatingwebhookconfigurations/anything"}, false},
+		"not update the mutating target's name as validating":      {[]string{"update", "validatingwebhookconfigurations/" + installTarget}, false},
+		"not delete the validating target configuration":           {[]string{"delete", "validatingwebhookconfigurations/" + installValidating}, false},
+		"not create validating webhook configurations":             {[]string{"create", "validatingwebhookconfigurations"}, false},
+		"list validating configurations (the manager caches them)": {[]string{"list", "validatingwebhookconfigurations"}, true},
+		"patch the guard policy (server-side apply)":               {[]string{"patch", "validatingadmissionpolicies.admissionregistration.k8s.io/webhook-guard"}, true},
+		"patch the guard policy binding":                           {[]string{"patch", "validatingadmissionpolicybindings.admissionregistration.k8s.io/webhook-guard"}, true},
+		"create the guard policy":                                  {[]string{"create", "validatingadmissionpolicies.admissionregistration.k8s.io"}, true},
+		"not delete another policy":                                {[]string{"delete", "validatingadmissionpolicies.admissionregistration.k8s.io/other"}, false},
+		"not patch another policy binding":                         {[]string{"patch", "validatingadmissionpolicybindings.admissionregistration.k8s.io/other"}, false},
+		"not read Secrets in kube-system":                          {[]string{"get", "secrets", "-n", "kube-system"}, false},
+		"read its own certificate Secret":                          {[]string{"get", "secrets/webhook-guard-certs", "-n", installNamespace}, true},
+		"update its own certificate Secret":                        {[]string{"update", "secrets/webhook-guard-certs", "-n", installNamespace}, true},
+		"not read another Secret in its namespace":                 {[]string{"get", "secrets/other", "-n", installNamespace}, false},
+		"not list Secrets in its namespace":                        {[]string{"list", "secrets", "-n", installNamespace}, false},
+		"not list Secrets anywhere":                                {[]string{"list", "secrets", "-A"}, false},
+		"not create ConfigMaps cluster-wide":                       {[]string{"create", "configmaps", "-A"}, false},
+		"not read ConfigMaps in its namespace (config is a file)":  {[]string{"get", "configmaps", "-n", installNamespace}, false},
+		"create Leases in its namespace":                           {[]string{"create", "leases.coordination.k8s.io", "-n", installNamespace}, true},
+		"not create Leases in default":                             {[]string{"create", "leases.coordination.k8s.io", "-n", "default"}, false},
+		"create events.k8s.io Events in default":                   {[]string{"create", "events.events.k8s.io", "-n", "default"}, true},
+		"patch events.k8s.io Events in default":                    {[]string{"patch", "events.events.k8s.io", "-n", "default"}, true},
+		"not create events.k8s.io Events in kube-system":           {[]string{"create", "events.events.k8s.io", "-n", "kube-system"}, false},
+		"create core Events for leader election":                   {[]string{"create", "events", "-n", installNamespace}, true},
+		"get a Service in any namespace":                           {[]string{"get", "services", "-n", "anywhere"}, true},
+		"not list Services":                                        {[]string{"list", "services", "-n", "anywhere"}, false},
+		"not watch Services":                                       {[]string{"watch", "services", "-A"}, false},
+		"get a cert-manager Certificate to diagnose TLS failures":  {[]string{"get", "certificates.cert-manager.io", "-n", "anywhere"}, true},
+		"not list cert-manager Certificates":                       {[]string{"list", "certificates.cert-manager.io", "-n", "anywhere"}, false},
+		"create SelfSubjectReviews":                                {[]string{"create", "selfsubjectreviews.authentication.k8s.io"}, true},
+		"create SelfSubjectAccessReviews":                          {[]string{"create", "selfsubjectaccessreviews.authorization.k8s.io"}, true},
+		"not create Pods in its namespace":                         {[]string{"create", "pods", "-n", installNamespace}, false},
+		"not impersonate":                                          {[]string{"impersonate", "serviceaccounts", "-A"}, false},
 	}
 	require.GreaterOrEqual(t, len(cases), 10)
 
@@ -376,38 +386,48 @@ type installWebhookState struct {
 	annotation string
 }
 
+// installTargetState is the mutating target's owned fields as stored.
 func installTargetState(ctx context.Context) (installWebhookState, error) {
-	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
-	if err := env.Client.Get(ctx, client.ObjectKey{Name: installTarget}, mwc); err != nil {
+	return installState(ctx, circuit.KindMutating, installTarget, installTargetWebhook)
+}
+
+// installState is a target's owned fields as stored.
+func installState(ctx context.Context, kind circuit.Kind, name, webhook string) (installWebhookState, error) {
+	obj := kind.New()
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, obj); err != nil {
 		return installWebhookState{}, err
 	}
-	for _, wh := range mwc.Webhooks {
-		if wh.Name != installTargetWebhook {
+	view, err := circuit.View(obj)
+	if err != nil {
+		return installWebhookState{}, err
+	}
+	for _, wh := range view.Webhooks {
+		if wh.Name != webhook {
 			continue
 		}
-		s := installWebhookState{annotation: mwc.Annotations["webhook-guard.io/circuit"]}
+		s := installWebhookState{annotation: view.Annotations[circuit.Annotation]}
 		if wh.FailurePolicy != nil {
 			s.policy = *wh.FailurePolicy
 		}
 		s.marker = slices.ContainsFunc(wh.MatchConditions, func(c admissionregistrationv1.MatchCondition) bool {
-			return c.Name == "webhook-guard.io/circuit-open"
+			return c.Name == circuit.BypassCondition
 		})
 		return s, nil
 	}
-	return installWebhookState{}, fmt.Errorf("webhook %s not found in %s", installTargetWebhook, installTarget)
+	return installWebhookState{}, fmt.Errorf("webhook %s not found in %s", webhook, name)
 }
 
 // installEventReasons lists the reasons of the events.k8s.io Events in
 // "default" about the target configuration: where client-go puts Events
 // about cluster-scoped objects.
-func installEventReasons(ctx context.Context) (sets.Set[string], error) {
+func installEventReasons(ctx context.Context, kind circuit.Kind, name string) (sets.Set[string], error) {
 	list, err := env.Clientset.EventsV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
 	}
 	reasons := sets.New[string]()
 	for _, e := range list.Items {
-		if e.Regarding.Kind == "MutatingWebhookConfiguration" && e.Regarding.Name == installTarget {
+		if e.Regarding.Kind == kind.ObjectKind() && e.Regarding.Name == name {
 			reasons.Insert(e.Reason)
 		}
 	}
@@ -442,6 +462,21 @@ func TestInstall_guardRunsAsInstalledServiceAccount(t *testing.T) {
 			t.Errorf("deleting %s: %v", installTarget, err)
 		}
 	})
+	// The validating target: a validator that denies every ConfigMap it sees.
+	wh.SetBehaviour(validatePath, harness.Deny(validatingDenial))
+	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: installValidating},
+		Webhooks:   []admissionregistrationv1.ValidatingWebhook{validatingWebhook(installValidatingWebhook, ns, wh.URL(validatePath), wh.CA.CertPEM, admissionregistrationv1.Fail)},
+	}
+	if err := env.Client.Delete(ctx, vwc.DeepCopy()); err != nil && !apierrors.IsNotFound(err) {
+		require.NoError(t, err)
+	}
+	require.NoError(t, env.Client.Create(ctx, vwc))
+	t.Cleanup(func() {
+		if err := env.Client.Delete(context.Background(), vwc); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("deleting %s: %v", installValidating, err)
+		}
+	})
 
 	id, err := env.ServiceAccount(ctx, installNamespace, installServiceAccount)
 	require.NoError(t, err)
@@ -470,41 +505,51 @@ func TestInstall_guardRunsAsInstalledServiceAccount(t *testing.T) {
 	st, err := installTargetState(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, installWebhookState{policy: admissionregistrationv1.Fail}, st, "a healthy webhook's configuration must not change")
-	// Control: the apiserver calls the closed webhook (once its informer has
-	// the new configuration).
+	// Control: the apiserver calls the closed mutating webhook and the
+	// validator denies (once its informers have the new configurations).
 	require.Eventually(t, func() bool {
 		_, err := createConfigMap(ctx, env.Client, ns)
-		return err == nil && wh.APIServerCalls(path) >= 1
-	}, wait, 50*time.Millisecond, "control: the apiserver never called the closed webhook")
+		return err != nil && strings.Contains(err.Error(), validatingDenial) && wh.APIServerCalls(path) >= 1
+	}, wait, 50*time.Millisecond, "control: the apiserver never called the closed webhooks")
 
-	// Slow: the apiserver's 1s timeout is exceeded; the circuit opens in
+	// Slow: the apiserver's 1s timeout is exceeded; both circuits open in
 	// Bypass mode.
 	wh.SetBehaviour(path, harness.Delayed(2*time.Second, harness.Allow()))
+	wh.SetBehaviour(validatePath, harness.Delayed(2*time.Second, harness.Deny(validatingDenial)))
+	targets := []struct {
+		kind          circuit.Kind
+		name, webhook string
+	}{{circuit.KindMutating, installTarget, installTargetWebhook}, {circuit.KindValidating, installValidating, installValidatingWebhook}}
+	for _, tg := range targets {
+		require.Eventually(t, func() bool {
+			notExited()
+			st, err := installState(ctx, tg.kind, tg.name, tg.webhook)
+			return err == nil && st.policy == admissionregistrationv1.Ignore && st.marker && strings.Contains(st.annotation, tg.webhook)
+		}, wait, 100*time.Millisecond, "the circuit never opened on %s", tg.name)
+	}
 	require.Eventually(t, func() bool {
-		notExited()
-		st, err := installTargetState(ctx)
-		return err == nil && st.policy == admissionregistrationv1.Ignore && st.marker && strings.Contains(st.annotation, installTargetWebhook)
-	}, wait, 100*time.Millisecond, "the circuit never opened on %s", installTarget)
-	require.Eventually(t, func() bool {
-		before := wh.APIServerCalls(path)
+		before, beforeValidate := wh.APIServerCalls(path), wh.APIServerCalls(validatePath)
 		_, err := createConfigMap(ctx, env.Client, ns)
-		return err == nil && wh.APIServerCalls(path) == before
-	}, wait, 50*time.Millisecond, "Bypass: admission never went through without calling the slow webhook")
+		return err == nil && wh.APIServerCalls(path) == before && wh.APIServerCalls(validatePath) == beforeValidate
+	}, wait, 50*time.Millisecond, "Bypass: admission never went through without calling the slow webhooks")
 
-	// Healthy again: the circuit closes and restores exactly what was there.
+	// Healthy again: the circuits close and restore exactly what was there.
 	wh.SetBehaviour(path, harness.Allow())
-	require.Eventually(t, func() bool {
-		notExited()
-		st, err := installTargetState(ctx)
-		return err == nil && st == installWebhookState{policy: admissionregistrationv1.Fail}
-	}, wait, 100*time.Millisecond, "the circuit never closed on %s", installTarget)
+	wh.SetBehaviour(validatePath, harness.Deny(validatingDenial))
+	for _, tg := range targets {
+		require.Eventually(t, func() bool {
+			notExited()
+			st, err := installState(ctx, tg.kind, tg.name, tg.webhook)
+			return err == nil && st == installWebhookState{policy: admissionregistrationv1.Fail}
+		}, wait, 100*time.Millisecond, "the circuit never closed on %s", tg.name)
 
-	// Events about the cluster-scoped configuration land in "default",
-	// which the events Role allows.
-	require.Eventually(t, func() bool {
-		reasons, err := installEventReasons(ctx)
-		return err == nil && reasons.HasAll("CircuitOpened", "CircuitClosed")
-	}, wait, 200*time.Millisecond, "no CircuitOpened and CircuitClosed events.k8s.io Events about %s in default", installTarget)
+		// Events about the cluster-scoped configuration land in "default",
+		// which the events Role allows.
+		require.Eventually(t, func() bool {
+			reasons, err := installEventReasons(ctx, tg.kind, tg.name)
+			return err == nil && reasons.HasAll("CircuitOpened", "CircuitClosed")
+		}, wait, 200*time.Millisecond, "no CircuitOpened and CircuitClosed events.k8s.io Events about %s in default", tg.name)
+	}
 
 	// Leader election used the Lease in the service's namespace.
 	lease := &coordinationv1.Lease{}
