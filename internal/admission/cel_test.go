@@ -24,7 +24,6 @@ import (
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 )
 
-
 // compiledPolicy is the rendered ValidatingAdmissionPolicy compiled the way
 // kube-apiserver v1.37 compiles it (validating.compilePolicy, which is not
 // exported; Gatekeeper's k8scel driver does the same).
