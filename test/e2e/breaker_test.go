@@ -292,8 +292,10 @@ func (s *breakerSetup) status(g *harness.Guard) string {
 func statusLine(t *testing.T, out, webhook string) []string {
 	t.Helper()
 	for _, line := range strings.Split(out, "\n") {
-		if f := strings.Fields(line); len(f) > 5 && f[1] == webhook {
-			return f
+		// KIND CONFIGURATION WEBHOOK STATE …; the row is returned from
+		// CONFIGURATION on.
+		if f := strings.Fields(line); len(f) > 6 && f[2] == webhook {
+			return f[1:]
 		}
 	}
 	t.Fatalf("no status line for %s in:\n%s", webhook, out)
