@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"strings"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
@@ -48,6 +51,92 @@ func checkTargetPermissions(ctx context.Context, rc *rest.Config, cfg *config.Co
 		return fmt.Errorf("this identity may not update %s, which the configuration lists as targets; "+
 			"add them to the resourceNames of the ClusterRole webhook-guard-targets (make manifests regenerates it from the configuration) or remove the targets",
 			strings.Join(gaps, "; "))
+	}
+	return nil
+}
+
+// orphan is a circuit record entry for a webhook that is no longer a target.
+type orphan struct {
+	kind                       circuit.Kind
+	configuration, webhook, by string
+}
+
+// orphanedRecords lists the record entries by identity, on configurations
+// of both kinds, for webhooks that are not targets of cfg. Unreadable
+// records are left out (the breaker reports them), and so are entries by
+// another installation. An empty identity lists every installation's.
+func orphanedRecords(ctx context.Context, c client.Reader, cfg *config.Configuration, identity string) ([]orphan, error) {
+	targets := map[string]bool{}
+	for _, t := range cfg.Targets {
+		targets[t.Key()] = true
+	}
+	var out []orphan
+	for _, kind := range []circuit.Kind{circuit.KindMutating, circuit.KindValidating} {
+		list := &admissionregistrationv1.MutatingWebhookConfigurationList{}
+		var objs client.ObjectList = list
+		if kind == circuit.KindValidating {
+			objs = &admissionregistrationv1.ValidatingWebhookConfigurationList{}
+		}
+		if err := c.List(ctx, objs); err != nil {
+			return nil, fmt.Errorf("listing %s: %w", kind.Resource(), err)
+		}
+		items, err := apimeta.ExtractList(objs)
+		if err != nil {
+			return nil, err
+		}
+		for _, item := range items {
+			obj := item.(client.Object)
+			rec, err := circuit.Decode(obj.GetAnnotations())
+			if err != nil {
+				continue
+			}
+			for _, webhook := range rec.Webhooks() {
+				t := config.Target{Kind: kind, Configuration: obj.GetName(), Webhook: webhook}
+				if !targets[t.Key()] && (identity == "" || rec[webhook].Mine(identity)) {
+					out = append(out, orphan{kind: kind, configuration: obj.GetName(), webhook: webhook, by: rec[webhook].By})
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// checkOrphanedRecords refuses to start when a configuration carries an
+// open circuit for a webhook that is no longer a target and this identity
+// may not update that configuration: the breaker closes such circuits, and
+// nobody else would. It names each one and how to release it.
+func checkOrphanedRecords(ctx context.Context, rc *rest.Config, cfg *config.Configuration, identity string) error {
+	c, err := client.New(rc, client.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	orphans, err := orphanedRecords(ctx, c, cfg, identity)
+	if err != nil {
+		return fmt.Errorf("looking for circuit records of removed targets: %w", err)
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	var stuck []string
+	for _, o := range orphans {
+		review, err := cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Group: "admissionregistration.k8s.io", Resource: o.kind.Resource(), Verb: "update", Name: o.configuration,
+			}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			return fmt.Errorf("checking permission to update %s/%s: %w", o.kind.Resource(), o.configuration, err)
+		}
+		if !review.Status.Allowed {
+			stuck = append(stuck, fmt.Sprintf("%s %s (webhook %s; release it with: kubectl annotate %s %s %s=\"<reason>\")",
+				o.kind.Singular(), o.configuration, o.webhook, o.kind.Singular(), o.configuration, circuit.OverrideAnnotation))
+		}
+	}
+	if len(stuck) > 0 {
+		return fmt.Errorf("these configurations carry an open circuit for a webhook that is no longer a target, and this identity may not update them to close it: %s. "+
+			"Keep the target until its circuit closes, or release the configuration as shown, then restart",
+			strings.Join(stuck, "; "))
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -70,6 +71,9 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 	if err := checkTargetPermissions(ctx, rc, cfg); err != nil {
 		return err
 	}
+	if err := checkOrphanedRecords(ctx, rc, cfg, identity); err != nil {
+		return err
+	}
 	setupLog.Info("Starting webhook-guard", "version", version, "identity", identity, "targets", len(cfg.Targets))
 
 	m := breaker.NewMetrics()
@@ -82,7 +86,7 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 
 	var webhookServer webhook.Server
 	if o.WebhookCertDir != "" {
-		webhookServer = webhook.NewServer(webhook.Options{Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.WebhookCertDir})
+		webhookServer = webhook.NewServer(webhook.Options{Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.WebhookCertDir, TLSOpts: serverTLSOpts})
 	}
 	mgr, err := ctrl.NewManager(rc, ctrl.Options{
 		Scheme: scheme,
@@ -90,6 +94,7 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 			BindAddress:    o.MetricsAddr,
 			SecureServing:  true,
 			FilterProvider: filters.WithAuthenticationAndAuthorization,
+			TLSOpts:        serverTLSOpts,
 		},
 		HealthProbeBindAddress:        o.ProbeAddr,
 		WebhookServer:                 webhookServer,
@@ -127,22 +132,20 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 	recorder := mgr.GetEventRecorder("webhook-guard")
 	triggers := map[circuit.Kind]chan<- event.GenericEvent{}
 	for _, kind := range []circuit.Kind{circuit.KindMutating, circuit.KindValidating} {
-		// A kind with no target gets no controller, so it needs no RBAC.
-		if len(cfg.Names(kind)) == 0 {
-			continue
-		}
+		// Every kind gets a controller, targets or not: a record left by a
+		// removed target must still be closed.
 		trigger := make(chan event.GenericEvent, len(cfg.Targets))
 		triggers[kind] = trigger
 		targets := &breaker.TargetReconciler{
 			Kind: kind, Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Targets: cfg.Targets,
-			State: state, Recorder: recorder, Metrics: m,
+			State: state, Recorder: recorder, Metrics: m, Identity: identity,
 		}
 		if err := targets.SetupWithManager(mgr, trigger); err != nil {
 			return fmt.Errorf("setting up the breaker controller for %s: %w", kind.Resource(), err)
 		}
 	}
 	runner := &breaker.ProbeRunner{
-		Reader: mgr.GetClient(), Targets: cfg.Targets, State: state, Metrics: m, Recorder: recorder, Triggers: triggers,
+		Reader: mgr.GetClient(), Targets: cfg.Targets, State: state, Metrics: m, Recorder: recorder, Triggers: triggers, Identity: identity,
 		Prober: &probe.Prober{Resolver: probe.NewServiceResolver(mgr.GetAPIReader()), Mapper: mgr.GetRESTMapper(), Username: identity},
 		DiagnoseTLS: func(ctx context.Context, annotations map[string]string) string {
 			return certs.DiagnoseInjectedCA(ctx, reader, annotations, time.Now())
@@ -195,6 +198,14 @@ func whoAmI(ctx context.Context, rc *rest.Config) (string, error) {
 		return "", errors.New("the SelfSubjectReview returned no username")
 	}
 	return review.Status.UserInfo.Username, nil
+}
+
+// serverTLSOpts harden the webhook and metrics servers: HTTP/1.1 only,
+// which controller-runtime advises against HTTP/2 rapid reset
+// (CVE-2023-44487) and kube-apiserver does not need, and TLS 1.2 or later.
+var serverTLSOpts = []func(*tls.Config){
+	func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} },
+	func(c *tls.Config) { c.MinVersion = tls.VersionTLS12 },
 }
 
 func ctrlConfig() ctrlconfig.Controller { return ctrlconfig.Controller{RecoverPanic: ptr.To(true)} }

@@ -155,6 +155,15 @@ func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer,
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	switch orphans, err := orphanedRecords(ctx, c, cfg, ""); {
+	case err != nil:
+		fmt.Fprintf(stderr, "records of removed targets unavailable: %v\n", err)
+	case len(orphans) > 0:
+		fmt.Fprintln(stdout, "\nOpen circuits on webhooks that are no longer targets (the breaker closes them when it may update the configuration):")
+		for _, o := range orphans {
+			fmt.Fprintf(stdout, "  %s %s %s (opened by %s)\n", o.kind, o.configuration, o.webhook, dash(o.by))
+		}
+	}
 	if countsNote != "" {
 		fmt.Fprintln(stderr, countsNote)
 	}

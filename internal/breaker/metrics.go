@@ -22,6 +22,10 @@ type Metrics struct {
 	// these come from watch events), unreadable (the record could not be
 	// decoded) and failed.
 	Reconciles *prometheus.CounterVec
+	// RecordUnreadable is 1 while a configuration's circuit record cannot
+	// be decoded; the breaker changes nothing on it until it is repaired or
+	// handed over.
+	RecordUnreadable *prometheus.GaugeVec
 }
 
 // NewMetrics creates the collectors without registering them.
@@ -59,11 +63,14 @@ func NewMetrics() *Metrics {
 		Reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "guard_reconciles_total", Help: "Reconciles of target configurations, by result (written, unchanged, unreadable, failed).",
 		}, []string{"result"}),
+		RecordUnreadable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "guard_record_unreadable", Help: "1 while a configuration's circuit record cannot be decoded; nothing is changed on it until it is repaired or handed over with the override annotation.",
+		}, []string{"kind", "configuration"}),
 	}
 }
 
 // Collectors returns every collector, for registration on
 // controller-runtime's metrics.Registry.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.CircuitOpen, m.ProbeDuration, m.ProbeFailures, m.ProbeUnknown, m.Transitions, m.WriteConflicts, m.WriteErrors, m.TargetMissing, m.TargetUnprobeable, m.Reconciles}
+	return []prometheus.Collector{m.CircuitOpen, m.ProbeDuration, m.ProbeFailures, m.ProbeUnknown, m.Transitions, m.WriteConflicts, m.WriteErrors, m.TargetMissing, m.TargetUnprobeable, m.Reconciles, m.RecordUnreadable}
 }

@@ -47,8 +47,16 @@ type Inputs struct {
 	// Counts are each target's consecutive probe outcomes, keyed by
 	// webhook name. A target without counts stays as it is.
 	Counts map[string]Counts
+	// Unprobeable holds, by webhook name, why a target can no longer be
+	// probed (for example sideEffects changed to Some). An open circuit on
+	// such a target is closed: nothing could ever close it otherwise.
+	Unprobeable map[string]string
 	// Now stamps new record entries.
 	Now time.Time
+	// Identity is the breaker's username. It signs new entries; entries
+	// signed by another identity belong to another installation and are
+	// left alone.
+	Identity string
 }
 
 // Plan computes the configuration the breaker wants from the current one.
@@ -58,6 +66,12 @@ type Inputs struct {
 func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) (*admissionregistrationv1.MutatingWebhookConfiguration, []Change, error) {
 	rec, err := circuit.Decode(cur.Annotations)
 	if err != nil {
+		if reason := cur.Annotations[circuit.OverrideAnnotation]; reason != "" {
+			return handOffUnreadable(cur, reason)
+		}
+		// Nothing about what the breaker changed can be known: it changes
+		// nothing, never takes the current Ignore as a baseline, and the
+		// reconciler reports the record.
 		return nil, nil, err
 	}
 	next := cur.DeepCopy()
@@ -65,6 +79,9 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 
 	if cur.Annotations[circuit.OverrideAnnotation] != "" {
 		for _, name := range rec.Webhooks() {
+			if !rec[name].Mine(in.Identity) {
+				continue
+			}
 			if wh := webhook(next, name); wh != nil {
 				removeBypass(wh)
 			}
@@ -84,6 +101,8 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 		entry := rec[name]
 		wh := webhook(next, name)
 		switch {
+		case !entry.Mine(in.Identity):
+			// Another installation's circuit: not ours to judge.
 		case entry.UID != cur.UID:
 			if wh != nil {
 				removeBypass(wh)
@@ -96,11 +115,21 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 			changes = append(changes, Change{Webhook: name, Kind: DroppedStale, Message: fmt.Sprintf(
 				"dropped the circuit record for %s: the webhook no longer exists in this configuration", name)})
 		case !inPlace(wh, entry):
-			removeBypass(wh)
+			// Someone changed the breaker's fields despite the guard (while
+			// its policy was missing, or before the apiserver enforced it).
+			// Only what they changed stands; the breaker's own leftovers go.
 			delete(rec, name)
-			changes = append(changes, Change{Webhook: name, Kind: Overwritten, Message: fmt.Sprintf(
-				"the breaker's changes to %s were overwritten (failurePolicy is now %s); dropped its circuit record and took the current policy as the baseline",
-				name, circuit.PolicyString(wh.FailurePolicy))})
+			msg := ""
+			if wh.FailurePolicy == nil || *wh.FailurePolicy != admissionregistrationv1.Ignore {
+				removeBypass(wh)
+				msg = fmt.Sprintf("the failurePolicy of %s was changed to %s by someone else while its circuit was open; that value is the new baseline; "+
+					"webhook-guard removed its bypass marker and its record", name, circuit.PolicyString(wh.FailurePolicy))
+			} else {
+				wh.FailurePolicy = entry.OriginalFailurePolicy
+				msg = fmt.Sprintf("the bypass marker of %s was removed by someone else while its circuit was open; "+
+					"webhook-guard restored the original failurePolicy %s it had set to Ignore, and dropped its record", name, circuit.PolicyString(entry.OriginalFailurePolicy))
+			}
+			changes = append(changes, Change{Webhook: name, Kind: Overwritten, Message: msg})
 		default:
 			if _, ok := targets[name]; !ok {
 				restore(wh, entry)
@@ -114,10 +143,24 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 	for _, t := range in.Targets {
 		wh := webhook(next, t.Webhook)
 		c, probed := in.Counts[t.Webhook]
-		if wh == nil || !probed {
+		_, unprobeable := in.Unprobeable[t.Webhook]
+		if wh == nil || (!probed && !unprobeable) {
 			continue
 		}
 		entry, open := rec[t.Webhook]
+		if open && !entry.Mine(in.Identity) {
+			continue // another installation's circuit on the same webhook
+		}
+		if why, unprobeable := in.Unprobeable[t.Webhook]; unprobeable {
+			if open {
+				restore(wh, entry)
+				delete(rec, t.Webhook)
+				changes = append(changes, Change{Webhook: t.Webhook, Kind: Closed, Message: fmt.Sprintf(
+					"closed the circuit on %s because it can no longer be probed (%s), so no probe could ever close it; restored failurePolicy %s (open since %s)",
+					t.Webhook, why, circuit.PolicyString(entry.OriginalFailurePolicy), entry.OpenedAt.UTC().Format(time.RFC3339))})
+			}
+			continue
+		}
 		switch Decide(open, c, t.OpenAfter, t.CloseAfter) {
 		case Open:
 			if !openWebhook(wh, t.Mode) {
@@ -129,6 +172,7 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 				OpenedAt:              metav1.NewTime(in.Now.UTC().Truncate(time.Second)),
 				Reason:                string(c.Last.Reason),
 				OriginalFailurePolicy: cur.DeepCopy().Webhooks[index(cur, t.Webhook)].FailurePolicy,
+				By:                    in.Identity,
 			}
 			changes = append(changes, Change{Webhook: t.Webhook, Kind: Opened, Message: fmt.Sprintf(
 				"opened the circuit on %s in %s mode after %d consecutive failed probes (last: %s: %v); original failurePolicy %s",
@@ -142,6 +186,21 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 		}
 	}
 	return finish(next, rec, changes)
+}
+
+// handOffUnreadable hands a configuration whose record cannot be read to
+// the administrator who set the override: the record and every bypass
+// marker (the guard owns that name on any webhook) go, failurePolicy stays
+// as it is. The override always works, whatever the record holds.
+func handOffUnreadable(cur *admissionregistrationv1.MutatingWebhookConfiguration, reason string) (*admissionregistrationv1.MutatingWebhookConfiguration, []Change, error) {
+	next := cur.DeepCopy()
+	for i := range next.Webhooks {
+		removeBypass(&next.Webhooks[i])
+	}
+	delete(next.Annotations, circuit.Annotation)
+	return next, []Change{{Kind: HandedOff, Message: fmt.Sprintf(
+		"administrator override %q: webhook-guard released this configuration, whose circuit record it could not read; it removed the record and its bypass markers, failurePolicy stays as it is now; remove the annotation to hand it back",
+		reason)}}, nil
 }
 
 func finish(next *admissionregistrationv1.MutatingWebhookConfiguration, rec circuit.Record, changes []Change) (*admissionregistrationv1.MutatingWebhookConfiguration, []Change, error) {

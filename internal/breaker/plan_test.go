@@ -702,31 +702,116 @@ func TestPlan_property_randomSequences(t *testing.T) {
 	}
 }
 
-func TestPlan_overwrittenChanges_dropTheEntryAndKeepTheNewValues(t *testing.T) {
+// TestPlan_overwrittenChanges_onlyWhatOthersChangedStands: when someone
+// changed the breaker's fields despite the guard, only the fields they
+// changed become the baseline; the breaker's own leftovers are put back.
+// Before the fix, removing only the marker left the breaker's Ignore as
+// the baseline and the original Fail was lost.
+func TestPlan_overwrittenChanges_onlyWhatOthersChangedStands(t *testing.T) {
 	base := newConfig(newWebhook(whA, policyFail, mc("x")), newWebhook(whOther, policyFail))
 	tgts := []config.Target{target(whA, config.ModeBypass, 3, 3)}
-	cases := map[string]func(*admissionregistrationv1.MutatingWebhookConfiguration){
-		"failurePolicy set back to Fail while the entry stayed": func(m *admissionregistrationv1.MutatingWebhookConfiguration) {
-			m.Webhooks[0].FailurePolicy = policyFail
+	cases := map[string]struct {
+		overwrite  func(*admissionregistrationv1.MutatingWebhookConfiguration)
+		original   *admissionregistrationv1.FailurePolicyType
+		wantPolicy *admissionregistrationv1.FailurePolicyType
+	}{
+		"failurePolicy set back to Fail: theirs stands, the breaker's marker goes": {
+			overwrite: func(m *admissionregistrationv1.MutatingWebhookConfiguration) {
+				m.Webhooks[0].FailurePolicy = policyFail
+			},
+			original:   policyFail,
+			wantPolicy: policyFail,
 		},
-		"the bypass marker removed while the entry stayed": func(m *admissionregistrationv1.MutatingWebhookConfiguration) {
-			removeBypass(&m.Webhooks[0])
+		"only the bypass marker removed: the breaker's Ignore goes, the original Fail is back": {
+			overwrite:  func(m *admissionregistrationv1.MutatingWebhookConfiguration) { removeBypass(&m.Webhooks[0]) },
+			original:   policyFail,
+			wantPolicy: policyFail,
+		},
+		"only the bypass marker removed: an unset original stays unset": {
+			overwrite:  func(m *admissionregistrationv1.MutatingWebhookConfiguration) { removeBypass(&m.Webhooks[0]) },
+			original:   nil,
+			wantPolicy: nil,
 		},
 	}
-	for name, overwrite := range cases {
+	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			cur := withEntries(t, base, circuit.Record{whA: entryFor(config.ModeBypass, policyFail)})
-			overwrite(cur)
+			cur := withEntries(t, base, circuit.Record{whA: entryFor(config.ModeBypass, tc.original)})
+			tc.overwrite(cur)
 			want := cur.DeepCopy()
 			removeBypass(&want.Webhooks[0])
-			delete(want.Annotations, circuit.Annotation)
+			want.Webhooks[0].FailurePolicy = tc.wantPolicy
 
 			next, changes := plan(t, cur, Inputs{Targets: tgts, Counts: map[string]Counts{whA: failing(1, probe.ReasonTimeout)}})
 			require.Equal(t, map[string]ChangeKind{whA: Overwritten}, kinds(changes))
-			assert.Equal(t, want.Webhooks, next.Webhooks, "the overwriting values stand")
+			assert.Equal(t, want.Webhooks, next.Webhooks)
 			assert.NotContains(t, next.Annotations, circuit.Annotation)
 		})
 	}
+}
+
+// TestPlan_unprobeableWhileOpen_closes: a target that can no longer be
+// probed would otherwise stay open for good.
+func TestPlan_unprobeableWhileOpen_closes(t *testing.T) {
+	base := newConfig(newWebhook(whA, policyFail, mc("x")))
+	tgts := []config.Target{target(whA, config.ModeBypass, 3, 3)}
+	open := withEntries(t, base, circuit.Record{whA: entryFor(config.ModeBypass, policyFail)})
+	next, changes := plan(t, open, Inputs{Targets: tgts, Unprobeable: map[string]string{whA: "sideEffects is Some"}})
+	require.Equal(t, map[string]ChangeKind{whA: Closed}, kinds(changes))
+	assert.Contains(t, changes[0].Message, "can no longer be probed (sideEffects is Some)")
+	assert.Equal(t, base.Webhooks, next.Webhooks, "the original is restored exactly")
+	assert.NotContains(t, next.Annotations, circuit.Annotation)
+
+	// A closed one stays closed, whatever its counts say.
+	_, changes = plan(t, base, Inputs{Targets: tgts, Counts: map[string]Counts{whA: failing(5, probe.ReasonTimeout)}, Unprobeable: map[string]string{whA: "x"}})
+	assert.Empty(t, changes)
+}
+
+// TestPlan_anotherInstallationsEntryIsLeftAlone: an entry signed by
+// another breaker identity (a second installation) is neither closed,
+// dropped, handed off nor counted as this breaker's circuit.
+func TestPlan_anotherInstallationsEntryIsLeftAlone(t *testing.T) {
+	base := newConfig(newWebhook(whA, policyFail, mc("x")), newWebhook(whB, policyFail))
+	theirs := entryFor(config.ModeBypass, policyFail)
+	theirs.By = "system:serviceaccount:canary:webhook-guard"
+	cur := withEntries(t, base, circuit.Record{whA: theirs})
+	for name, in := range map[string]Inputs{
+		"a healthy target":      {Targets: []config.Target{target(whA, config.ModeBypass, 1, 1)}, Counts: map[string]Counts{whA: healthy(5)}},
+		"not a target":          {Targets: []config.Target{target(whB, config.ModeBypass, 1, 1)}},
+		"an unprobeable target": {Targets: []config.Target{target(whA, config.ModeBypass, 1, 1)}, Unprobeable: map[string]string{whA: "x"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			in.Identity = "system:serviceaccount:main:webhook-guard"
+			_, changes := plan(t, cur, in)
+			assert.Empty(t, changes)
+		})
+	}
+	withOverride := cur.DeepCopy()
+	withOverride.Annotations[circuit.OverrideAnnotation] = "mine now"
+	_, changes := plan(t, withOverride, Inputs{Identity: "system:serviceaccount:main:webhook-guard"})
+	assert.Empty(t, changes, "the other installation hands off its own entry")
+
+	opened, changes := plan(t, base, Inputs{Identity: "me", Now: testNow, Targets: []config.Target{target(whB, config.ModeIgnore, 1, 1)}, Counts: map[string]Counts{whB: failing(1, probe.ReasonTimeout)}})
+	require.Len(t, changes, 1)
+	assert.Equal(t, "me", mustRecord(t, opened)[whB].By, "new entries are signed")
+}
+
+// TestPlan_unreadableRecord: nothing is guessed, and the override still
+// hands the configuration over.
+func TestPlan_unreadableRecord(t *testing.T) {
+	base := newConfig(newWebhook(whA, policyFail, mc("x")))
+	tgts := []config.Target{target(whA, config.ModeBypass, 1, 1)}
+	cur := withEntries(t, base, circuit.Record{whA: entryFor(config.ModeBypass, policyFail)})
+	cur.Annotations[circuit.Annotation] = `{garbage`
+	_, _, err := Plan(cur, Inputs{Targets: tgts, Counts: map[string]Counts{whA: healthy(3)}})
+	require.Error(t, err, "without a readable record nothing is changed, not even a close")
+
+	cur.Annotations[circuit.OverrideAnnotation] = "INC-7: fixing it by hand"
+	next, changes := plan(t, cur, Inputs{Targets: tgts, Counts: map[string]Counts{whA: healthy(3)}})
+	require.Len(t, changes, 1)
+	assert.Equal(t, HandedOff, changes[0].Kind)
+	assert.NotContains(t, next.Annotations, circuit.Annotation)
+	assert.Equal(t, policyIgnore, next.Webhooks[0].FailurePolicy, "failurePolicy stays as it is")
+	assert.Equal(t, []admissionregistrationv1.MatchCondition{mc("x")}, next.Webhooks[0].MatchConditions, "only the bypass marker goes")
 }
 
 // BenchmarkPlan_openAndClose measures one open and one close decision on a

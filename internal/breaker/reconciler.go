@@ -47,15 +47,17 @@ type TargetReconciler struct {
 	Metrics *Metrics
 	// Clock stamps openedAt. Default: the real clock.
 	Clock clock.PassiveClock
+	// Identity is the breaker's username (from SelfSubjectReview); it signs
+	// the entries it writes.
+	Identity string
 }
 
 // Reconcile brings one configuration to what Plan wants. A conflict is
 // decided again from a fresh read (retry.RetryOnConflict's backoff).
 func (r *TargetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	// A configuration with no target is reconciled too: if it carries a
+	// record (a target removed while its circuit was open), Plan closes it.
 	targets := targetsOf(r.Targets, r.Kind, req.Name)
-	if len(targets) == 0 {
-		return ctrl.Result{}, nil
-	}
 	var reader client.Reader = r.Client
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		err := r.reconcileOnce(ctx, reader, req.Name, targets)
@@ -86,7 +88,7 @@ func (r *TargetReconciler) reconcileOnce(ctx context.Context, reader client.Read
 	if err != nil {
 		return err
 	}
-	next, changes, err := Plan(view, r.State.Inputs(targets, now(r.Clock)))
+	next, changes, err := Plan(view, r.State.Inputs(targets, now(r.Clock), r.Identity))
 	if err != nil {
 		r.Metrics.Reconciles.WithLabelValues("unreadable").Inc()
 		r.Recorder.Eventf(cur, nil, corev1.EventTypeWarning, "RecordUnreadable", "Reconcile",
@@ -113,6 +115,11 @@ func (r *TargetReconciler) reconcileOnce(ctx context.Context, reader client.Read
 	}
 	r.Metrics.Reconciles.WithLabelValues("written").Inc()
 	for _, c := range changes {
+		for _, t := range targets {
+			if t.Webhook == c.Webhook || c.Webhook == "" {
+				r.State.Reset(t.Key())
+			}
+		}
 		r.Metrics.Transitions.WithLabelValues(string(r.Kind), string(c.Kind)).Inc()
 		r.Recorder.Eventf(write, nil, eventType(c.Kind), string(c.Kind), "Update", "%s", c.Message)
 		if r.Kind == circuit.KindValidating && c.Kind == Opened {
@@ -126,21 +133,35 @@ func (r *TargetReconciler) reconcileOnce(ctx context.Context, reader client.Read
 	return nil
 }
 
-// syncGauges sets guard_circuit_open from the object, level-based.
-func (r *TargetReconciler) syncGauges(targets []config.Target, mwc *admissionregistrationv1.MutatingWebhookConfiguration) {
-	rec := circuit.Record{}
-	if mwc != nil {
-		if decoded, err := circuit.Decode(mwc.Annotations); err == nil {
-			rec = decoded
-		}
+// syncGauges sets guard_circuit_open and guard_record_unreadable from the
+// object (its circuit.View), level-based. Under an unreadable record a
+// webhook that is not at Fail, or carries the bypass marker, may be open,
+// and the gauge says so.
+func (r *TargetReconciler) syncGauges(targets []config.Target, view *admissionregistrationv1.MutatingWebhookConfiguration) {
+	if len(targets) == 0 {
+		return
 	}
+	rec, unreadable := circuit.Record{}, false
+	if view != nil {
+		decoded, err := circuit.Decode(view.Annotations)
+		rec, unreadable = decoded, err != nil
+	}
+	r.Metrics.RecordUnreadable.WithLabelValues(string(r.Kind), targets[0].Configuration).Set(boolGauge(unreadable))
 	for _, t := range targets {
-		v := 0.0
-		if _, open := rec[t.Webhook]; open {
-			v = 1
+		_, open := rec[t.Webhook]
+		if unreadable {
+			wh := webhook(view, t.Webhook)
+			open = wh != nil && (wh.FailurePolicy == nil || *wh.FailurePolicy != admissionregistrationv1.Fail || bypassIndex(wh) >= 0)
 		}
-		r.Metrics.CircuitOpen.WithLabelValues(string(t.Kind), t.Configuration, t.Webhook).Set(v)
+		r.Metrics.CircuitOpen.WithLabelValues(string(t.Kind), t.Configuration, t.Webhook).Set(boolGauge(open))
 	}
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func eventType(k ChangeKind) string {
@@ -150,8 +171,9 @@ func eventType(k ChangeKind) string {
 	return corev1.EventTypeNormal
 }
 
-// SetupWithManager watches the target configurations of its kind (and
-// nothing else) and the probe runner's triggers. The controller is named
+// SetupWithManager watches the target configurations of its kind, every
+// configuration of its kind that carries a circuit record (so that a record
+// left by a removed target is closed), and the probe runner's triggers. The controller is named
 // "breaker" for mutating configurations and "breaker-validating" for
 // validating ones.
 func (r *TargetReconciler) SetupWithManager(mgr ctrl.Manager, trigger <-chan event.GenericEvent) error {
@@ -161,7 +183,10 @@ func (r *TargetReconciler) SetupWithManager(mgr ctrl.Manager, trigger <-chan eve
 			names[t.Configuration] = true
 		}
 	}
-	isTarget := predicate.NewPredicateFuncs(func(o client.Object) bool { return names[o.GetName()] })
+	isTarget := predicate.NewPredicateFuncs(func(o client.Object) bool {
+		_, record := o.GetAnnotations()[circuit.Annotation]
+		return names[o.GetName()] || record
+	})
 	name := "breaker"
 	if r.Kind == circuit.KindValidating {
 		name = "breaker-validating"

@@ -47,6 +47,8 @@ type ProbeRunner struct {
 	Triggers map[circuit.Kind]chan<- event.GenericEvent
 	// Clock drives the intervals. Default: the real clock.
 	Clock clock.WithTicker
+	// Identity is the breaker's username, as in TargetReconciler.
+	Identity string
 	// DiagnoseTLS, when set, explains a TLS probe failure from the
 	// configuration's annotations (for example cert-manager's CA
 	// injection). It returns "" when it has nothing to say.
@@ -76,14 +78,17 @@ func (r *ProbeRunner) Start(ctx context.Context) error {
 
 func (r *ProbeRunner) loop(ctx context.Context, t config.Target) {
 	ctx = logf.IntoContext(ctx, logf.FromContext(ctx).WithValues("kind", t.Kind, "configuration", t.Configuration, "webhook", t.Webhook))
-	ticker := r.Clock.NewTicker(t.Probe.Interval)
-	defer ticker.Stop()
 	for {
 		r.ProbeOnce(ctx, t)
+		// A timer started after the probe, not a ticker: a ticker keeps a
+		// tick while a probe hangs, and the probes after a recovery would
+		// run back to back, closing sooner than closeAfter intervals.
+		timer := r.Clock.NewTimer(t.Probe.Interval)
 		select {
 		case <-ctx.Done():
+			timer.Stop()
 			return
-		case <-ticker.C():
+		case <-timer.C():
 		}
 	}
 }
@@ -112,9 +117,17 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 		r.problem(ctx, t, obj, "webhook not found in the configuration; it will be picked up when it appears")
 		return
 	}
-	if t.Probe.Kind == config.ProbeAdmissionReview && !probe.DryRunSafe(wh.SideEffects) {
-		r.problem(ctx, t, obj, fmt.Sprintf("sideEffects is %s, so a dry-run AdmissionReview probe is not safe; configure an HTTPGet probe. The circuit will never open", sideEffects(wh)))
+	if obj.GetAnnotations()[circuit.OverrideAnnotation] != "" {
+		// Handed over: nothing is counted, so the hand-back starts from zero.
+		r.State.SetProblem(t.Key(), "handed over to its administrators by the override annotation", false)
 		return
+	}
+	if t.Probe.Kind == config.ProbeAdmissionReview {
+		if err := probe.AdmissionReviewProbeable(*wh); err != nil {
+			r.problem(ctx, t, obj, fmt.Sprintf("%v; configure an HTTPGet probe. While it cannot be probed its circuit does not open, and an open one is closed", err))
+			r.wake(ctx, t.Kind, obj, view)
+			return
+		}
 	}
 	labels := []string{string(t.Kind), t.Configuration, t.Webhook}
 	r.Metrics.TargetMissing.WithLabelValues(labels...).Set(0)
@@ -154,7 +167,7 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 // given the current counts, would change it. A record Plan cannot read
 // wakes nothing: the reconciler reports it when the object changes.
 func (r *ProbeRunner) wake(ctx context.Context, kind circuit.Kind, obj client.Object, view *admissionregistrationv1.MutatingWebhookConfiguration) {
-	_, changes, err := Plan(view, r.State.Inputs(targetsOf(r.Targets, kind, view.Name), r.Clock.Now()))
+	_, changes, err := Plan(view, r.State.Inputs(targetsOf(r.Targets, kind, view.Name), r.Clock.Now(), r.Identity))
 	if err != nil || len(changes) == 0 {
 		return
 	}
@@ -178,18 +191,11 @@ func (r *ProbeRunner) problem(ctx context.Context, t config.Target, obj client.O
 	labels := []string{string(t.Kind), t.Configuration, t.Webhook}
 	r.Metrics.TargetMissing.WithLabelValues(labels...).Set(missing)
 	r.Metrics.TargetUnprobeable.WithLabelValues(labels...).Set(unprobeable)
-	if !r.State.SetProblem(t.Key(), problem) {
+	if !r.State.SetProblem(t.Key(), problem, unprobeable == 1) {
 		return
 	}
 	logf.FromContext(ctx).Info("Target is not probed", "problem", problem)
 	if obj != nil {
 		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, reason, "Probe", "%s: %s", t.Webhook, problem)
 	}
-}
-
-func sideEffects(wh *admissionregistrationv1.MutatingWebhook) string {
-	if wh.SideEffects == nil {
-		return "unset"
-	}
-	return string(*wh.SideEffects)
 }

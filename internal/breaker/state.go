@@ -16,8 +16,11 @@ type TargetStatus struct {
 	// LastProbe is when the last probe finished.
 	LastProbe time.Time
 	// Problem is why the target is not being probed (missing
-	// configuration or webhook, unprobeable); empty when it is.
+	// configuration or webhook, unprobeable, handed over); empty when it is.
 	Problem string
+	// Unprobeable is set when the target exists but cannot be probed
+	// safely; Plan closes an open circuit on it.
+	Unprobeable bool
 }
 
 // State holds every target's TargetStatus, keyed by config.Target.Key.
@@ -39,21 +42,34 @@ func (s *State) Observe(key string, r probe.Result, at time.Time) Counts {
 	st := s.targets[key]
 	st.Observe(r)
 	st.LastProbe = at
-	st.Problem = ""
+	st.Problem, st.Unprobeable = "", false
 	s.targets[key] = st
 	return st.Counts
 }
 
-// SetProblem records why key is not probed and reports whether that is
-// news (so the caller emits an Event once, not every interval).
-func (s *State) SetProblem(key, problem string) bool {
+// SetProblem records why key is not probed, with its counts reset, and
+// reports whether that is news (so the caller emits an Event once, not
+// every interval). unprobeable says the target exists but cannot be probed.
+func (s *State) SetProblem(key, problem string, unprobeable bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.targets[key]
 	changed := st.Problem != problem
-	st.Problem = problem
+	st.Problem, st.Unprobeable = problem, unprobeable
+	st.Failures, st.Successes = 0, 0
 	s.targets[key] = st
 	return changed
+}
+
+// Reset zeroes key's consecutive counts (the last results stay, for
+// status): after every transition the breaker wrote, so that the next
+// decision rests only on what happened since.
+func (s *State) Reset(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.targets[key]
+	st.Failures, st.Successes = 0, 0
+	s.targets[key] = st
 }
 
 // Get returns key's status.
@@ -65,13 +81,19 @@ func (s *State) Get(key string) (TargetStatus, bool) {
 }
 
 // Inputs returns what Plan decides from for one configuration's targets:
-// the counts of every target that is being probed, stamped now.
-func (s *State) Inputs(targets []config.Target, now time.Time) Inputs {
-	in := Inputs{Targets: targets, Counts: map[string]Counts{}, Now: now}
+// the counts of every target that is being probed, stamped now, for the
+// breaker identity.
+func (s *State) Inputs(targets []config.Target, now time.Time, identity string) Inputs {
+	in := Inputs{Targets: targets, Counts: map[string]Counts{}, Unprobeable: map[string]string{}, Now: now, Identity: identity}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	for _, t := range targets {
-		if st, ok := s.targets[t.Key()]; ok && st.Problem == "" {
+		st, ok := s.targets[t.Key()]
+		switch {
+		case !ok:
+		case st.Unprobeable:
+			in.Unprobeable[t.Webhook] = st.Problem
+		case st.Problem == "":
 			in.Counts[t.Webhook] = st.Counts
 		}
 	}

@@ -31,7 +31,15 @@ type Entry struct {
 	// OriginalFailurePolicy is the failurePolicy before opening; null
 	// means it was unset.
 	OriginalFailurePolicy *admissionregistrationv1.FailurePolicyType `json:"originalFailurePolicy"`
+	// By is the identity of the breaker that opened the circuit. An entry
+	// by another identity belongs to another installation and is left
+	// alone; an entry without one (written before this field) is taken as
+	// this installation's.
+	By string `json:"by,omitempty"`
 }
+
+// Mine reports whether the entry was written by identity.
+func (e Entry) Mine(identity string) bool { return e.By == "" || e.By == identity }
 
 // Decode reads the record from a configuration's annotations. A missing
 // annotation is an empty record. A malformed one is an error: nobody may

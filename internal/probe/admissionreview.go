@@ -42,6 +42,21 @@ func DryRunSafe(sideEffects *admissionregistrationv1.SideEffectClass) bool {
 	}
 }
 
+// AdmissionReviewProbeable returns why wh cannot be probed with an
+// AdmissionReview, or nil: its sideEffects must allow a dry run, and it must
+// accept admission.k8s.io/v1 reviews.
+func AdmissionReviewProbeable(wh admissionregistrationv1.MutatingWebhook) error {
+	if !DryRunSafe(wh.SideEffects) {
+		return fmt.Errorf("webhook %q cannot be probed with an AdmissionReview: sideEffects %s is neither None nor NoneOnDryRun, so a dry-run probe is not safe",
+			wh.Name, sideEffectsString(wh.SideEffects))
+	}
+	if !acceptsV1(wh.AdmissionReviewVersions) {
+		return fmt.Errorf("webhook %q cannot be probed with an AdmissionReview: admissionReviewVersions %v lack %q",
+			wh.Name, wh.AdmissionReviewVersions, admissionReviewVersion)
+	}
+	return nil
+}
+
 // acceptsV1 reports whether the webhook accepts admission.k8s.io/v1 reviews.
 // An empty list (impossible for a validated v1 object) is treated as yes.
 func acceptsV1(versions []string) bool {

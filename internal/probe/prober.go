@@ -70,13 +70,8 @@ func (p *Prober) Probe(ctx context.Context, wh admissionregistrationv1.MutatingW
 	}
 	switch kind {
 	case KindAdmissionReview:
-		if !DryRunSafe(wh.SideEffects) {
-			return unknown(fmt.Errorf("webhook %q cannot be probed with an AdmissionReview: sideEffects %s is neither None nor NoneOnDryRun",
-				wh.Name, sideEffectsString(wh.SideEffects)))
-		}
-		if !acceptsV1(wh.AdmissionReviewVersions) {
-			return unknown(fmt.Errorf("webhook %q cannot be probed with an AdmissionReview: admissionReviewVersions %v lack %q",
-				wh.Name, wh.AdmissionReviewVersions, admissionReviewVersion))
+		if err := AdmissionReviewProbeable(wh); err != nil {
+			return unknown(err)
 		}
 	case KindHTTPGet:
 		if !strings.HasPrefix(spec.Path, "/") {

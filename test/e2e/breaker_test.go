@@ -530,23 +530,26 @@ func TestBreaker_overrideHandoffDuringOpenLosesNoUpdate(t *testing.T) {
 	require.Eventually(t, func() bool { return contains(eventReasons(t, s.name), string(breaker.HandedOff)) },
 		transition, 50*time.Millisecond, "no HandedOff Event")
 
-	// While handed off, failures change nothing. The watch may deliver the
-	// handoff write a little after a read saw it; count from there.
+	// While handed off, the breaker counts nothing and writes nothing.
+	// The watch may deliver the handoff write a little after a read saw
+	// it; count from there.
 	s.writes.waitFor(t, handed.ResourceVersion)
 	writes := len(s.writes.modified())
-	st, err := guardStatus(g)
-	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		now, err := guardStatus(g)
-		return err == nil && now.Failures >= st.Failures+5
-	}, transition, 20*time.Millisecond)
+		return err == nil && strings.Contains(now.Problem, "handed over") && now.Failures == 0
+	}, transition, 20*time.Millisecond, "the handed-off target kept counting")
 	assert.Len(t, s.writes.modified(), writes, "the breaker wrote to a handed-off configuration")
 
 	// Removing the annotation hands it back; the current Ignore is the new
-	// baseline, so opening in Bypass adds only the marker.
+	// baseline, so opening in Bypass adds only the marker. The counts
+	// start from zero: reopening takes openAfter (2) fresh failed probes,
+	// not one.
+	probesBefore := s.wh.Calls(webhookPath) - s.wh.APIServerCalls(webhookPath)
 	r = env.Kubectl(ctx, "", nil, "annotate", "mutatingwebhookconfiguration", s.name, circuit.OverrideAnnotation+"-")
 	require.NoError(t, r.Err, r.Stderr)
 	_, reopened := s.waitOpen()
+	assert.GreaterOrEqual(t, s.wh.Calls(webhookPath)-s.wh.APIServerCalls(webhookPath)-probesBefore, 2, "reopened before openAfter fresh failures")
 	assert.Equal(t, admissionregistrationv1.Ignore, *mustRecord(t, reopened)[s.hook].OriginalFailurePolicy)
 }
 

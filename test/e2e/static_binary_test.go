@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
 	"os"
 	"path/filepath"
@@ -75,7 +76,9 @@ func TestGuard_staticWebhookServedByTheBinaryEnforcesTheRule(t *testing.T) {
 		noRBAC: []string{"create-policy", "write-policy"}})
 	host, port, err := net.SplitHostPort(binaryStatic.addr)
 	require.NoError(t, err)
-	s.startGuard("guard", "--webhook-cert-dir", binaryStatic.certDir, "--webhook-host", host, "--webhook-port", port, "--cert-secret", "")
+	metricsAddr := freeAddr(t)
+	s.startGuard("guard", "--webhook-cert-dir", binaryStatic.certDir, "--webhook-host", host, "--webhook-port", port, "--cert-secret", "",
+		"--metrics-bind-address", metricsAddr)
 	s.wh.SetBehaviour(webhookPath, harness.Delayed(2*time.Second, harness.Allow()))
 	_, open := s.waitOpen()
 	openedAt := mustRecord(t, open)[s.hook].OpenedAt.UTC().Format(time.RFC3339)
@@ -93,4 +96,18 @@ func TestGuard_staticWebhookServedByTheBinaryEnforcesTheRule(t *testing.T) {
 	assert.Contains(t, r.Stderr, "circuit open since "+openedAt)
 	assert.Contains(t, r.Stderr, `kubectl annotate mutatingwebhookconfiguration `+s.name+` webhook-guard.io/override="<reason>"`)
 	assert.True(t, isOpen(s.get(), s.hook, "Ignore"))
+
+	// Both servers speak HTTP/1.1 only, even to a client that offers h2,
+	// and refuse TLS older than 1.2.
+	for name, addr := range map[string]string{"webhook": binaryStatic.addr, "metrics": metricsAddr} {
+		var conn *tls.Conn
+		require.Eventually(t, func() bool {
+			conn, err = tls.Dial("tcp", addr, &tls.Config{NextProtos: []string{"h2", "http/1.1"}, InsecureSkipVerify: true}) //nolint:gosec // only the protocol is checked
+			return err == nil
+		}, transition, 50*time.Millisecond, "%s: no TLS: %v", name, err)
+		assert.NotEqual(t, "h2", conn.ConnectionState().NegotiatedProtocol, "%s server negotiated HTTP/2", name)
+		_ = conn.Close()
+		_, err = tls.Dial("tcp", addr, &tls.Config{MinVersion: tls.VersionTLS10, MaxVersion: tls.VersionTLS11, InsecureSkipVerify: true}) //nolint:gosec // only the version is checked
+		assert.Error(t, err, "%s server accepted TLS 1.1", name)
+	}
 }

@@ -1,0 +1,199 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
+	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
+)
+
+// otherTargetConfig is a GuardConfiguration whose only target is some
+// other configuration: the setup's own target has been removed.
+const otherTargetConfig = `apiVersion: config.webhook-guard.io/v1alpha1
+kind: GuardConfiguration
+targets:
+- configuration: some-other-configuration
+  webhook: other.webhook-guard.io
+  allowAdmissionWithoutMutation: true
+  probe:
+    interval: 100ms
+`
+
+func (s *breakerSetup) startGuardWith(name, cfg string) *harness.Guard {
+	s.t.Helper()
+	g, err := env.StartGuard(harness.GuardOptions{
+		Name: name, Kubeconfig: s.guardID.KubeconfigPath, Config: cfg,
+		Args: []string{"--leader-elect", "--leader-election-namespace", s.ns},
+	})
+	require.NoError(s.t, err)
+	s.t.Cleanup(func() {
+		g.Stop()
+		if s.t.Failed() {
+			s.t.Logf("guard %s logs:\n%s", g.Name, g.Logs())
+		}
+	})
+	return g
+}
+
+// setWriteTargets sets the configuration names the guard's ClusterRole (see
+// harness.GrantGuard) may update, as make manifests would after a change of
+// targets.
+func setWriteTargets(t *testing.T, ns string, names ...string) {
+	t.Helper()
+	ctx := context.Background()
+	role := &rbacv1.ClusterRole{}
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Name: "guard-" + ns}, role))
+	for i := range role.Rules {
+		if len(role.Rules[i].ResourceNames) > 0 && slices.Contains(role.Rules[i].Verbs, "update") && slices.Contains(role.Rules[i].Resources, "mutatingwebhookconfigurations") {
+			role.Rules[i].ResourceNames = names
+		}
+	}
+	require.NoError(t, env.Client.Update(ctx, role))
+}
+
+func mwcEventReasons(t *testing.T, name string) map[string]string {
+	t.Helper()
+	list, err := env.Clientset.EventsV1().Events(metav1.NamespaceDefault).List(context.Background(), metav1.ListOptions{})
+	require.NoError(t, err)
+	reasons := map[string]string{}
+	for _, e := range list.Items {
+		if e.Regarding.Kind == "MutatingWebhookConfiguration" && e.Regarding.Name == name {
+			reasons[e.Reason] = e.Note
+		}
+	}
+	return reasons
+}
+
+// Defect 1: a target removed from the configuration while its circuit is
+// open. guard status lists the orphaned record, and a guard that may still
+// write the configuration closes it, restoring the original.
+func TestHardening_removedTargetWhileOpenIsClosed(t *testing.T) {
+	s := newBreakerSetup(t, setupOptions{mode: "Bypass"})
+	g := s.startGuard("old")
+	s.wh.SetBehaviour(webhookPath, harness.Delayed(2*time.Second, harness.Allow()))
+	s.waitOpen()
+	g.Stop()
+
+	// guard status, from the new configuration, names the orphan.
+	bin, err := env.BuildGuard()
+	require.NoError(t, err)
+	cfgPath := filepath.Join(t.TempDir(), "guard.yaml")
+	require.NoError(t, os.WriteFile(cfgPath, []byte(otherTargetConfig), 0o600))
+	out, err := exec.Command(bin, "status", "--config", cfgPath, "--kubeconfig", env.KubeconfigPath, "--endpoint", "").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Contains(t, string(out), "no longer targets")
+	assert.Contains(t, string(out), "Mutating "+s.name+" "+s.hook+" (opened by "+s.guardID.Username+")")
+
+	// The webhook is still slow: only the target's removal can close it.
+	// The new RBAC still lets the service write the old configuration.
+	setWriteTargets(t, s.ns, s.name, "some-other-configuration")
+	s.startGuardWith("new", otherTargetConfig)
+	s.waitRestored()
+	require.Eventually(t, func() bool {
+		return strings.Contains(mwcEventReasons(t, s.name)["CircuitClosed"], "no longer a target")
+	}, transition, 100*time.Millisecond, "no CircuitClosed Event saying why")
+}
+
+// Defect 1, the other way out: without the RBAC to close the orphan, the
+// service refuses to start and names the configuration to release.
+func TestHardening_removedTargetWithoutRBACRefusesToStart(t *testing.T) {
+	s := newBreakerSetup(t, setupOptions{mode: "Ignore"})
+	g := s.startGuard("old")
+	s.wh.SetBehaviour(webhookPath, harness.Delayed(2*time.Second, harness.Allow()))
+	s.waitOpen()
+	g.Stop()
+	// make manifests renders the new RBAC: the old configuration is gone.
+	setWriteTargets(t, s.ns, "some-other-configuration")
+
+	ng := s.startGuardWith("new", otherTargetConfig)
+	code, err := ng.Wait(transition)
+	require.NoError(t, err, "the guard kept running")
+	assert.NotZero(t, code)
+	logs := ng.Logs()
+	assert.Contains(t, logs, "mutatingwebhookconfiguration "+s.name+" (webhook "+s.hook)
+	assert.Contains(t, logs, "kubectl annotate mutatingwebhookconfiguration "+s.name+" "+circuit.OverrideAnnotation)
+	assert.True(t, isOpen(s.get(), s.hook, s.mode), "nothing was changed")
+
+	// Release it as the message says, so the open circuit does not outlive
+	// the test.
+	r := env.Kubectl(context.Background(), "", nil, "annotate", "mutatingwebhookconfiguration", s.name, circuit.OverrideAnnotation+"=released by the test")
+	require.NoError(t, r.Err, r.Stderr)
+	require.NoError(t, env.Client.Delete(context.Background(), s.get()))
+}
+
+// Defect 4: admissionReviewVersions changed while the circuit is open, so
+// that the target can no longer be probed with an AdmissionReview (v1
+// allows only sideEffects None and NoneOnDryRun, so this is the change
+// that can happen). Nothing could close it: the breaker closes it at once
+// and says why.
+func TestHardening_unprobeableWhileOpenIsClosed(t *testing.T) {
+	ctx := context.Background()
+	s := newBreakerSetup(t, setupOptions{mode: "Bypass"})
+	s.startGuard("guard")
+	s.waitPolicyEnforced()
+	s.wh.SetBehaviour(webhookPath, harness.Delayed(2*time.Second, harness.Allow()))
+	s.waitOpen()
+
+	mwc := s.get()
+	findWebhook(mwc, s.hook).AdmissionReviewVersions = []string{"v1beta1"}
+	require.NoError(t, env.Client.Update(ctx, mwc), "admissionReviewVersions is not an owned field")
+	s.original.AdmissionReviewVersions = []string{"v1beta1"}
+	s.waitRestored()
+	require.Eventually(t, func() bool {
+		return strings.Contains(mwcEventReasons(t, s.name)["CircuitClosed"], "can no longer be probed")
+	}, transition, 100*time.Millisecond, "no CircuitClosed Event saying why")
+}
+
+// Defect 5: a record nobody can read. Nothing is guessed and it is
+// reported; the override still hands the configuration over.
+func TestHardening_unreadableRecordIsReportedAndOverrideWorks(t *testing.T) {
+	ctx := context.Background()
+	s := newBreakerSetup(t, setupOptions{mode: "Bypass"})
+	// The breaker's own identity writes garbage, as a buggy or older
+	// version could have: the guard lets only it write the record.
+	mwc := s.get()
+	w := findWebhook(mwc, s.hook)
+	w.FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
+	w.MatchConditions = append(w.MatchConditions, admissionregistrationv1.MatchCondition{Name: circuit.BypassCondition, Expression: "false"})
+	mwc.Annotations = map[string]string{circuit.Annotation: `{"` + s.hook + `":{garbage`}
+	require.NoError(t, s.guardID.Client.Update(ctx, mwc))
+
+	metricsAddr := freeAddr(t)
+	s.startGuard("guard", "--metrics-bind-address", metricsAddr)
+	reader := metricsReader(t, s.ns)
+	require.Eventually(t, func() bool {
+		body, err := scrape(metricsAddr, reader)
+		return err == nil &&
+			metricValue(body, `guard_record_unreadable{configuration="`+s.name+`",kind="Mutating"}`) == 1 &&
+			metricValue(body, `guard_circuit_open{configuration="`+s.name+`",kind="Mutating",webhook="`+s.hook+`"}`) == 1
+	}, transition, 100*time.Millisecond, "the unreadable record and the possibly open circuit were not reported in metrics")
+	require.Eventually(t, func() bool {
+		_, ok := mwcEventReasons(t, s.name)["RecordUnreadable"]
+		return ok
+	}, transition, 100*time.Millisecond, "no RecordUnreadable Event")
+	assert.Equal(t, mwc.Annotations[circuit.Annotation], s.get().Annotations[circuit.Annotation], "the record was not touched")
+
+	r := env.Kubectl(ctx, "", nil, "annotate", "mutatingwebhookconfiguration", s.name, circuit.OverrideAnnotation+"=INC-9 fixing the record by hand")
+	require.NoError(t, r.Err, r.Stderr)
+	require.Eventually(t, func() bool {
+		got := s.get()
+		_, record := got.Annotations[circuit.Annotation]
+		return !record && !hasMarker(findWebhook(got, s.hook))
+	}, transition, 100*time.Millisecond, "the override did not hand the configuration over")
+	assert.Equal(t, admissionregistrationv1.Ignore, *findWebhook(s.get(), s.hook).FailurePolicy, "failurePolicy stays as it is")
+}
