@@ -57,6 +57,10 @@ type Inputs struct {
 	// signed by another identity belong to another installation and are
 	// left alone.
 	Identity string
+	// Only, when set, limits the decisions about targets to this webhook;
+	// the others stay as they are. The reconciler uses it to write
+	// transitions one by one after the apiserver refused them together.
+	Only string
 }
 
 // Plan computes the configuration the breaker wants from the current one.
@@ -141,6 +145,9 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 	}
 
 	for _, t := range in.Targets {
+		if in.Only != "" && t.Webhook != in.Only {
+			continue
+		}
 		wh := webhook(next, t.Webhook)
 		c, probed := in.Counts[t.Webhook]
 		_, unprobeable := in.Unprobeable[t.Webhook]

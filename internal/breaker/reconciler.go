@@ -8,6 +8,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -76,19 +77,15 @@ func (r *TargetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 }
 
 func (r *TargetReconciler) reconcileOnce(ctx context.Context, reader client.Reader, name string, targets []config.Target) error {
-	cur := r.Kind.New()
-	if err := reader.Get(ctx, client.ObjectKey{Name: name}, cur); err != nil {
-		if apierrors.IsNotFound(err) {
+	cur, view, err := r.read(ctx, reader, name)
+	if err != nil || cur == nil {
+		if cur == nil && err == nil {
 			r.syncGauges(targets, nil)
-			return nil
 		}
-		return fmt.Errorf("reading: %w", err)
-	}
-	view, err := circuit.View(cur)
-	if err != nil {
 		return err
 	}
-	next, changes, err := Plan(view, r.State.Inputs(targets, now(r.Clock), r.Identity))
+	in := r.State.Inputs(targets, now(r.Clock), r.Identity, view.ResourceVersion)
+	next, changes, err := Plan(view, in)
 	if err != nil {
 		r.Metrics.Reconciles.WithLabelValues("unreadable").Inc()
 		r.Recorder.Eventf(cur, nil, corev1.EventTypeWarning, "RecordUnreadable", "Reconcile",
@@ -101,12 +98,73 @@ func (r *TargetReconciler) reconcileOnce(ctx context.Context, reader client.Read
 		r.syncGauges(targets, view)
 		return nil
 	}
-	write := cur.DeepCopyObject().(client.Object)
-	if err := circuit.Apply(write, next); err != nil {
+	err = r.write(ctx, cur, view, next, changes, targets)
+	if !apierrors.IsInvalid(err) {
 		return err
 	}
-	if err := r.Client.Update(ctx, write, client.FieldOwner(circuit.FieldManager)); err != nil {
-		if !apierrors.IsConflict(err) {
+	// The apiserver refused the change as invalid (for example the bypass
+	// marker would exceed a webhook's matchConditions limit). Retrying it
+	// as it is would fail forever and hold back every other webhook of
+	// the configuration: write them one by one, and leave the refused ones
+	// as they are until the configuration changes.
+	for _, c := range changes {
+		if c.Webhook == "" {
+			continue
+		}
+		cur, view, err := r.read(ctx, r.APIReader, name)
+		if err != nil || cur == nil {
+			return err
+		}
+		one := in
+		one.Only = c.Webhook
+		next, changes, err := Plan(view, one)
+		if err != nil || len(changes) == 0 {
+			continue
+		}
+		err = r.write(ctx, cur, view, next, changes, targets)
+		switch {
+		case apierrors.IsInvalid(err):
+			for _, t := range targets {
+				if t.Webhook == c.Webhook {
+					r.State.Refuse(t.Key(), view.ResourceVersion)
+				}
+			}
+			r.Metrics.WriteErrors.Inc()
+			r.Recorder.Eventf(cur, nil, corev1.EventTypeWarning, "WriteRefused", "Update",
+				"the apiserver refused %s for %s as invalid; webhook-guard leaves this webhook as it is until the configuration changes: %v", c.Kind, c.Webhook, err)
+		case err != nil:
+			return err
+		}
+	}
+	return nil
+}
+
+// read returns name's object and its circuit.View; nil and no error when
+// it does not exist.
+func (r *TargetReconciler) read(ctx context.Context, reader client.Reader, name string) (client.Object, *admissionregistrationv1.MutatingWebhookConfiguration, error) {
+	cur := r.Kind.New()
+	if err := reader.Get(ctx, client.ObjectKey{Name: name}, cur); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil, nil
+		}
+		return nil, nil, fmt.Errorf("reading: %w", err)
+	}
+	view, err := circuit.View(cur)
+	return cur, view, err
+}
+
+// write sends one JSON patch of the owned fields (view to next), with the
+// resourceVersion read: one write per transition, refused on conflict, and
+// no field this client's types do not know can be lost (a full Update could
+// drop it). It records, reports and counts what it wrote.
+func (r *TargetReconciler) write(ctx context.Context, cur client.Object, view, next *admissionregistrationv1.MutatingWebhookConfiguration, changes []Change, targets []config.Target) error {
+	patch, err := circuit.Patch(view, next)
+	if err != nil {
+		return err
+	}
+	written := cur.DeepCopyObject().(client.Object)
+	if err := r.Client.Patch(ctx, written, client.RawPatch(types.JSONPatchType, patch), client.FieldOwner(circuit.FieldManager)); err != nil {
+		if !apierrors.IsConflict(err) && !apierrors.IsInvalid(err) {
 			r.Metrics.WriteErrors.Inc()
 			r.Recorder.Eventf(cur, nil, corev1.EventTypeWarning, "WriteFailed", "Update",
 				"webhook-guard could not write %d change(s), nothing was changed: %v", len(changes), err)
@@ -121,13 +179,13 @@ func (r *TargetReconciler) reconcileOnce(ctx context.Context, reader client.Read
 			}
 		}
 		r.Metrics.Transitions.WithLabelValues(string(r.Kind), string(c.Kind)).Inc()
-		r.Recorder.Eventf(write, nil, eventType(c.Kind), string(c.Kind), "Update", "%s", c.Message)
+		r.Recorder.Eventf(written, nil, eventType(c.Kind), string(c.Kind), "Update", "%s", c.Message)
 		if r.Kind == circuit.KindValidating && c.Kind == Opened {
-			r.Recorder.Eventf(write, nil, corev1.EventTypeWarning, "AdmittingWithoutValidation", "Update",
+			r.Recorder.Eventf(written, nil, corev1.EventTypeWarning, "AdmittingWithoutValidation", "Update",
 				"%s: requests this webhook validates are admitted without its validation while the circuit is open; "+
 					"guard_circuit_transitions_total{kind=\"Validating\",to=\"CircuitOpened\"} counts these openings", c.Webhook)
 		}
-		logf.FromContext(ctx).Info("Wrote a circuit transition", "kind", r.Kind, "webhook", c.Webhook, "change", c.Kind, "resourceVersion", write.GetResourceVersion())
+		logf.FromContext(ctx).Info("Wrote a circuit transition", "kind", r.Kind, "webhook", c.Webhook, "change", c.Kind, "resourceVersion", written.GetResourceVersion())
 	}
 	r.syncGauges(targets, next)
 	return nil

@@ -167,7 +167,7 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 // given the current counts, would change it. A record Plan cannot read
 // wakes nothing: the reconciler reports it when the object changes.
 func (r *ProbeRunner) wake(ctx context.Context, kind circuit.Kind, obj client.Object, view *admissionregistrationv1.MutatingWebhookConfiguration) {
-	_, changes, err := Plan(view, r.State.Inputs(targetsOf(r.Targets, kind, view.Name), r.Clock.Now(), r.Identity))
+	_, changes, err := Plan(view, r.State.Inputs(targetsOf(r.Targets, kind, view.Name), r.Clock.Now(), r.Identity, view.ResourceVersion))
 	if err != nil || len(changes) == 0 {
 		return
 	}

@@ -30,10 +30,22 @@ type TargetStatus struct {
 type State struct {
 	mu      sync.RWMutex
 	targets map[string]TargetStatus
+	// refused holds, by target key, the resourceVersion of the object at
+	// which the apiserver refused the target's transition as invalid.
+	refused map[string]string
 }
 
 // NewState returns an empty State.
-func NewState() *State { return &State{targets: map[string]TargetStatus{}} }
+func NewState() *State { return &State{targets: map[string]TargetStatus{}, refused: map[string]string{}} }
+
+// Refuse records that the apiserver refused key's transition on the
+// object at resourceVersion. Until the object changes the target is left
+// as it is, so the refusal is not retried on every probe.
+func (s *State) Refuse(key, resourceVersion string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refused[key] = resourceVersion
+}
 
 // Observe records a probe result for key and returns the new counts.
 func (s *State) Observe(key string, r probe.Result, at time.Time) Counts {
@@ -80,17 +92,18 @@ func (s *State) Get(key string) (TargetStatus, bool) {
 	return st, ok
 }
 
-// Inputs returns what Plan decides from for one configuration's targets:
-// the counts of every target that is being probed, stamped now, for the
-// breaker identity.
-func (s *State) Inputs(targets []config.Target, now time.Time, identity string) Inputs {
+// Inputs returns what Plan decides from for one configuration's targets,
+// on the object at resourceVersion: the counts of every target that is
+// being probed and whose transition was not refused at that version,
+// stamped now, for the breaker identity.
+func (s *State) Inputs(targets []config.Target, now time.Time, identity, resourceVersion string) Inputs {
 	in := Inputs{Targets: targets, Counts: map[string]Counts{}, Unprobeable: map[string]string{}, Now: now, Identity: identity}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	for _, t := range targets {
 		st, ok := s.targets[t.Key()]
 		switch {
-		case !ok:
+		case !ok, s.refused[t.Key()] == resourceVersion:
 		case st.Unprobeable:
 			in.Unprobeable[t.Webhook] = st.Problem
 		case st.Problem == "":

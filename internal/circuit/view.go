@@ -1,6 +1,7 @@
 package circuit
 
 import (
+	"encoding/json"
 	"fmt"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -11,7 +12,7 @@ import (
 // each webhook's failurePolicy and matchConditions) exists in both kinds of
 // webhook configuration. The breaker and the rule therefore work on one
 // shape, a MutatingWebhookConfiguration; a ValidatingWebhookConfiguration
-// is seen through View and written back through Apply.
+// is seen through View, and a change of either is written as Patch.
 
 // View returns obj as a MutatingWebhookConfiguration: a deep copy of a
 // mutating one, or a validating one's metadata and webhooks copied field by
@@ -44,30 +45,51 @@ func View(obj client.Object) (*admissionregistrationv1.MutatingWebhookConfigurat
 	return nil, fmt.Errorf("%T is not a webhook configuration", obj)
 }
 
-// Apply writes what the contract owns from view back onto obj, a copy of
-// the object view was made from: the annotations, and each webhook's
-// failurePolicy and matchConditions. It refuses a view whose webhooks are
-// not obj's, in order, by name.
-func Apply(obj client.Object, view *admissionregistrationv1.MutatingWebhookConfiguration) error {
-	obj.SetAnnotations(view.Annotations)
-	switch o := obj.(type) {
-	case *admissionregistrationv1.MutatingWebhookConfiguration:
-		o.Webhooks = view.Webhooks
-		return nil
-	case *admissionregistrationv1.ValidatingWebhookConfiguration:
-		if len(o.Webhooks) != len(view.Webhooks) {
-			return fmt.Errorf("view has %d webhooks, %s has %d", len(view.Webhooks), o.Name, len(o.Webhooks))
-		}
-		for i := range o.Webhooks {
-			if o.Webhooks[i].Name != view.Webhooks[i].Name {
-				return fmt.Errorf("view's webhook %d is %s, %s's is %s", i, view.Webhooks[i].Name, o.Name, o.Webhooks[i].Name)
-			}
-			o.Webhooks[i].FailurePolicy = view.Webhooks[i].FailurePolicy
-			o.Webhooks[i].MatchConditions = view.Webhooks[i].MatchConditions
-		}
-		return nil
+// Patch returns the JSON patch (RFC 6902) that takes the object seen as
+// cur to next, for the fields the contract owns only: the annotations, and
+// each webhook's failurePolicy and matchConditions. It also sets
+// metadata.resourceVersion to cur's, so the apiserver refuses it with a
+// Conflict if the object changed since it was read. Every other field,
+// including ones this client's types do not know, is left to the server.
+// next must hold cur's webhooks in cur's order.
+func Patch(cur, next *admissionregistrationv1.MutatingWebhookConfiguration) ([]byte, error) {
+	if len(cur.Webhooks) != len(next.Webhooks) {
+		return nil, fmt.Errorf("the change has %d webhooks, %s has %d", len(next.Webhooks), cur.Name, len(cur.Webhooks))
 	}
-	return fmt.Errorf("%T is not a webhook configuration", obj)
+	type op struct {
+		Op    string `json:"op"`
+		Path  string `json:"path"`
+		Value any    `json:"value,omitempty"`
+	}
+	// No "test" ops: a failed test is an Invalid answer, which would be
+	// taken for a refusal of the change itself; the resourceVersion
+	// precondition already guarantees the object is the one read.
+	ops := []op{{Op: "replace", Path: "/metadata/resourceVersion", Value: cur.ResourceVersion}}
+	annotations := next.Annotations
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	ops = append(ops, op{Op: "add", Path: "/metadata/annotations", Value: annotations})
+	for i := range cur.Webhooks {
+		c, n := &cur.Webhooks[i], &next.Webhooks[i]
+		if c.Name != n.Name {
+			return nil, fmt.Errorf("the change's webhook %d is %s, %s's is %s", i, n.Name, cur.Name, c.Name)
+		}
+		base := fmt.Sprintf("/webhooks/%d/", i)
+		switch {
+		case n.FailurePolicy != nil:
+			ops = append(ops, op{Op: "add", Path: base + "failurePolicy", Value: *n.FailurePolicy})
+		case c.FailurePolicy != nil:
+			ops = append(ops, op{Op: "remove", Path: base + "failurePolicy"})
+		}
+		switch {
+		case len(n.MatchConditions) > 0:
+			ops = append(ops, op{Op: "add", Path: base + "matchConditions", Value: n.MatchConditions})
+		case len(c.MatchConditions) > 0:
+			ops = append(ops, op{Op: "remove", Path: base + "matchConditions"})
+		}
+	}
+	return json.Marshal(ops)
 }
 
 // New returns an empty object of kind k.

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,11 +35,11 @@ targets:
     interval: 100ms
 `
 
-func (s *breakerSetup) startGuardWith(name, cfg string) *harness.Guard {
+func (s *breakerSetup) startGuardWith(name, cfg string, extra ...string) *harness.Guard {
 	s.t.Helper()
 	g, err := env.StartGuard(harness.GuardOptions{
 		Name: name, Kubeconfig: s.guardID.KubeconfigPath, Config: cfg,
-		Args: []string{"--leader-elect", "--leader-election-namespace", s.ns},
+		Args: append([]string{"--leader-elect", "--leader-election-namespace", s.ns}, extra...),
 	})
 	require.NoError(s.t, err)
 	s.t.Cleanup(func() {
@@ -196,4 +197,65 @@ func TestHardening_unreadableRecordIsReportedAndOverrideWorks(t *testing.T) {
 		return !record && !hasMarker(findWebhook(got, s.hook))
 	}, transition, 100*time.Millisecond, "the override did not hand the configuration over")
 	assert.Equal(t, admissionregistrationv1.Ignore, *findWebhook(s.get(), s.hook).FailurePolicy, "failurePolicy stays as it is")
+}
+
+// Defect 6: a change the apiserver refuses as invalid (here the bypass
+// marker would be a webhook's 65th matchCondition, over the limit of 64)
+// is not retried forever and does not hold back the other webhooks of the
+// configuration.
+func TestHardening_invalidChangeDoesNotBlockTheOthers(t *testing.T) {
+	ctx := context.Background()
+	s := newBreakerSetup(t, setupOptions{mode: "Bypass"})
+	other := "other." + s.name + ".webhook-guard.io" // its URL refuses connections: always failing
+	mwc := s.get()
+	w := findWebhook(mwc, s.hook)
+	for i := len(w.MatchConditions); i < 64; i++ {
+		w.MatchConditions = append(w.MatchConditions, admissionregistrationv1.MatchCondition{Name: fmt.Sprintf("filler-%d", i), Expression: "true"})
+	}
+	require.NoError(t, env.Client.Update(ctx, mwc))
+	s.writes.waitFor(t, mwc.ResourceVersion)
+	before := len(s.writes.modified())
+
+	cfg := strings.Replace(s.config(""), "targets:\n", fmt.Sprintf(`targets:
+- configuration: %s
+  webhook: %s
+  allowAdmissionWithoutMutation: true
+  mode: Bypass
+  openAfter: 2
+  probe:
+    interval: 100ms
+    timeout: 250ms
+`, s.name, other), 1)
+	metricsAddr := freeAddr(t)
+	s.startGuardWith("guard", cfg, "--metrics-bind-address", metricsAddr)
+	s.wh.SetBehaviour(webhookPath, harness.Delayed(2*time.Second, harness.Allow()))
+
+	require.Eventually(t, func() bool {
+		return isOpen(s.get(), other, "Bypass")
+	}, transition, 50*time.Millisecond, "the other webhook's circuit never opened")
+	require.Eventually(t, func() bool {
+		return strings.Contains(mwcEventReasons(t, s.name)["WriteRefused"], s.hook)
+	}, transition, 100*time.Millisecond, "no WriteRefused Event naming the refused webhook")
+	got := s.get()
+	assert.Equal(t, admissionregistrationv1.Fail, *findWebhook(got, s.hook).FailurePolicy, "the refused change was not half-made")
+	rec := mustRecord(t, got)
+	assert.NotContains(t, rec, s.hook)
+
+	// Not retried on every probe: while ten more failed probes go by, the
+	// refused write is not tried again, and only the other webhook's open
+	// reached the object.
+	reader := metricsReader(t, s.ns)
+	errorsNow := func() float64 {
+		body, err := scrape(metricsAddr, reader)
+		require.NoError(t, err)
+		return metricValue(body, "\nguard_write_errors_total")
+	}
+	refusals := errorsNow()
+	assert.GreaterOrEqual(t, refusals, 1.0)
+	probes := s.wh.Calls(webhookPath) - s.wh.APIServerCalls(webhookPath)
+	require.Eventually(t, func() bool {
+		return s.wh.Calls(webhookPath)-s.wh.APIServerCalls(webhookPath) >= probes+10
+	}, transition, 50*time.Millisecond)
+	assert.Equal(t, refusals, errorsNow(), "the refused change was tried again")
+	assert.Len(t, s.writes.modified(), before+1, "want exactly the other webhook's open")
 }
