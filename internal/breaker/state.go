@@ -36,7 +36,9 @@ type State struct {
 }
 
 // NewState returns an empty State.
-func NewState() *State { return &State{targets: map[string]TargetStatus{}, refused: map[string]string{}} }
+func NewState() *State {
+	return &State{targets: map[string]TargetStatus{}, refused: map[string]string{}}
+}
 
 // Refuse records that the apiserver refused key's transition on the
 // object at resourceVersion. Until the object changes the target is left
