@@ -20,9 +20,13 @@ import (
 	"k8s.io/apiserver/pkg/admission/plugin/webhook/request"
 )
 
-// probeObjectName is metadata.name (and, for namespaced objects,
-// metadata.namespace) of the synthetic object sent in AdmissionReview probes.
+// probeObjectName is metadata.name of the synthetic object sent in
+// AdmissionReview probes.
 const probeObjectName = "webhook-guard-probe"
+
+// probeNamespace is the namespace of a namespaced probe object: one that
+// exists in every cluster, so a webhook that looks it up finds it.
+const probeNamespace = "default"
 
 // admissionReviewVersion is the only AdmissionReview version this package sends.
 const admissionReviewVersion = "v1"
@@ -115,7 +119,7 @@ func targetFor(wh admissionregistrationv1.MutatingWebhook, mapper meta.RESTMappe
 	}
 	t := probeTarget{gvr: metav1.GroupVersionResource(gvr), kind: gvk.Kind}
 	if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
-		t.namespace = probeObjectName
+		t.namespace = probeNamespace
 	}
 	return t, nil
 }
@@ -135,15 +139,7 @@ func newAdmissionReview(wh admissionregistrationv1.MutatingWebhook, t probeTarge
 	if t.gvr.Group != "" {
 		apiVersion = t.gvr.Group + "/" + t.gvr.Version
 	}
-	meta := map[string]string{"name": probeObjectName}
-	if t.namespace != "" {
-		meta["namespace"] = t.namespace
-	}
-	object, err := json.Marshal(map[string]any{
-		"apiVersion": apiVersion,
-		"kind":       t.kind,
-		"metadata":   meta,
-	})
+	object, err := json.Marshal(probeObject(apiVersion, t))
 	if err != nil {
 		return nil, err
 	}
@@ -174,6 +170,47 @@ func newAdmissionReview(wh admissionregistrationv1.MutatingWebhook, t probeTarge
 			Options:         runtime.RawExtension{Raw: options},
 		},
 	}, nil
+}
+
+// probeImage is the container image of probe Pods and Deployments: the
+// one every cluster already runs.
+const probeImage = "registry.k8s.io/pause:3.10"
+
+// probeObject is the object a probe pretends to create: a valid one of the
+// common kinds, so that a webhook that reads spec does not fail on a
+// skeleton and open a healthy circuit, and metadata alone for the others.
+func probeObject(apiVersion string, t probeTarget) map[string]any {
+	labels := map[string]any{"app.kubernetes.io/name": probeObjectName, "app.kubernetes.io/managed-by": "webhook-guard"}
+	metadata := map[string]any{"name": probeObjectName, "labels": labels}
+	if t.namespace != "" {
+		metadata["namespace"] = t.namespace
+	}
+	obj := map[string]any{"apiVersion": apiVersion, "kind": t.kind, "metadata": metadata}
+	podSpec := map[string]any{
+		"containers": []any{map[string]any{
+			"name": "probe", "image": probeImage,
+			"resources": map[string]any{"requests": map[string]any{"cpu": "1m", "memory": "1Mi"}},
+		}},
+	}
+	switch t.gvr.Group + "/" + t.gvr.Resource {
+	case "/pods":
+		obj["spec"] = podSpec
+	case "/configmaps":
+		obj["data"] = map[string]any{"probe": "webhook-guard"}
+	case "/secrets":
+		obj["type"] = "Opaque"
+		obj["data"] = map[string]any{"probe": "d2ViaG9vay1ndWFyZA=="}
+	case "apps/deployments", "apps/replicasets", "apps/statefulsets", "apps/daemonsets":
+		spec := map[string]any{
+			"selector": map[string]any{"matchLabels": labels},
+			"template": map[string]any{"metadata": map[string]any{"labels": labels}, "spec": podSpec},
+		}
+		if t.gvr.Resource != "daemonsets" {
+			spec["replicas"] = 1
+		}
+		obj["spec"] = spec
+	}
+	return obj
 }
 
 // verifyAdmissionResponse checks a 200 body the way kube-apiserver does:

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net"
 	"net/http"
 	"net/url"
@@ -24,8 +25,10 @@ import (
 )
 
 // maxResponseBytes bounds how much of a response body is read; a longer
-// AdmissionReview answer is a bad-response.
-const maxResponseBytes = 16 << 20
+// AdmissionReview answer is a bad-response. The answer to a probe of one
+// small object is a few kilobytes; the bound keeps many hostile targets
+// from filling the guard's memory.
+const maxResponseBytes = 1 << 20
 
 // defaultServicePort is the port of a service reference whose port is nil.
 const defaultServicePort int32 = 443
@@ -99,17 +102,19 @@ func (p *Prober) Probe(ctx context.Context, wh admissionregistrationv1.MutatingW
 	return p.admissionReview(ctx, probeCtx, ep, wh, timeout, !spec.Validating)
 }
 
-// probeTimeout is spec.Timeout, else the webhook's timeoutSeconds, else
-// DefaultTimeout.
+// probeTimeout is the webhook's timeoutSeconds (DefaultTimeout when
+// unset), or spec.Timeout when it is shorter: kube-apiserver gives up after
+// timeoutSeconds, so a probe that waits longer would call healthy a
+// webhook whose calls fail.
 func probeTimeout(wh admissionregistrationv1.MutatingWebhook, spec Spec) time.Duration {
-	switch {
-	case spec.Timeout > 0:
-		return spec.Timeout
-	case wh.TimeoutSeconds != nil && *wh.TimeoutSeconds > 0:
-		return time.Duration(*wh.TimeoutSeconds) * time.Second
-	default:
-		return DefaultTimeout
+	limit := DefaultTimeout
+	if wh.TimeoutSeconds != nil && *wh.TimeoutSeconds > 0 {
+		limit = time.Duration(*wh.TimeoutSeconds) * time.Second
 	}
+	if spec.Timeout > 0 && spec.Timeout < limit {
+		return spec.Timeout
+	}
+	return limit
 }
 
 // endpoint turns clientConfig into a URL, TLS server name and roots, like
@@ -271,6 +276,11 @@ func (ep endpoint) do(req *http.Request, wantBody bool) (status int, body []byte
 	}
 	if status != http.StatusOK {
 		return status, nil, &httpStatusError{code: status}
+	}
+	// kube-apiserver decodes the answer by its content type; it cannot
+	// read anything but JSON from a webhook.
+	if ct, _, err := mime.ParseMediaType(resp.Header.Get("Content-Type")); err != nil || ct != "application/json" {
+		return status, nil, badResponsef("Content-Type %q is not application/json", resp.Header.Get("Content-Type"))
 	}
 	body, err = io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
 	if err != nil {

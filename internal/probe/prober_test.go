@@ -1,6 +1,7 @@
 package probe
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
 	"encoding/json"
@@ -9,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,6 +19,8 @@ import (
 	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 )
@@ -237,6 +241,28 @@ func TestProber_Probe_failures(t *testing.T) {
 				wh, _ := localWebhook(t, answer(t, func(r *admissionv1.AdmissionReview) {
 					r.Response.Patch = []byte(`{"metadata":{"labels":{"a":"b"}}}`)
 					r.Response.PatchType = ptr.To(admissionv1.PatchType("MergePatch"))
+				}))
+				return wh
+			},
+			reason:     ReasonBadResponse,
+			httpStatus: http.StatusOK,
+		},
+		"a valid review sent as text/plain is a bad response: the apiserver cannot decode it": {
+			webhook: func(t *testing.T) admissionregistrationv1.MutatingWebhook {
+				wh, _ := localWebhook(t, func(w http.ResponseWriter, r *http.Request) {
+					in := readReview(t, r)
+					w.Header().Set("Content-Type", "text/plain")
+					_ = json.NewEncoder(w).Encode(&admissionv1.AdmissionReview{TypeMeta: in.TypeMeta, Response: &admissionv1.AdmissionResponse{UID: in.Request.UID, Allowed: true}})
+				})
+				return wh
+			},
+			reason:     ReasonBadResponse,
+			httpStatus: http.StatusOK,
+		},
+		"a body over 1 MiB is a bad response": {
+			webhook: func(t *testing.T) admissionregistrationv1.MutatingWebhook {
+				wh, _ := localWebhook(t, answer(t, func(r *admissionv1.AdmissionReview) {
+					r.Response.Warnings = []string{strings.Repeat("x", 1<<20)}
 				}))
 				return wh
 			},
@@ -464,11 +490,15 @@ func TestProber_Probe_sendsDryRunAdmissionReview(t *testing.T) {
 	assert.Equal(t, metav1.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, req.Resource)
 	assert.Equal(t, metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}, req.Kind)
 	assert.Equal(t, "webhook-guard-probe", req.Name)
-	assert.Equal(t, "webhook-guard-probe", req.Namespace)
+	assert.Equal(t, "default", req.Namespace, "a namespace that exists")
 	assert.Equal(t, "system:serviceaccount:guard:probe", req.UserInfo.Username)
-	assert.JSONEq(t,
-		`{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"webhook-guard-probe","namespace":"webhook-guard-probe"}}`,
-		string(req.Object.Raw))
+	var deployment appsv1.Deployment
+	require.NoError(t, json.Unmarshal(req.Object.Raw, &deployment))
+	assert.Equal(t, "webhook-guard-probe", deployment.Name)
+	assert.Equal(t, "default", deployment.Namespace)
+	require.Len(t, deployment.Spec.Template.Spec.Containers, 1, "a realistic Deployment, not a skeleton")
+	assert.NotEmpty(t, deployment.Spec.Template.Spec.Containers[0].Image)
+	assert.Equal(t, deployment.Spec.Selector.MatchLabels, deployment.Spec.Template.Labels)
 
 	var opts metav1.CreateOptions
 	require.NoError(t, json.Unmarshal(req.Options.Raw, &opts))
@@ -567,27 +597,27 @@ func TestTargetFor_kindAndScopeFromTheRESTMapper(t *testing.T) {
 		want  probeTarget
 	}{
 		"no rules fall back to core v1 configmaps": {
-			want: probeTarget{gvr: metav1.GroupVersionResource{Version: "v1", Resource: "configmaps"}, kind: "ConfigMap", namespace: probeObjectName},
+			want: probeTarget{gvr: metav1.GroupVersionResource{Version: "v1", Resource: "configmaps"}, kind: "ConfigMap", namespace: probeNamespace},
 		},
 		"wildcards fall back to core v1 configmaps": {
 			rules: rule([]string{"*"}, []string{"*"}, []string{"*"}),
-			want:  probeTarget{gvr: metav1.GroupVersionResource{Version: "v1", Resource: "configmaps"}, kind: "ConfigMap", namespace: probeObjectName},
+			want:  probeTarget{gvr: metav1.GroupVersionResource{Version: "v1", Resource: "configmaps"}, kind: "ConfigMap", namespace: probeNamespace},
 		},
 		"the first non-wildcard entries are picked": {
 			rules: rule([]string{"*", "batch"}, []string{"*", "v1"}, []string{"*", "cronjobs"}),
-			want:  probeTarget{gvr: metav1.GroupVersionResource{Group: "batch", Version: "v1", Resource: "cronjobs"}, kind: "CronJob", namespace: probeObjectName},
+			want:  probeTarget{gvr: metav1.GroupVersionResource{Group: "batch", Version: "v1", Resource: "cronjobs"}, kind: "CronJob", namespace: probeNamespace},
 		},
 		"a subresource entry probes its parent resource": {
 			rules: rule([]string{""}, []string{"v1"}, []string{"pods/status"}),
-			want:  probeTarget{gvr: metav1.GroupVersionResource{Version: "v1", Resource: "pods"}, kind: "Pod", namespace: probeObjectName},
+			want:  probeTarget{gvr: metav1.GroupVersionResource{Version: "v1", Resource: "pods"}, kind: "Pod", namespace: probeNamespace},
 		},
 		"a multi-word resource gets its real kind": {
 			rules: rule([]string{"autoscaling"}, []string{"v2"}, []string{"horizontalpodautoscalers"}),
-			want:  probeTarget{gvr: metav1.GroupVersionResource{Group: "autoscaling", Version: "v2", Resource: "horizontalpodautoscalers"}, kind: "HorizontalPodAutoscaler", namespace: probeObjectName},
+			want:  probeTarget{gvr: metav1.GroupVersionResource{Group: "autoscaling", Version: "v2", Resource: "horizontalpodautoscalers"}, kind: "HorizontalPodAutoscaler", namespace: probeNamespace},
 		},
 		"a CRD gets the kind discovery serves": {
 			rules: rule([]string{"cert-manager.io"}, []string{"v1"}, []string{"certificaterequests"}),
-			want:  probeTarget{gvr: metav1.GroupVersionResource{Group: "cert-manager.io", Version: "v1", Resource: "certificaterequests"}, kind: "CertificateRequest", namespace: probeObjectName},
+			want:  probeTarget{gvr: metav1.GroupVersionResource{Group: "cert-manager.io", Version: "v1", Resource: "certificaterequests"}, kind: "CertificateRequest", namespace: probeNamespace},
 		},
 		"a cluster-scoped CRD gets no namespace": {
 			rules: rule([]string{"cert-manager.io"}, []string{"v1"}, []string{"clusterissuers"}),
@@ -605,6 +635,46 @@ func TestTargetFor_kindAndScopeFromTheRESTMapper(t *testing.T) {
 			assert.Equal(t, tc.want, got)
 		})
 	}
+}
+
+// TestProbeObject_realistic: the common kinds are sent as valid objects.
+func TestProbeObject_realistic(t *testing.T) {
+	target := func(group, version, resource, kind string) probeTarget {
+		return probeTarget{gvr: metav1.GroupVersionResource{Group: group, Version: version, Resource: resource}, kind: kind, namespace: probeNamespace}
+	}
+	decode := func(t *testing.T, obj map[string]any, into any) {
+		t.Helper()
+		raw, err := json.Marshal(obj)
+		require.NoError(t, err)
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.DisallowUnknownFields()
+		require.NoError(t, dec.Decode(into), "%s", raw)
+	}
+	var pod corev1.Pod
+	decode(t, probeObject("v1", target("", "v1", "pods", "Pod")), &pod)
+	require.Len(t, pod.Spec.Containers, 1)
+	assert.NotEmpty(t, pod.Spec.Containers[0].Image)
+	var cm corev1.ConfigMap
+	decode(t, probeObject("v1", target("", "v1", "configmaps", "ConfigMap")), &cm)
+	assert.NotEmpty(t, cm.Data)
+	var secret corev1.Secret
+	decode(t, probeObject("v1", target("", "v1", "secrets", "Secret")), &secret)
+	assert.Equal(t, corev1.SecretTypeOpaque, secret.Type)
+	assert.NotEmpty(t, secret.Data)
+	var ds appsv1.DaemonSet
+	decode(t, probeObject("apps/v1", target("apps", "v1", "daemonsets", "DaemonSet")), &ds)
+	require.Len(t, ds.Spec.Template.Spec.Containers, 1)
+	generic := probeObject("example.com/v1", target("example.com", "v1", "widgets", "Widget"))
+	assert.Equal(t, "Widget", generic["kind"])
+	assert.Equal(t, "default", generic["metadata"].(map[string]any)["namespace"])
+}
+
+func TestProbeTimeout_cappedAtTimeoutSeconds(t *testing.T) {
+	wh := admissionregistrationv1.MutatingWebhook{TimeoutSeconds: ptr.To[int32](2)}
+	assert.Equal(t, 2*time.Second, probeTimeout(wh, Spec{Timeout: 5 * time.Second}), "the apiserver gives up after timeoutSeconds")
+	assert.Equal(t, 500*time.Millisecond, probeTimeout(wh, Spec{Timeout: 500 * time.Millisecond}))
+	assert.Equal(t, 2*time.Second, probeTimeout(wh, Spec{}))
+	assert.Equal(t, DefaultTimeout, probeTimeout(admissionregistrationv1.MutatingWebhook{}, Spec{}))
 }
 
 func TestProber_Probe_resourceDiscoveryDoesNotKnowIsUnknown(t *testing.T) {
