@@ -129,6 +129,7 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 
 	reader := mgr.GetAPIReader()
 	state := breaker.NewState()
+	state.HoldWhenAllFail = cfg.HoldWhenAllFail
 	recorder := mgr.GetEventRecorder("webhook-guard")
 	triggers := map[circuit.Kind]chan<- event.GenericEvent{}
 	for _, kind := range []circuit.Kind{circuit.KindMutating, circuit.KindValidating} {

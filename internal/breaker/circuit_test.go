@@ -2,11 +2,14 @@ package breaker
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
+	"github.com/webhook-guard/webhook-guard/internal/config"
 	"github.com/webhook-guard/webhook-guard/internal/probe"
 )
 
@@ -163,4 +166,42 @@ func TestCounts_Observe_unrecognisedOutcomeMovesNothing(t *testing.T) {
 	assert.Equal(t, 2, c.Failures)
 	assert.Equal(t, 0, c.Successes)
 	assert.Equal(t, probe.ReasonTimeout, c.Last.Reason)
+}
+
+func TestState_AllFailing(t *testing.T) {
+	key := func(i int) string { return fmt.Sprintf("Mutating/cfg/w%d.example.com", i) }
+	cases := map[string]struct {
+		hold    int
+		results []probe.Result
+		want    bool
+	}{
+		"two targets failing":                    {2, []probe.Result{failedResult(probe.ReasonTimeout), failedResult(probe.ReasonRefused)}, true},
+		"one of them healthy":                    {2, []probe.Result{failedResult(probe.ReasonTimeout), healthyResult()}, false},
+		"a single target never holds":            {2, []probe.Result{failedResult(probe.ReasonTimeout)}, false},
+		"unknown results are not counted":        {2, []probe.Result{failedResult(probe.ReasonTimeout), {Outcome: probe.OutcomeUnknown}}, false},
+		"two failing under a threshold of three": {3, []probe.Result{failedResult(probe.ReasonTimeout), failedResult(probe.ReasonRefused)}, false},
+		"switched off":                           {0, []probe.Result{failedResult(probe.ReasonTimeout), failedResult(probe.ReasonRefused)}, false},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			s := NewState()
+			s.HoldWhenAllFail = tc.hold
+			for i, r := range tc.results {
+				s.Register(key(i))
+				if r.Outcome != "" {
+					s.Observe(key(i), r, testNow)
+				}
+			}
+			assert.Equal(t, tc.want, s.AllFailing())
+			assert.Equal(t, tc.want, s.Inputs(nil, testNow, "", "").HoldOpen)
+		})
+	}
+}
+
+func TestPlan_holdOpenStopsOpeningsNotClosings(t *testing.T) {
+	base := newConfig(newWebhook(whA, policyFail), newWebhook(whB, policyFail))
+	tgts := []config.Target{target(whA, config.ModeBypass, 1, 1), target(whB, config.ModeBypass, 1, 1)}
+	cur := withEntries(t, base, circuit.Record{whB: entryFor(config.ModeBypass, policyFail)})
+	_, changes := plan(t, cur, Inputs{Targets: tgts, HoldOpen: true, Counts: map[string]Counts{whA: failing(3, probe.ReasonTimeout), whB: healthy(3)}})
+	assert.Equal(t, map[string]ChangeKind{whB: Closed}, kinds(changes))
 }

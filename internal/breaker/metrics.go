@@ -26,6 +26,9 @@ type Metrics struct {
 	// be decoded; the breaker changes nothing on it until it is repaired or
 	// handed over.
 	RecordUnreadable *prometheus.GaugeVec
+	// OpeningsHeld is 1 while every probed target fails at once and the
+	// breaker holds every opening (config holdWhenAllFail).
+	OpeningsHeld prometheus.Gauge
 }
 
 // NewMetrics creates the collectors without registering them.
@@ -66,11 +69,14 @@ func NewMetrics() *Metrics {
 		RecordUnreadable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "guard_record_unreadable", Help: "1 while a configuration's circuit record cannot be decoded; nothing is changed on it until it is repaired or handed over with the override annotation.",
 		}, []string{"kind", "configuration"}),
+		OpeningsHeld: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "guard_openings_held", Help: "1 while every probed target is failing at once: the likely cause is the guard's own network, so no circuit is opened until one target is healthy again.",
+		}),
 	}
 }
 
 // Collectors returns every collector, for registration on
 // controller-runtime's metrics.Registry.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.CircuitOpen, m.ProbeDuration, m.ProbeFailures, m.ProbeUnknown, m.Transitions, m.WriteConflicts, m.WriteErrors, m.TargetMissing, m.TargetUnprobeable, m.Reconciles, m.RecordUnreadable}
+	return []prometheus.Collector{m.CircuitOpen, m.ProbeDuration, m.ProbeFailures, m.ProbeUnknown, m.Transitions, m.WriteConflicts, m.WriteErrors, m.TargetMissing, m.TargetUnprobeable, m.Reconciles, m.RecordUnreadable, m.OpeningsHeld}
 }

@@ -57,6 +57,9 @@ type Inputs struct {
 	// signed by another identity belong to another installation and are
 	// left alone.
 	Identity string
+	// HoldOpen stops every opening (closes still happen): every probed
+	// target of the service is failing at once (State.Inputs).
+	HoldOpen bool
 	// Only, when set, limits the decisions about targets to this webhook;
 	// the others stay as they are. The reconciler uses it to write
 	// transitions one by one after the apiserver refused them together.
@@ -170,6 +173,9 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 		}
 		switch Decide(open, c, t.OpenAfter, t.CloseAfter) {
 		case Open:
+			if in.HoldOpen {
+				continue
+			}
 			if !openWebhook(wh, t.Mode) {
 				continue // Ignore is already the administrator's baseline.
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -53,6 +54,8 @@ type ProbeRunner struct {
 	// configuration's annotations (for example cert-manager's CA
 	// injection). It returns "" when it has nothing to say.
 	DiagnoseTLS func(ctx context.Context, annotations map[string]string) string
+
+	holding atomic.Bool
 }
 
 var (
@@ -67,6 +70,9 @@ func (r *ProbeRunner) NeedLeaderElection() bool { return true }
 func (r *ProbeRunner) Start(ctx context.Context) error {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
+	}
+	for _, t := range r.Targets {
+		r.State.Register(t.Key())
 	}
 	var wg sync.WaitGroup
 	for _, t := range r.Targets {
@@ -155,6 +161,16 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 		log.V(1).Info("Probe healthy", "duration", res.Duration)
 	}
 	counts := r.State.Observe(t.Key(), res, r.Clock.Now())
+	if holding := r.State.AllFailing(); r.holding.Swap(holding) != holding {
+		r.Metrics.OpeningsHeld.Set(boolGauge(holding))
+		if holding {
+			log.Info("Every probed target is failing at once; holding every opening until one is healthy again")
+			r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, "OpeningsHeld", "Probe",
+				"every webhook webhook-guard probes is failing at once, %s among them: the likely cause is the guard's own network (a NetworkPolicy, DNS, its node), not every webhook; no circuit opens until one target is healthy again", t.Webhook)
+		} else {
+			log.Info("A probed target is healthy again; openings are no longer held")
+		}
+	}
 	if diagnosis != "" && counts.Failures == 1 {
 		// Once per run of failures, not once per probe.
 		log.Info("TLS probe failure diagnosed", "diagnosis", diagnosis)

@@ -28,6 +28,9 @@ type TargetStatus struct {
 // status endpoint (readers). It is memory only: after a failover the new
 // leader starts counting from zero and reads the circuit from the objects.
 type State struct {
+	// HoldWhenAllFail is config.Configuration.HoldWhenAllFail; 0 is off.
+	HoldWhenAllFail int
+
 	mu      sync.RWMutex
 	targets map[string]TargetStatus
 	// refused holds, by target key, the resourceVersion of the object at
@@ -102,6 +105,7 @@ func (s *State) Inputs(targets []config.Target, now time.Time, identity, resourc
 	in := Inputs{Targets: targets, Counts: map[string]Counts{}, Unprobeable: map[string]string{}, Now: now, Identity: identity}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
+	in.HoldOpen = s.allFailingLocked()
 	for _, t := range targets {
 		st, ok := s.targets[t.Key()]
 		switch {
@@ -113,6 +117,45 @@ func (s *State) Inputs(targets []config.Target, now time.Time, identity, resourc
 		}
 	}
 	return in
+}
+
+// Register adds a target that has not been probed yet, so that AllFailing
+// counts it as not healthy until its first result.
+func (s *State) Register(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.targets[key]; !ok {
+		s.targets[key] = TargetStatus{}
+	}
+}
+
+// AllFailing reports whether openings are held: at least one target is
+// failing, at least HoldWhenAllFail are failing or not yet probed, and
+// none is healthy. Targets that cannot be probed, and those
+// whose probes could only say Unknown, do not count.
+func (s *State) AllFailing() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.allFailingLocked()
+}
+
+func (s *State) allFailingLocked() bool {
+	if s.HoldWhenAllFail < 2 {
+		return false
+	}
+	failing, pending := 0, 0
+	for _, st := range s.targets {
+		switch {
+		case st.Problem != "", st.Last.Outcome == "" && st.LastUnknown != nil:
+		case st.Last.Outcome == "":
+			pending++
+		case st.Last.Outcome == probe.OutcomeFailed:
+			failing++
+		default:
+			return false
+		}
+	}
+	return failing >= 1 && failing+pending >= s.HoldWhenAllFail
 }
 
 // targetsOf returns the targets in kind's configuration.

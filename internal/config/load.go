@@ -53,7 +53,13 @@ func convert(f *file) (*Configuration, field.ErrorList) {
 	if len(f.Targets) == 0 {
 		errs = append(errs, field.Required(targets, "list at least one approved webhook"))
 	}
-	cfg := &Configuration{}
+	cfg := &Configuration{HoldWhenAllFail: DefaultHoldWhenAllFail}
+	if f.HoldWhenAllFail != nil {
+		cfg.HoldWhenAllFail = *f.HoldWhenAllFail
+		if cfg.HoldWhenAllFail < 0 || cfg.HoldWhenAllFail == 1 {
+			errs = append(errs, field.Invalid(field.NewPath("holdWhenAllFail"), cfg.HoldWhenAllFail, "must be 0 (off) or at least 2"))
+		}
+	}
 	seen := map[string]int{}
 	for i, ft := range f.Targets {
 		p := targets.Index(i)

@@ -116,6 +116,10 @@ func TestParse_malformed(t *testing.T) {
 			header + minimalTarget + "- configuration: slow-mutator\n  webhook: slow-mutator.example.com\n  allowAdmissionWithoutMutation: true\n",
 			`invalid GuardConfiguration: targets[1]: Duplicate value: "Mutating/slow-mutator/slow-mutator.example.com (same as targets[0])"`,
 		},
+		"holdWhenAllFail of 1 would hold every single failure": {
+			"holdWhenAllFail: 1\n" + header + minimalTarget,
+			"invalid GuardConfiguration: holdWhenAllFail: Invalid value: 1: must be 0 (off) or at least 2",
+		},
 		"an unknown kind is rejected": {
 			header + "targets:\n- kind: Mutatin\n  configuration: a\n  webhook: a.example.com\n  allowAdmissionWithoutMutation: true\n",
 			`invalid GuardConfiguration: targets[0].kind: Unsupported value: "Mutatin": supported values: "Mutating", "Validating"`,

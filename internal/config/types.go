@@ -40,13 +40,17 @@ const (
 	DefaultCloseAfter    = 5
 	DefaultProbeKind     = ProbeAdmissionReview
 	DefaultProbeInterval = time.Second
+	// DefaultHoldWhenAllFail: two webhooks on one backend may well fail
+	// together; three or more at once point at the guard's own network.
+	DefaultHoldWhenAllFail = 3
 )
 
 // file is the on-disk form, decoded strictly.
 type file struct {
-	APIVersion string       `json:"apiVersion"`
-	Kind       string       `json:"kind"`
-	Targets    []fileTarget `json:"targets"`
+	APIVersion      string       `json:"apiVersion"`
+	Kind            string       `json:"kind"`
+	HoldWhenAllFail *int         `json:"holdWhenAllFail"`
+	Targets         []fileTarget `json:"targets"`
 }
 
 type fileTarget struct {
@@ -72,6 +76,12 @@ type fileProbe struct {
 type Configuration struct {
 	// Targets are the approved webhooks, in file order.
 	Targets []Target
+	// HoldWhenAllFail is how many targets, all failing (or not probed
+	// yet) with none healthy, make the breaker open none of them: the
+	// likely cause is then the guard's own network, not every webhook at
+	// once. It reports it, and opens again once one target is healthy.
+	// 0 turns the hold off. Default 3.
+	HoldWhenAllFail int
 }
 
 // Target is one approved webhook.

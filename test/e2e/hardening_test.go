@@ -216,7 +216,10 @@ func TestHardening_invalidChangeDoesNotBlockTheOthers(t *testing.T) {
 	s.writes.waitFor(t, mwc.ResourceVersion)
 	before := len(s.writes.modified())
 
-	cfg := strings.Replace(s.config(""), "targets:\n", fmt.Sprintf(`targets:
+	// Both webhooks fail here; holding openings when all fail would hide
+	// what this test is about.
+	cfg := strings.Replace(s.config(""), "targets:\n", fmt.Sprintf(`holdWhenAllFail: 0
+targets:
 - configuration: %s
   webhook: %s
   allowAdmissionWithoutMutation: true
@@ -258,4 +261,49 @@ func TestHardening_invalidChangeDoesNotBlockTheOthers(t *testing.T) {
 	}, transition, 50*time.Millisecond)
 	assert.Equal(t, refusals, errorsNow(), "the refused change was tried again")
 	assert.Len(t, s.writes.modified(), before+1, "want exactly the other webhook's open")
+}
+
+// Defect 12: every target failing in the same interval points at the
+// guard's own network. Nothing opens; the suspicion is reported; once one
+// target is healthy again, the failing one opens.
+func TestHardening_everythingFailingAtOnceHoldsOpenings(t *testing.T) {
+	s := newBreakerSetup(t, setupOptions{mode: "Bypass"})
+	other := "other." + s.name + ".webhook-guard.io" // its URL refuses connections: always failing
+	cfg := strings.Replace(s.config(""), "targets:\n", fmt.Sprintf(`holdWhenAllFail: 2
+targets:
+- configuration: %s
+  webhook: %s
+  allowAdmissionWithoutMutation: true
+  mode: Bypass
+  openAfter: 2
+  probe:
+    interval: 100ms
+    timeout: 250ms
+`, s.name, other), 1)
+	s.wh.SetBehaviour(webhookPath, harness.Delayed(2*time.Second, harness.Allow()))
+	metricsAddr := freeAddr(t)
+	s.startGuardWith("guard", cfg, "--metrics-bind-address", metricsAddr)
+
+	reader := metricsReader(t, s.ns)
+	require.Eventually(t, func() bool {
+		body, err := scrape(metricsAddr, reader)
+		return err == nil && metricValue(body, "\nguard_openings_held") == 1
+	}, transition, 50*time.Millisecond, "guard_openings_held never said so")
+	require.Eventually(t, func() bool {
+		_, ok := mwcEventReasons(t, s.name)["OpeningsHeld"]
+		return ok
+	}, transition, 100*time.Millisecond, "no OpeningsHeld Event")
+	// Ten more failed probes of each go by, and nothing opens.
+	probes := s.wh.Calls(webhookPath) - s.wh.APIServerCalls(webhookPath)
+	require.Eventually(t, func() bool {
+		return s.wh.Calls(webhookPath)-s.wh.APIServerCalls(webhookPath) >= probes+10
+	}, transition, 50*time.Millisecond)
+	assert.Empty(t, s.writes.modified(), "a circuit opened while every target was failing")
+
+	// One target healthy again: the hold lifts and the failing one opens.
+	s.wh.SetBehaviour(webhookPath, harness.Allow())
+	require.Eventually(t, func() bool { return isOpen(s.get(), other, "Bypass") }, transition, 50*time.Millisecond,
+		"the failing webhook never opened once another was healthy")
+	_, open := mustRecord(t, s.get())[s.hook]
+	assert.False(t, open, "the healthy webhook stays closed")
 }
