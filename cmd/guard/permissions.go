@@ -18,7 +18,7 @@ import (
 )
 
 // checkTargetPermissions asks the apiserver, with SelfSubjectAccessReviews,
-// whether this identity may update every target configuration. The
+// whether this identity may patch every target configuration. The
 // configuration and the RBAC resourceNames must not drift apart: a target
 // the service could not write would fail only when its circuit needs to
 // open, the worst moment. So the service refuses to start, naming each gap.
@@ -33,11 +33,11 @@ func checkTargetPermissions(ctx context.Context, rc *rest.Config, cfg *config.Co
 		for _, name := range cfg.Names(kind) {
 			review, err := cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
 				Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
-					Group: "admissionregistration.k8s.io", Resource: kind.Resource(), Verb: "update", Name: name,
+					Group: "admissionregistration.k8s.io", Resource: kind.Resource(), Verb: "patch", Name: name,
 				}},
 			}, metav1.CreateOptions{})
 			if err != nil {
-				return fmt.Errorf("checking permission to update %s/%s: %w", kind.Resource(), name, err)
+				return fmt.Errorf("checking permission to patch %s/%s: %w", kind.Resource(), name, err)
 			}
 			if !review.Status.Allowed {
 				missing = append(missing, name)
@@ -48,7 +48,7 @@ func checkTargetPermissions(ctx context.Context, rc *rest.Config, cfg *config.Co
 		}
 	}
 	if len(gaps) > 0 {
-		return fmt.Errorf("this identity may not update %s, which the configuration lists as targets; "+
+		return fmt.Errorf("this identity may not patch %s, which the configuration lists as targets; "+
 			"add them to the resourceNames of the ClusterRole webhook-guard-targets (make manifests regenerates it from the configuration) or remove the targets",
 			strings.Join(gaps, "; "))
 	}
@@ -103,7 +103,7 @@ func orphanedRecords(ctx context.Context, c client.Reader, cfg *config.Configura
 
 // checkOrphanedRecords refuses to start when a configuration carries an
 // open circuit for a webhook that is no longer a target and this identity
-// may not update that configuration: the breaker closes such circuits, and
+// may not patch that configuration: the breaker closes such circuits, and
 // nobody else would. It names each one and how to release it.
 func checkOrphanedRecords(ctx context.Context, rc *rest.Config, cfg *config.Configuration, identity string) error {
 	c, err := client.New(rc, client.Options{Scheme: scheme})
@@ -122,11 +122,11 @@ func checkOrphanedRecords(ctx context.Context, rc *rest.Config, cfg *config.Conf
 	for _, o := range orphans {
 		review, err := cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
 			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
-				Group: "admissionregistration.k8s.io", Resource: o.kind.Resource(), Verb: "update", Name: o.configuration,
+				Group: "admissionregistration.k8s.io", Resource: o.kind.Resource(), Verb: "patch", Name: o.configuration,
 			}},
 		}, metav1.CreateOptions{})
 		if err != nil {
-			return fmt.Errorf("checking permission to update %s/%s: %w", o.kind.Resource(), o.configuration, err)
+			return fmt.Errorf("checking permission to patch %s/%s: %w", o.kind.Resource(), o.configuration, err)
 		}
 		if !review.Status.Allowed {
 			stuck = append(stuck, fmt.Sprintf("%s %s (webhook %s; release it with: kubectl annotate %s %s %s=\"<reason>\")",
@@ -134,7 +134,7 @@ func checkOrphanedRecords(ctx context.Context, rc *rest.Config, cfg *config.Conf
 		}
 	}
 	if len(stuck) > 0 {
-		return fmt.Errorf("these configurations carry an open circuit for a webhook that is no longer a target, and this identity may not update them to close it: %s. "+
+		return fmt.Errorf("these configurations carry an open circuit for a webhook that is no longer a target, and this identity may not patch them to close it: %s. "+
 			"Keep the target until its circuit closes, or release the configuration as shown, then restart",
 			strings.Join(stuck, "; "))
 	}

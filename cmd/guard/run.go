@@ -160,7 +160,7 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 		return err
 	}
 	if err := mgr.AddReadyzCheck("guard-policy", func(req *http.Request) error {
-		return admission.PolicyInPlace(req.Context(), reader, opts)
+		return admission.PolicyEnforced(req.Context(), reader, opts)
 	}); err != nil {
 		return err
 	}

@@ -60,6 +60,19 @@ func messageCEL(breaker string) string {
 	}, " + "))
 }
 
+// breakerDenial is the message for the breaker's identity changing more
+// than it owns.
+func breakerDenial(kind circuit.Kind, name, breaker string, other []string) string {
+	return oneLine(fmt.Sprintf(`%s "%s": webhook-guard's own identity (%s) may change only the fields it owns (failurePolicy of managed webhooks, the bypass matchCondition, the circuit record); this request also changes %s.`,
+		kind.Singular(), name, breaker, strings.Join(other, ", ")))
+}
+
+// breakerDenialCEL is breakerDenial in CEL, from the policy's variables.
+func breakerDenialCEL(breaker string) string {
+	return oneLineCEL(`variables.kindName + ' "' + object.metadata.name + '": webhook-guard\'s own identity (' + ` + circuit.QuoteCEL(breaker) +
+		` + ') may change only the fields it owns (failurePolicy of managed webhooks, the bypass matchCondition, the circuit record); this request also changes ' + variables.unownedChanges.join(', ') + '.'`)
+}
+
 // AnnotateCommand returns the kubectl command that hands configuration name
 // of kind over to its administrators. overwrite adds --overwrite, needed
 // when the stored object already carries the annotation (for example with

@@ -83,6 +83,11 @@ func RenderPolicy(opts Options) (*admissionregistrationv1.ValidatingAdmissionPol
 			},
 			Variables: policyVariables(opts),
 			Validations: []admissionregistrationv1.Validation{{
+				Expression:        breakerValidationExpression,
+				MessageExpression: breakerDenialCEL(opts.Breaker()),
+				Message:           fmt.Sprintf("webhook-guard's own identity (%s) may change only the fields it owns", opts.Breaker()),
+				Reason:            ptrTo(metav1.StatusReasonForbidden),
+			}, {
 				Expression:        validationExpression,
 				MessageExpression: messageCEL(opts.Breaker()),
 				Message: fmt.Sprintf("fields owned by webhook-guard (%s) may not be changed; to hand the configuration over, run: %s",
@@ -111,6 +116,14 @@ func ptrTo[T any](v T) *T { return &v }
 // a managed configuration without being the breaker or carrying an override.
 const validationExpression = `!variables.isManaged || variables.isBreaker || variables.override || size(variables.ownedChanges) == 0`
 
+// managedVariable names the policy variable that holds the targets: the
+// only part of the policy, with the resourceNames, that depends on them.
+const managedVariable = "managedByResource"
+
+// breakerValidationExpression admits the request unless the breaker's own
+// identity updates more than the owned fields of a managed configuration.
+const breakerValidationExpression = `!variables.isManaged || !variables.isBreaker || oldObject == null || size(variables.unownedChanges) == 0`
+
 // policyVariables renders the policy's variables; each may use the ones
 // before it. They compute what ownedChanges and openNotes compute in Go.
 func policyVariables(opts Options) []admissionregistrationv1.Variable {
@@ -129,7 +142,7 @@ func policyVariables(opts Options) []admissionregistrationv1.Variable {
 	}
 	vars := []struct{ name, expr string }{
 		// managed webhook names by resource and configuration name, rendered from Options.
-		{"managedByResource", celManagedMap(opts)},
+		{managedVariable, celManagedMap(opts)},
 		{"managedByConfig", `request.resource.resource in variables.managedByResource ? variables.managedByResource[request.resource.resource] : {}`},
 		{"kindName", fmt.Sprintf(`request.resource.resource == %s ? %s : %s`, circuit.QuoteCEL(circuit.KindValidating.Resource()),
 			circuit.QuoteCEL(circuit.KindValidating.Singular()), circuit.QuoteCEL(circuit.KindMutating.Singular()))},
@@ -156,6 +169,12 @@ func policyVariables(opts Options) []admissionregistrationv1.Variable {
 		{"circuitChanges", fmt.Sprintf(`variables.circuit != variables.oldCircuit ? [%s + (size(variables.oldCircuit) == 0 ? 'added' : size(variables.circuit) == 0 ? 'removed' : 'changed') + ')'] : []`,
 			circuit.QuoteCEL(circuitPath+" ("))},
 		{"ownedChanges", `variables.failurePolicyChanges + variables.bypassChanges + variables.circuitChanges`},
+		// what else changes, as unownedChanges lists it in Go.
+		{"labelsChanged", `(has(object.metadata.labels) ? object.metadata.labels : {}) != (oldObject != null && has(oldObject.metadata.labels) ? oldObject.metadata.labels : {})`},
+		{"annotationsChanged", fmt.Sprintf(`variables.annotations.filter(k, k != %s).exists(k, !(k in variables.oldAnnotations) || variables.oldAnnotations[k] != variables.annotations[k]) || variables.oldAnnotations.filter(k, k != %s).exists(k, !(k in variables.annotations))`, annotation, annotation)},
+		{"webhookSetChanged", `variables.oldWebhooks.map(o, o.name) != variables.newWebhooks.map(w, w.name)`},
+		{"webhooksChanged", fmt.Sprintf(`variables.newWebhooks.filter(w, variables.oldWebhooks.exists(o, o.name == w.name && !(%s))).map(w, 'webhooks[name=' + w.name + ']')`, sameUnowned(marker))},
+		{"unownedChanges", `(variables.labelsChanged ? ['metadata.labels'] : []) + (variables.annotationsChanged ? ['metadata.annotations'] : []) + (variables.webhookSetChanged ? ['webhooks (added, removed or reordered)'] : []) + variables.webhooksChanged`},
 		// the stored record's text, '' when there is none.
 		{"oldRecord", `size(variables.oldCircuit) == 0 ? '' : variables.oldCircuit[0]`},
 		// [name, entry text] of each managed webhook with an entry in the stored record.
@@ -169,6 +188,22 @@ func policyVariables(opts Options) []admissionregistrationv1.Variable {
 		out = append(out, admissionregistrationv1.Variable{Name: v.name, Expression: v.expr})
 	}
 	return out
+}
+
+// sameUnowned renders, for webhooks o and w, whether every field the
+// breaker does not own is the same: a field is the same when both lack it
+// or both hold equal values. A managed webhook's failurePolicy and the
+// bypass marker are left out.
+func sameUnowned(marker string) string {
+	fields := []string{"clientConfig", "rules", "timeoutSeconds", "namespaceSelector", "objectSelector", "matchPolicy", "sideEffects", "admissionReviewVersions", "reinvocationPolicy"}
+	parts := make([]string, 0, len(fields)+2)
+	for _, f := range fields {
+		parts = append(parts, fmt.Sprintf("has(o.%s) == has(w.%s) && (!has(o.%s) || o.%s == w.%s)", f, f, f, f, f))
+	}
+	parts = append(parts,
+		"(w.name in variables.managed || (has(o.failurePolicy) == has(w.failurePolicy) && (!has(o.failurePolicy) || o.failurePolicy == w.failurePolicy)))",
+		fmt.Sprintf("(has(o.matchConditions) ? o.matchConditions.filter(c, c.name != %s) : []) == (has(w.matchConditions) ? w.matchConditions.filter(c, c.name != %s) : [])", marker, marker))
+	return strings.Join(parts, " && ")
 }
 
 // celManagedMap renders the managed webhooks as a CEL map literal from

@@ -201,3 +201,44 @@ func PolicyInPlace(ctx context.Context, c client.Reader, opts Options) error {
 	}
 	return nil
 }
+
+// PolicyEnforced is the readiness signal: the policy and binding in the
+// cluster are in place as any configuration renders them, whichever
+// targets they name. Only the leader writes the policy, for its own
+// configuration; during a rollout that changes the targets, a new replica
+// must be ready while the old leader's policy stands, or the rollout never
+// completes. Anything else that differs (an added matchCondition, an
+// exclusion, a narrowed binding) is not in place.
+func PolicyEnforced(ctx context.Context, c client.Reader, opts Options) error {
+	policy, binding := RenderPolicy(opts)
+	live := &admissionregistrationv1.ValidatingAdmissionPolicy{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(policy), live); err != nil {
+		return fmt.Errorf("ValidatingAdmissionPolicy %s: %w", policy.Name, err)
+	}
+	// Take the targets from the live policy, then require the rest equal.
+	if mc := live.Spec.MatchConstraints; mc != nil && len(mc.ResourceRules) == len(policy.Spec.MatchConstraints.ResourceRules) {
+		for i := range mc.ResourceRules {
+			policy.Spec.MatchConstraints.ResourceRules[i].ResourceNames = mc.ResourceRules[i].ResourceNames
+		}
+	}
+	for i, v := range policy.Spec.Variables {
+		if v.Name == managedVariable {
+			for _, lv := range live.Spec.Variables {
+				if lv.Name == managedVariable {
+					policy.Spec.Variables[i].Expression = lv.Expression
+				}
+			}
+		}
+	}
+	if !inPlace(live, policy) {
+		return fmt.Errorf("ValidatingAdmissionPolicy %s differs from the rendered guard beyond its targets", policy.Name)
+	}
+	liveBinding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(binding), liveBinding); err != nil {
+		return fmt.Errorf("ValidatingAdmissionPolicyBinding %s: %w", binding.Name, err)
+	}
+	if !inPlace(liveBinding, binding) {
+		return fmt.Errorf("ValidatingAdmissionPolicyBinding %s differs from the rendered guard", binding.Name)
+	}
+	return nil
+}

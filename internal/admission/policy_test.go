@@ -93,8 +93,9 @@ func TestRenderPolicy_failurePolicyAndBinding(t *testing.T) {
 
 func TestRenderPolicy_validations(t *testing.T) {
 	p, _ := admission.RenderPolicy(admission.Options{BreakerUsername: "system:serviceaccount:ns:breaker", Managed: map[string][]string{"cfg": {"w.example.com"}}})
-	require.Len(t, p.Spec.Validations, 1)
-	v := p.Spec.Validations[0]
+	require.Len(t, p.Spec.Validations, 2)
+	assert.Contains(t, p.Spec.Validations[0].Expression, "variables.unownedChanges", "the breaker's own limit comes first")
+	v := p.Spec.Validations[1]
 	require.NotNil(t, v.Reason)
 	assert.Equal(t, metav1.StatusReasonForbidden, *v.Reason)
 	assert.Contains(t, v.Expression, "variables.isBreaker")
@@ -121,7 +122,7 @@ func TestRenderPolicy_validations(t *testing.T) {
 		}
 		declared[vr.Name] = true
 	}
-	for _, expr := range []string{v.Expression, v.MessageExpression} {
+	for _, expr := range []string{v.Expression, v.MessageExpression, p.Spec.Validations[0].Expression, p.Spec.Validations[0].MessageExpression} {
 		for _, ref := range referencedVariables(expr) {
 			assert.True(t, declared[ref], "undeclared variable %s", ref)
 		}
@@ -212,4 +213,32 @@ func TestPolicyInPlace_neuteredIsNotInPlace(t *testing.T) {
 			assert.Error(t, build(edit))
 		})
 	}
+}
+
+// TestPolicyEnforced_anyTargetsButNothingElse: readiness accepts the
+// policy an old leader renders for other targets (a rollout that changes
+// them must complete), and nothing else.
+func TestPolicyEnforced_anyTargetsButNothingElse(t *testing.T) {
+	scheme := runtime.NewScheme()
+	require.NoError(t, admissionregistrationv1.AddToScheme(scheme))
+	mine := admission.Options{Managed: map[string][]string{"cfg": {"w.example.com"}, "new": {"n.example.com"}}}
+	theirs := admission.Options{Managed: map[string][]string{"cfg": {"w.example.com"}}}
+	live := func(edit func(*admissionregistrationv1.ValidatingAdmissionPolicy)) error {
+		p, b := admission.RenderPolicy(theirs)
+		if edit != nil {
+			edit(p)
+		}
+		c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(p, b).Build()
+		return admission.PolicyEnforced(context.Background(), c, mine)
+	}
+	require.NoError(t, live(nil), "the old leader's policy for other targets is enforced")
+	assert.Error(t, live(func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
+		p.Spec.MatchConditions = []admissionregistrationv1.MatchCondition{{Name: "off", Expression: "false"}}
+	}))
+	assert.Error(t, live(func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
+		p.Spec.Validations = p.Spec.Validations[1:]
+	}))
+	p, b := admission.RenderPolicy(theirs)
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(p, b).Build()
+	assert.Error(t, admission.PolicyInPlace(context.Background(), c, mine), "the leader still repairs to its own targets")
 }

@@ -1,7 +1,9 @@
 package admission
 
 import (
+	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -32,6 +34,10 @@ const (
 	// ReasonInvalidRequest is reported (and the request denied) when a CREATE
 	// or UPDATE carries no new object.
 	ReasonInvalidRequest = "InvalidRequest"
+	// ReasonBreakerOutsideOwnedFields is reported when the breaker's own
+	// identity changes anything but the owned fields of a managed
+	// configuration: its token may repoint no webhook.
+	ReasonBreakerOutsideOwnedFields = "BreakerOutsideOwnedFields"
 )
 
 // Options configures the ownership rule.
@@ -155,10 +161,19 @@ func Decide(req Request, opts Options) Decision {
 	}
 	managedHooks := opts.managedWebhooks(kind, name)
 	changes := ownedChanges(old, req.New, managedHooks)
+	isBreaker := req.User.Username == opts.Breaker()
+	if isBreaker && old != nil {
+		if other := unownedChanges(old, req.New, managedHooks); len(other) > 0 {
+			return Decision{
+				Reason:  ReasonBreakerOutsideOwnedFields,
+				Message: breakerDenial(kind, name, opts.Breaker(), other),
+			}
+		}
+	}
 	switch {
 	case len(changes) == 0:
 		return Decision{Allowed: true, Reason: ReasonAllowed}
-	case req.User.Username == opts.Breaker():
+	case isBreaker:
 		return Decision{Allowed: true, Reason: ReasonBreakerIdentity}
 	case req.New.Annotations[circuit.OverrideAnnotation] != "":
 		return Decision{Allowed: true, Reason: ReasonOverride}
@@ -225,6 +240,82 @@ func ownedChanges(old, new *admissionregistrationv1.MutatingWebhookConfiguration
 		changes = append(changes, fmt.Sprintf("%s (%s)", circuitPath, changeVerb(ook, nok)))
 	}
 	return changes
+}
+
+// unownedChanges lists what an UPDATE changes besides the owned fields, in
+// the order the CEL rendering lists them: the labels, the annotations other
+// than the circuit record, the webhooks' names and order, then each webhook
+// (in new order) whose other fields differ. Fields are compared as the
+// apiserver stores them (JSON, an absent field differs from a present one),
+// which is how CEL sees them.
+func unownedChanges(old, new *admissionregistrationv1.MutatingWebhookConfiguration, managedHooks []string) []string {
+	var out []string
+	if !jsonEqual(old.Labels, new.Labels) {
+		out = append(out, "metadata.labels")
+	}
+	without := func(m map[string]string) map[string]string {
+		c := map[string]string{}
+		for k, v := range m {
+			if k != circuit.Annotation {
+				c[k] = v
+			}
+		}
+		return c
+	}
+	if !jsonEqual(without(old.Annotations), without(new.Annotations)) {
+		out = append(out, "metadata.annotations")
+	}
+	names := func(hooks []admissionregistrationv1.MutatingWebhook) []string {
+		n := make([]string, 0, len(hooks))
+		for i := range hooks {
+			n = append(n, hooks[i].Name)
+		}
+		return n
+	}
+	if !slices.Equal(names(old.Webhooks), names(new.Webhooks)) {
+		out = append(out, "webhooks (added, removed or reordered)")
+	}
+	for i := range new.Webhooks {
+		n := &new.Webhooks[i]
+		o := findHook(old.Webhooks, n.Name)
+		if o != nil && !jsonEqual(unowned(o, contains(managedHooks, n.Name)), unowned(n, contains(managedHooks, n.Name))) {
+			out = append(out, "webhooks[name="+n.Name+"]")
+		}
+	}
+	return out
+}
+
+// unowned is the webhook without the fields the breaker owns: the bypass
+// marker, and the failurePolicy of a managed webhook.
+func unowned(w *admissionregistrationv1.MutatingWebhook, managed bool) *admissionregistrationv1.MutatingWebhook {
+	c := w.DeepCopy()
+	if managed {
+		c.FailurePolicy = nil
+	}
+	c.MatchConditions = nil
+	for _, mc := range w.MatchConditions {
+		if mc.Name != circuit.BypassCondition {
+			c.MatchConditions = append(c.MatchConditions, mc)
+		}
+	}
+	return c
+}
+
+// jsonEqual compares two values as their JSON encodings: as stored.
+func jsonEqual(a, b any) bool {
+	ja, errA := json.Marshal(a)
+	jb, errB := json.Marshal(b)
+	return errA == nil && errB == nil && string(normalizeEmpty(ja)) == string(normalizeEmpty(jb))
+}
+
+// normalizeEmpty makes null and an empty map or list equal, as an absent
+// map is on the wire.
+func normalizeEmpty(b []byte) []byte {
+	switch string(b) {
+	case "null", "{}", "[]":
+		return nil
+	}
+	return b
 }
 
 // openNotes describes, from old's record, each managed webhook whose

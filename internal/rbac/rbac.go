@@ -20,8 +20,9 @@ func Labels() map[string]string {
 	return map[string]string{"app.kubernetes.io/name": "webhook-guard"}
 }
 
-// RenderTargetsRole renders the ClusterRole TargetsRoleName. It grants update
-// and patch on mutatingwebhookconfigurations and on
+// RenderTargetsRole renders the ClusterRole TargetsRoleName. It grants patch
+// (the breaker's one write per transition is a JSON patch) on
+// mutatingwebhookconfigurations and on
 // validatingwebhookconfigurations, each limited by resourceNames to the
 // names of cfg's targets of that kind, sorted and without repeats, and
 // nothing else. Reading configurations is granted by the static ClusterRole
@@ -48,7 +49,7 @@ func RenderTargetsRole(cfg *config.Configuration) *rbacv1.ClusterRole {
 			APIGroups:     []string{"admissionregistration.k8s.io"},
 			Resources:     []string{kind.Resource()},
 			ResourceNames: names,
-			Verbs:         []string{"update", "patch"},
+			Verbs:         []string{"patch"},
 		})
 	}
 	return role

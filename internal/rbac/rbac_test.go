@@ -25,7 +25,7 @@ func TestRenderTargetsRole(t *testing.T) {
 			APIGroups:     []string{"admissionregistration.k8s.io"},
 			Resources:     []string{"mutatingwebhookconfigurations"},
 			ResourceNames: names,
-			Verbs:         []string{"update", "patch"},
+			Verbs:         []string{"patch"},
 		}}
 	}
 	cases := map[string]struct {
@@ -60,7 +60,7 @@ func TestRenderTargetsRole(t *testing.T) {
 				APIGroups:     []string{"admissionregistration.k8s.io"},
 				Resources:     []string{"validatingwebhookconfigurations"},
 				ResourceNames: []string{"policy-engine", "shared"},
-				Verbs:         []string{"update", "patch"},
+				Verbs:         []string{"patch"},
 			}),
 		},
 		"a nil configuration grants nothing": {

@@ -179,7 +179,7 @@ func TestGuard_refusesToStartWithoutPermissionOnATarget(t *testing.T) {
 	code, err := g.Wait(30 * time.Second)
 	require.NoError(t, err)
 	assert.Equal(t, 1, code)
-	assert.Contains(t, g.Logs(), "this identity may not update mutatingwebhookconfigurations not-granted")
+	assert.Contains(t, g.Logs(), "this identity may not patch mutatingwebhookconfigurations not-granted")
 	assert.Empty(t, s.writes.modified())
 }
 

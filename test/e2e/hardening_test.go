@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/webhook-guard/webhook-guard/internal/admission"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
 )
@@ -60,7 +62,7 @@ func setWriteTargets(t *testing.T, ns string, names ...string) {
 	role := &rbacv1.ClusterRole{}
 	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Name: "guard-" + ns}, role))
 	for i := range role.Rules {
-		if len(role.Rules[i].ResourceNames) > 0 && slices.Contains(role.Rules[i].Verbs, "update") && slices.Contains(role.Rules[i].Resources, "mutatingwebhookconfigurations") {
+		if len(role.Rules[i].ResourceNames) > 0 && slices.Contains(role.Rules[i].Verbs, "patch") && slices.Contains(role.Rules[i].Resources, "mutatingwebhookconfigurations") {
 			role.Rules[i].ResourceNames = names
 		}
 	}
@@ -168,11 +170,12 @@ func TestHardening_unreadableRecordIsReportedAndOverrideWorks(t *testing.T) {
 	// The breaker's own identity writes garbage, as a buggy or older
 	// version could have: the guard lets only it write the record.
 	mwc := s.get()
+	before := mwc.DeepCopy()
 	w := findWebhook(mwc, s.hook)
 	w.FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
 	w.MatchConditions = append(w.MatchConditions, admissionregistrationv1.MatchCondition{Name: circuit.BypassCondition, Expression: "false"})
 	mwc.Annotations = map[string]string{circuit.Annotation: `{"` + s.hook + `":{garbage`}
-	require.NoError(t, s.guardID.Client.Update(ctx, mwc))
+	require.NoError(t, s.guardID.Client.Patch(ctx, mwc, client.MergeFrom(before)))
 
 	metricsAddr := freeAddr(t)
 	s.startGuard("guard", "--metrics-bind-address", metricsAddr)
@@ -306,4 +309,69 @@ targets:
 		"the failing webhook never opened once another was healthy")
 	_, open := mustRecord(t, s.get())[s.hook]
 	assert.False(t, open, "the healthy webhook stays closed")
+}
+
+// Defect 2: a rollout that adds a target. Two replicas run the old
+// configuration, two come up on the new one, as a rolling update with
+// maxUnavailable 0 would bring them: the new ones must become ready while
+// the old leader's policy stands, and the old leader does not fight them.
+// When the old ones go, a new one leads and puts the new policy in place.
+func TestHardening_rolloutAddingATargetCompletes(t *testing.T) {
+	ctx := context.Background()
+	s := newBreakerSetup(t, setupOptions{mode: "Bypass"})
+	added := s.name + "-added"
+	addedHook := "slow." + added + ".webhook-guard.io"
+	w := configMapWebhook(addedHook, s.ns, s.wh.URL(webhookPath), s.wh.CA.CertPEM, admissionregistrationv1.Fail)
+	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: added}, Webhooks: []admissionregistrationv1.MutatingWebhook{w}}
+	require.NoError(t, env.Client.Create(ctx, mwc))
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), mwc) })
+	setWriteTargets(t, s.ns, s.name, added)
+
+	oldCfg := s.config("")
+	newCfg := oldCfg + fmt.Sprintf(`- configuration: %s
+  webhook: %s
+  allowAdmissionWithoutMutation: true
+  mode: Bypass
+  openAfter: 2
+  closeAfter: 2
+  probe:
+    interval: 100ms
+    timeout: 250ms
+`, added, addedHook)
+	oldOpts := admission.Options{BreakerUsername: s.guardID.Username, Managed: map[string][]string{s.name: {s.hook}}}
+	newOpts := admission.Options{BreakerUsername: s.guardID.Username, Managed: map[string][]string{s.name: {s.hook}, added: {addedHook}}}
+
+	type replica struct {
+		g     *harness.Guard
+		ready string
+	}
+	start := func(name, cfg string) replica {
+		addr := freeAddr(t)
+		return replica{s.startGuardWith(name, cfg, "--health-probe-bind-address", addr, "--leader-election-lease-duration", "3s",
+			"--leader-election-renew-deadline", "2s", "--leader-election-retry-period", "500ms"), "http://" + addr + "/readyz"}
+	}
+	ready := func(r replica) bool { code, _ := get(t, r.ready); return code == http.StatusOK }
+
+	old := []replica{start("old-a", oldCfg), start("old-b", oldCfg)}
+	require.Eventually(t, func() bool {
+		return admission.PolicyInPlace(ctx, env.Client, oldOpts) == nil && ready(old[0]) && ready(old[1])
+	}, transition, 100*time.Millisecond, "the old replicas never became ready")
+
+	nw := []replica{start("new-a", newCfg), start("new-b", newCfg)}
+	require.Eventually(t, func() bool { return ready(nw[0]) && ready(nw[1]) }, transition, 100*time.Millisecond,
+		"the new replicas never became ready while the old leader's policy stood: the rollout would hang")
+	assert.NoError(t, admission.PolicyInPlace(ctx, env.Client, oldOpts), "the policy changed before the old leader left")
+
+	// The rollout terminates the old replicas; a new one leads.
+	for _, r := range old {
+		r.g.Stop()
+	}
+	require.Eventually(t, func() bool { return admission.PolicyInPlace(ctx, env.Client, newOpts) == nil }, transition, 100*time.Millisecond,
+		"the new leader never put the new targets' policy in place")
+	s.wh.SetBehaviour(webhookPath, harness.Delayed(2*time.Second, harness.Allow()))
+	require.Eventually(t, func() bool {
+		got := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Name: added}, got))
+		return isOpen(s.get(), s.hook, "Bypass") && isOpen(got, addedHook, "Bypass")
+	}, transition, 50*time.Millisecond, "the new leader did not guard the added target")
 }

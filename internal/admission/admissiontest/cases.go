@@ -356,6 +356,26 @@ func setAnnotation(obj *admissionregistrationv1.MutatingWebhookConfiguration, ke
 	obj.Annotations[key] = value
 }
 
+// BreakerOverreach starts the denial of the breaker's identity changing
+// more than it owns.
+const BreakerOverreach = "webhook-guard's own identity"
+
+func withEmptyOverride(old func(string) *admissionregistrationv1.MutatingWebhookConfiguration) func(string) *admissionregistrationv1.MutatingWebhookConfiguration {
+	return func(name string) *admissionregistrationv1.MutatingWebhookConfiguration {
+		obj := old(name)
+		setAnnotation(obj, circuit.OverrideAnnotation, "")
+		return obj
+	}
+}
+
+// repoint sends hook's calls somewhere else.
+func repoint(hook string) func(*admissionregistrationv1.MutatingWebhookConfiguration) {
+	return func(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
+		url := "https://127.0.0.1:2/elsewhere"
+		findHook(obj, hook).ClientConfig.URL = &url
+	}
+}
+
 // Edits used by the table.
 
 func setPolicy(hook string, p admissionregistrationv1.FailurePolicyType) func(*admissionregistrationv1.MutatingWebhookConfiguration) {
@@ -489,8 +509,14 @@ func mutatingCases() []Case {
 		{Name: "the breaker opens a Bypass circuit", Actor: Breaker, Managed: true, Old: Healthy, Edit: openBypass, Override: OverrideAbsent, WantAllowed: true},
 		{Name: "the breaker closes a Bypass circuit", Actor: Breaker, Managed: true, Old: BypassOpen, Edit: closeCircuit, Override: OverrideAbsent, WantAllowed: true},
 		{Name: "the breaker closes an Ignore circuit", Actor: Breaker, Managed: true, Old: IgnoreOpen, Edit: closeCircuit, Override: OverrideAbsent, WantAllowed: true},
-		{Name: "the breaker opens a circuit on a configuration with an empty override", Actor: Breaker, Managed: true, Old: Healthy, Edit: openBypass, Override: OverrideEmpty, WantAllowed: true},
-		{Name: "the breaker changes only timeoutSeconds", Actor: Breaker, Managed: true, Old: BypassOpen, Edit: setTimeout(5), Override: OverrideAbsent, WantAllowed: true},
+		{Name: "the breaker opens a circuit on a configuration with an empty override", Actor: Breaker, Managed: true, Old: withEmptyOverride(Healthy), Edit: openBypass, Override: OverrideEmpty, WantAllowed: true},
+		{Name: "the breaker changes only timeoutSeconds", Actor: Breaker, Managed: true, Old: BypassOpen, Edit: setTimeout(5), Override: OverrideAbsent, WantAllowed: false, WantMessageContains: []string{BreakerOverreach, "webhooks[name=" + ManagedWebhook + "]"}},
+		{Name: "the breaker repoints a webhook's clientConfig", Actor: Breaker, Managed: true, Old: Healthy, Edit: repoint(OtherWebhook), Override: OverrideAbsent, WantAllowed: false, WantMessageContains: []string{BreakerOverreach, "webhooks[name=" + OtherWebhook + "]"}},
+		{Name: "the breaker opens a circuit and repoints the webhook", Actor: Breaker, Managed: true, Old: Healthy, Edit: all(openBypass, repoint(ManagedWebhook)), Override: OverrideAbsent, WantAllowed: false, WantMessageContains: []string{BreakerOverreach, "webhooks[name=" + ManagedWebhook + "]"}},
+		{Name: "the breaker adds a label", Actor: Breaker, Managed: true, Old: Healthy, Edit: addLabel, Override: OverrideAbsent, WantAllowed: false, WantMessageContains: []string{BreakerOverreach, "metadata.labels"}},
+		{Name: "the breaker adds the override annotation", Actor: Breaker, Managed: true, Old: Healthy, Override: OverridePresent, WantAllowed: false, WantMessageContains: []string{BreakerOverreach, "metadata.annotations"}},
+		{Name: "the breaker removes a webhook", Actor: Breaker, Managed: true, Old: Healthy, Edit: removeManagedWebhook, Override: OverrideAbsent, WantAllowed: false, WantMessageContains: []string{BreakerOverreach, "webhooks (added, removed or reordered)"}},
+		{Name: "the breaker sets another webhook's failurePolicy", Actor: Breaker, Managed: true, Old: Healthy, Edit: setPolicy(OtherWebhook, admissionregistrationv1.Ignore), Override: OverrideAbsent, WantAllowed: false, WantMessageContains: []string{BreakerOverreach, "webhooks[name=" + OtherWebhook + "]"}},
 
 		// An administrator and the owned failurePolicy.
 		{Name: "an admin restores Fail while the circuit is open", Actor: Admin, Managed: true, Old: BypassOpen, Edit: restoreFail, Override: OverrideAbsent, WantAllowed: false, WantMessageContains: want(FailurePolicyPath, "circuit open since "+OpenedAt+", original failurePolicy Fail", "webhook-guard (")},

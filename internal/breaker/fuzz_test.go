@@ -1,0 +1,120 @@
+package breaker
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
+	"github.com/webhook-guard/webhook-guard/internal/config"
+	"github.com/webhook-guard/webhook-guard/internal/probe"
+)
+
+// FuzzPlan drives Plan with sequences of probe outcomes, administrator
+// overrides and overwrites decoded from the input, and checks its
+// invariants after every step:
+//   - Plan never mutates its input and never errors on what it wrote;
+//   - a webhook has an entry if and only if the breaker's changes are in
+//     place (Ignore, and the marker in Bypass mode);
+//   - without an entry a target carries no bypass marker;
+//   - the non-target webhook and the webhook order are never touched;
+//   - once handed back and healthy long enough, no entry remains.
+func FuzzPlan(f *testing.F) {
+	f.Add([]byte{0, 1, 'F', 'F', 'F', 'H', 'H', 'H', 'H', 'H', 'H'})
+	f.Add([]byte{5, 2, 'F', 'F', 'O', 'F', 'o', 'H', 'M', 'F', 'F', 'F', 'H'})
+	f.Add([]byte{3, 3, 'F', 'F', 'F', 'F', 'P', 'H', 'H', 'U', 'U', 'H', 'H', 'H'})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) < 2 {
+			return
+		}
+		policies := []*admissionregistrationv1.FailurePolicyType{nil, policyFail, policyIgnore}
+		modes := []config.Mode{config.ModeIgnore, config.ModeBypass}
+		setup, ops := data[0], data[1:]
+		tgts := []config.Target{
+			target(whA, modes[setup&1], 1+int(setup>>1&3), 1+int(setup>>3&3)),
+			target(whB, modes[setup>>5&1], 2, 2),
+		}
+		orig := newConfig(newWebhook(whA, policies[int(data[1])%3], mc("x")), newWebhook(whOther, policyFail), newWebhook(whB, policyFail))
+		cur := orig.DeepCopy()
+		counts := map[string]Counts{}
+		now := testNow
+		step := func() {
+			now = now.Add(time.Second)
+			prev := cur.DeepCopy()
+			next, _, err := Plan(cur, Inputs{Targets: tgts, Counts: counts, Now: now, Identity: "me"})
+			if err != nil {
+				t.Fatalf("Plan failed on a record it wrote: %v", err)
+			}
+			if !equalJSON(prev, cur) {
+				t.Fatal("Plan mutated its input")
+			}
+			cur = next
+			rec, err := circuit.Decode(cur.Annotations)
+			if err != nil {
+				t.Fatalf("Plan wrote an unreadable record: %v", err)
+			}
+			if !equalJSON(webhook(cur, whOther), webhook(orig, whOther)) || len(cur.Webhooks) != 3 || cur.Webhooks[1].Name != whOther {
+				t.Fatal("the non-target webhook or the order changed")
+			}
+			for _, tg := range tgts {
+				wh := webhook(cur, tg.Webhook)
+				e, open := rec[tg.Webhook]
+				switch {
+				case open && !inPlace(wh, e):
+					t.Fatalf("%s has an entry but the changes are not in place", tg.Webhook)
+				case !open && bypassIndex(wh) >= 0:
+					t.Fatalf("%s carries the marker without an entry", tg.Webhook)
+				}
+			}
+		}
+		for _, op := range ops {
+			switch op % 8 {
+			case 0, 1, 2: // a failed probe of each
+				for _, n := range []string{whA, whB} {
+					c := counts[n]
+					c.Observe(failedResult(probe.ReasonTimeout))
+					counts[n] = c
+				}
+			case 3, 4: // a healthy probe of each
+				for _, n := range []string{whA, whB} {
+					c := counts[n]
+					c.Observe(healthyResult())
+					counts[n] = c
+				}
+			case 5: // the administrator toggles the override
+				if cur.Annotations[circuit.OverrideAnnotation] == "" {
+					cur.Annotations[circuit.OverrideAnnotation] = "fuzz"
+				} else {
+					delete(cur.Annotations, circuit.OverrideAnnotation)
+				}
+			case 6: // someone removes the marker of whA despite the guard
+				removeBypass(webhook(cur, whA))
+			case 7: // an Unknown result moves nothing
+				c := counts[whA]
+				c.Observe(unknownResult())
+				counts[whA] = c
+			}
+			step()
+		}
+		delete(cur.Annotations, circuit.OverrideAnnotation)
+		for i := 0; i < 6; i++ {
+			for _, n := range []string{whA, whB} {
+				c := counts[n]
+				c.Observe(healthyResult())
+				counts[n] = c
+			}
+			step()
+		}
+		if rec, _ := circuit.Decode(cur.Annotations); len(rec) != 0 {
+			t.Fatalf("entries remain after a long healthy run: %v", rec.Webhooks())
+		}
+	})
+}
+
+func equalJSON(a, b any) bool {
+	ja, errA := json.Marshal(a)
+	jb, errB := json.Marshal(b)
+	return errA == nil && errB == nil && string(ja) == string(jb)
+}
