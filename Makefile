@@ -60,6 +60,15 @@ unit: ## Run the unit tests (no cluster).
 e2e: tools ## Run the e2e tests against a real kube-apiserver and etcd.
 	KUBEBUILDER_ASSETS="$$(hack/tools/install.sh)" go test $(GOFLAGS_BUILD) -count=1 -timeout 40m ./test/e2e/...
 
+# FUZZ lists package:target pairs for make fuzz.
+FUZZ := ./internal/config:FuzzParse ./internal/circuit:FuzzDecode ./internal/breaker:FuzzPlan ./internal/admission:FuzzHandler ./internal/admission:FuzzRule_CELAgreesWithGo
+FUZZTIME ?= 2m
+
+.PHONY: fuzz
+fuzz: ## Run every fuzz target for FUZZTIME each (default 2m); seed corpora are in each package's testdata/fuzz and run in make unit.
+	@for t in $(FUZZ); do pkg=$${t%%:*}; name=$${t##*:}; echo "fuzz: $$name in $$pkg for $(FUZZTIME)"; \
+		go test $(GOFLAGS_BUILD) -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; done
+
 .PHONY: bench
 bench: ## Run the benchmarks.
 	go test $(GOFLAGS_BUILD) -run '^$$' -bench . -benchmem ./internal/...
