@@ -163,6 +163,7 @@ func (r *TargetReconciler) write(ctx context.Context, cur client.Object, view, n
 		return err
 	}
 	written := cur.DeepCopyObject().(client.Object)
+	failpoint("before-write")
 	if err := r.Client.Patch(ctx, written, client.RawPatch(types.JSONPatchType, patch), client.FieldOwner(circuit.FieldManager)); err != nil {
 		if !apierrors.IsConflict(err) && !apierrors.IsInvalid(err) {
 			r.Metrics.WriteErrors.Inc()
@@ -171,6 +172,7 @@ func (r *TargetReconciler) write(ctx context.Context, cur client.Object, view, n
 		}
 		return err
 	}
+	failpoint("after-write")
 	r.Metrics.Reconciles.WithLabelValues("written").Inc()
 	for _, c := range changes {
 		for _, t := range targets {

@@ -21,6 +21,27 @@ import (
 )
 
 // BuildGuard compiles cmd/guard into e.Dir once and returns its path.
+// buildFailpointGuard builds cmd/guard with -tags failpoints, once.
+func (e *Env) buildFailpointGuard() (string, error) {
+	e.failpointOnce.Do(func() {
+		root, err := RepoRoot()
+		if err != nil {
+			e.failpointErr = err
+			return
+		}
+		out := filepath.Join(e.Dir, "guard-failpoints")
+		cmd := exec.Command("go", "build", "-trimpath", "-tags", "failpoints", "-o", out, "./cmd/guard")
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			e.failpointErr = fmt.Errorf("building cmd/guard with failpoints: %w\n%s", err, b)
+			return
+		}
+		e.failpointBin = out
+	})
+	return e.failpointBin, e.failpointErr
+}
+
 func (e *Env) BuildGuard() (string, error) {
 	e.buildOnce.Do(func() {
 		root, err := RepoRoot()
@@ -64,11 +85,17 @@ type GuardOptions struct {
 	Config string
 	// Args are extra flags, e.g. --leader-elect.
 	Args []string
+	// Failpoints, when set, runs a guard built with -tags failpoints and
+	// WEBHOOK_GUARD_FAILPOINTS set to it ("before-write=0.5,...").
+	Failpoints string
 }
 
 // StartGuard starts the guard binary.
 func (e *Env) StartGuard(opts GuardOptions) (*Guard, error) {
 	bin, err := e.BuildGuard()
+	if opts.Failpoints != "" {
+		bin, err = e.buildFailpointGuard()
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -90,6 +117,9 @@ func (e *Env) StartGuard(opts GuardOptions) (*Guard, error) {
 	g := &Guard{Name: opts.Name, StatusURL: "http://" + statusAddr + "/status", logs: &syncBuffer{}, done: make(chan struct{})}
 	g.cmd = exec.Command(bin, args...)
 	g.cmd.Stdout, g.cmd.Stderr = g.logs, g.logs
+	if opts.Failpoints != "" {
+		g.cmd.Env = append(os.Environ(), "WEBHOOK_GUARD_FAILPOINTS="+opts.Failpoints)
+	}
 	if err := g.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting guard: %w", err)
 	}

@@ -61,6 +61,10 @@ type Env struct {
 	buildOnce sync.Once
 	guardBin  string
 	buildErr  error
+
+	failpointOnce sync.Once
+	failpointBin  string
+	failpointErr  error
 }
 
 // StaticPrefix is the name prefix of the MutatingWebhookConfigurations that

@@ -1,0 +1,115 @@
+package e2e
+
+import (
+	"context"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
+	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
+)
+
+// crashTrials is how many random SIGKILL trials TestCrash_randomSIGKILLs runs.
+const crashTrials = 100
+
+// invariant checks the contract on the stored object: the webhook has an
+// entry if and only if the breaker's changes are in place, and without
+// one it is exactly as it was before the guard touched it.
+func (s *breakerSetup) invariant(t *testing.T, trial int, what string) {
+	t.Helper()
+	mwc := s.get()
+	rec, err := circuit.Decode(mwc.Annotations)
+	require.NoError(t, err, "trial %d %s: unreadable record", trial, what)
+	w := findWebhook(mwc, s.hook)
+	_, has := rec[s.hook]
+	inPlace := w.FailurePolicy != nil && *w.FailurePolicy == admissionregistrationv1.Ignore && hasMarker(w)
+	require.Equal(t, has, inPlace, "trial %d %s: an entry must exist iff the changes are in place", trial, what)
+	if !has && mwc.Annotations[circuit.OverrideAnnotation] == "" {
+		require.True(t, equality.Semantic.DeepEqual(*w, s.original), "trial %d %s: without an entry the webhook must be the original", trial, what)
+	}
+}
+
+// TestCrash_randomSIGKILLs: a guard built with failpoints kills itself
+// with SIGKILL, at random, just before or just after its writes, across
+// opening, closing and handing off. After every death the contract holds
+// on the object, and a restarted guard converges: no stuck state.
+func TestCrash_randomSIGKILLs(t *testing.T) {
+	ctx := context.Background()
+	s := newBreakerSetup(t, setupOptions{mode: "Bypass"})
+	rng := rand.New(rand.NewPCG(20261130, 1))
+	start := func(name, failpoints string) *harness.Guard {
+		g, err := env.StartGuard(harness.GuardOptions{
+			Name: name, Kubeconfig: s.guardID.KubeconfigPath, Config: s.config(""), Failpoints: failpoints,
+			// One guard at a time, so no Lease to wait for after a death.
+			Args: []string{"--leader-elect=false"},
+		})
+		require.NoError(t, err)
+		return g
+	}
+	openNow := func() bool { return isOpen(s.get(), s.hook, "Bypass") }
+	closedNow := func() bool {
+		mwc := s.get()
+		_, rec := mwc.Annotations[circuit.Annotation]
+		return !rec && equality.Semantic.DeepEqual(*findWebhook(mwc, s.hook), s.original)
+	}
+	handedNow := func() bool {
+		mwc := s.get()
+		_, rec := mwc.Annotations[circuit.Annotation]
+		return !rec && !hasMarker(findWebhook(mwc, s.hook))
+	}
+
+	kills := map[string]int{}
+	for trial := 0; trial < crashTrials; trial++ {
+		// What the trial drives the breaker to do, from the state it is in.
+		var scenario string
+		var reached func() bool
+		switch {
+		case openNow() && rng.IntN(3) == 0:
+			scenario, reached = "handoff", handedNow
+			r := env.Kubectl(ctx, "", nil, "annotate", "--overwrite", "mutatingwebhookconfiguration", s.name, circuit.OverrideAnnotation+"=crash trial")
+			require.NoError(t, r.Err, r.Stderr)
+		case openNow():
+			scenario, reached = "close", closedNow
+			s.wh.SetBehaviour(webhookPath, harness.Allow())
+		default:
+			scenario, reached = "open", openNow
+			s.wh.SetBehaviour(webhookPath, harness.Delayed(2*time.Second, harness.Allow()))
+		}
+
+		g := start("crashy", "before-write=0.4,after-write=0.4")
+		require.Eventually(t, func() bool {
+			exited, _ := g.Exited()
+			return exited || reached()
+		}, transition, 20*time.Millisecond, "trial %d (%s): neither a death nor the transition", trial, scenario)
+		if exited, _ := g.Exited(); exited {
+			require.Contains(t, g.Logs(), "Starting the manager", "trial %d: the guard died before it started:\n%s", trial, g.Logs())
+			kills[scenario]++
+		}
+		g.Kill()
+		s.invariant(t, trial, scenario+", after the death")
+
+		// A clean guard picks up from the object alone.
+		clean := start("clean", "")
+		require.Eventually(t, reached, transition, 20*time.Millisecond, "trial %d (%s): a restarted guard never finished it: stuck", trial, scenario)
+		clean.Stop()
+		s.invariant(t, trial, scenario+", after the restart")
+		if scenario == "handoff" {
+			// The handoff kept the breaker's Ignore as the administrator's
+			// policy: put the original back while the override stands, then
+			// hand the configuration back, as an administrator would.
+			mwc := s.get()
+			findWebhook(mwc, s.hook).FailurePolicy = s.original.FailurePolicy
+			require.NoError(t, env.Client.Update(ctx, mwc))
+			r := env.Kubectl(ctx, "", nil, "annotate", "mutatingwebhookconfiguration", s.name, circuit.OverrideAnnotation+"-")
+			require.NoError(t, r.Err, r.Stderr)
+			s.invariant(t, trial, "handed back")
+		}
+	}
+	t.Logf("%d trials; guards killed by a failpoint: %v", crashTrials, kills)
+	require.NotZero(t, kills["open"]+kills["close"]+kills["handoff"], "no failpoint ever fired")
+}
