@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
@@ -112,4 +114,91 @@ func TestCrash_randomSIGKILLs(t *testing.T) {
 	}
 	t.Logf("%d trials; guards killed by a failpoint: %v", crashTrials, kills)
 	require.NotZero(t, kills["open"]+kills["close"]+kills["handoff"], "no failpoint ever fired")
+}
+
+// TestRace_adminEditsAgainstAFlappingBreaker: an administrator makes 100
+// edits of fields the breaker does not own while the breaker opens and
+// closes the circuit as fast as it can, then 100 more while the override
+// hands the configuration over mid-way. Every edit lands (no lost
+// update), every value reaches the object in order, and the contract holds
+// at the end.
+func TestRace_adminEditsAgainstAFlappingBreaker(t *testing.T) {
+	ctx := context.Background()
+	s := newBreakerSetup(t, setupOptions{mode: "Bypass"})
+	g, err := env.StartGuard(harness.GuardOptions{Name: "guard", Kubeconfig: s.guardID.KubeconfigPath, Config: s.config(""), Args: []string{"--leader-elect=false"}})
+	require.NoError(t, err)
+	t.Cleanup(g.Stop)
+
+	stop := make(chan struct{})
+	flapped := make(chan struct{})
+	go func() {
+		defer close(flapped)
+		slow := false
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Second):
+			}
+			slow = !slow
+			if slow {
+				s.wh.SetBehaviour(webhookPath, harness.Delayed(2*time.Second, harness.Allow()))
+			} else {
+				s.wh.SetBehaviour(webhookPath, harness.Allow())
+			}
+		}
+	}()
+
+	edit := func(phase string, i int) {
+		require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			mwc := s.get()
+			if mwc.Labels == nil {
+				mwc.Labels = map[string]string{}
+			}
+			mwc.Labels["race"] = fmt.Sprintf("%s-%d", phase, i)
+			if phase == "override" && i == 50 {
+				if mwc.Annotations == nil {
+					mwc.Annotations = map[string]string{}
+				}
+				mwc.Annotations[circuit.OverrideAnnotation] = "race"
+			}
+			return env.Client.Update(ctx, mwc)
+		}), "%s edit %d was lost", phase, i)
+	}
+	// Paced so that the edits span several open and close cycles.
+	for i := 0; i < 100; i++ {
+		edit("plain", i)
+		time.Sleep(40 * time.Millisecond)
+	}
+	for i := 0; i < 100; i++ {
+		edit("override", i)
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(stop)
+	<-flapped
+
+	// Every value reached the object, in order, and the last one stands.
+	var seen []string
+	for _, m := range s.writes.modified() {
+		if v := m.Labels["race"]; v != "" && (len(seen) == 0 || seen[len(seen)-1] != v) {
+			seen = append(seen, v)
+		}
+	}
+	require.Len(t, seen, 200, "an edit is missing from the object's history")
+	require.Equal(t, "override-99", s.get().Labels["race"])
+	// The breaker's writes in between: each toggles the record.
+	transitions, had := 0, false
+	for _, m := range s.writes.modified() {
+		if _, has := m.Annotations[circuit.Annotation]; has != had {
+			transitions++
+			had = has
+		}
+	}
+	t.Logf("200 edits landed; the breaker wrote %d transitions among them", transitions)
+	require.GreaterOrEqual(t, transitions, 2, "the breaker never raced the edits")
+	require.Eventually(t, func() bool {
+		mwc := s.get()
+		_, rec := mwc.Annotations[circuit.Annotation]
+		return !rec && !hasMarker(findWebhook(mwc, s.hook))
+	}, transition, 50*time.Millisecond, "the override did not hand the configuration over")
 }
