@@ -149,6 +149,7 @@ func TestRace_adminEditsAgainstAFlappingBreaker(t *testing.T) {
 		}
 	}()
 
+	var lastRV string
 	edit := func(phase string, i int) {
 		require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			mwc := s.get()
@@ -162,7 +163,11 @@ func TestRace_adminEditsAgainstAFlappingBreaker(t *testing.T) {
 				}
 				mwc.Annotations[circuit.OverrideAnnotation] = "race"
 			}
-			return env.Client.Update(ctx, mwc)
+			if err := env.Client.Update(ctx, mwc); err != nil {
+				return err
+			}
+			lastRV = mwc.ResourceVersion
+			return nil
 		}), "%s edit %d was lost", phase, i)
 	}
 	// Paced so that the edits span several open and close cycles.
@@ -176,6 +181,7 @@ func TestRace_adminEditsAgainstAFlappingBreaker(t *testing.T) {
 	}
 	close(stop)
 	<-flapped
+	s.writes.waitFor(t, lastRV) // the watch delivers the last edit a moment after it lands
 
 	// Every value reached the object, in order, and the last one stands.
 	var seen []string

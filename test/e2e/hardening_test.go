@@ -69,17 +69,35 @@ func setWriteTargets(t *testing.T, ns string, names ...string) {
 	require.NoError(t, env.Client.Update(ctx, role))
 }
 
-func mwcEventReasons(t *testing.T, name string) map[string]string {
+// withOtherTarget is the setup's configuration with a second target, the
+// webhook other of the same configuration, and holdWhenAllFail set.
+func (s *breakerSetup) withOtherTarget(other string, holdWhenAllFail int) string {
+	return strings.Replace(s.config(""), "targets:\n", fmt.Sprintf(`holdWhenAllFail: %d
+targets:
+- configuration: %s
+  webhook: %s
+  allowAdmissionWithoutMutation: true
+  mode: Bypass
+  openAfter: 2
+  probe:
+    interval: 100ms
+    timeout: 250ms
+`, holdWhenAllFail, s.name, other), 1)
+}
+
+// eventNotes returns the notes of the events.k8s.io Events in "default"
+// about the configuration of kind named name, by reason.
+func eventNotes(t *testing.T, kind circuit.Kind, name string) map[string]string {
 	t.Helper()
 	list, err := env.Clientset.EventsV1().Events(metav1.NamespaceDefault).List(context.Background(), metav1.ListOptions{})
 	require.NoError(t, err)
-	reasons := map[string]string{}
+	notes := map[string]string{}
 	for _, e := range list.Items {
-		if e.Regarding.Kind == "MutatingWebhookConfiguration" && e.Regarding.Name == name {
-			reasons[e.Reason] = e.Note
+		if e.Regarding.Kind == kind.ObjectKind() && e.Regarding.Name == name {
+			notes[e.Reason] = e.Note
 		}
 	}
-	return reasons
+	return notes
 }
 
 // Defect 1: a target removed from the configuration while its circuit is
@@ -108,7 +126,7 @@ func TestHardening_removedTargetWhileOpenIsClosed(t *testing.T) {
 	s.startGuardWith("new", otherTargetConfig)
 	s.waitRestored()
 	require.Eventually(t, func() bool {
-		return strings.Contains(mwcEventReasons(t, s.name)["CircuitClosed"], "no longer a target")
+		return strings.Contains(eventNotes(t, circuit.KindMutating, s.name)["CircuitClosed"], "no longer a target")
 	}, transition, 100*time.Millisecond, "no CircuitClosed Event saying why")
 }
 
@@ -158,7 +176,7 @@ func TestHardening_unprobeableWhileOpenIsClosed(t *testing.T) {
 	s.original.AdmissionReviewVersions = []string{"v1beta1"}
 	s.waitRestored()
 	require.Eventually(t, func() bool {
-		return strings.Contains(mwcEventReasons(t, s.name)["CircuitClosed"], "can no longer be probed")
+		return strings.Contains(eventNotes(t, circuit.KindMutating, s.name)["CircuitClosed"], "can no longer be probed")
 	}, transition, 100*time.Millisecond, "no CircuitClosed Event saying why")
 }
 
@@ -187,7 +205,7 @@ func TestHardening_unreadableRecordIsReportedAndOverrideWorks(t *testing.T) {
 			metricValue(body, `guard_circuit_open{configuration="`+s.name+`",kind="Mutating",webhook="`+s.hook+`"}`) == 1
 	}, transition, 100*time.Millisecond, "the unreadable record and the possibly open circuit were not reported in metrics")
 	require.Eventually(t, func() bool {
-		_, ok := mwcEventReasons(t, s.name)["RecordUnreadable"]
+		_, ok := eventNotes(t, circuit.KindMutating, s.name)["RecordUnreadable"]
 		return ok
 	}, transition, 100*time.Millisecond, "no RecordUnreadable Event")
 	assert.Equal(t, mwc.Annotations[circuit.Annotation], s.get().Annotations[circuit.Annotation], "the record was not touched")
@@ -221,17 +239,7 @@ func TestHardening_invalidChangeDoesNotBlockTheOthers(t *testing.T) {
 
 	// Both webhooks fail here; holding openings when all fail would hide
 	// what this test is about.
-	cfg := strings.Replace(s.config(""), "targets:\n", fmt.Sprintf(`holdWhenAllFail: 0
-targets:
-- configuration: %s
-  webhook: %s
-  allowAdmissionWithoutMutation: true
-  mode: Bypass
-  openAfter: 2
-  probe:
-    interval: 100ms
-    timeout: 250ms
-`, s.name, other), 1)
+	cfg := s.withOtherTarget(other, 0)
 	metricsAddr := freeAddr(t)
 	s.startGuardWith("guard", cfg, "--metrics-bind-address", metricsAddr)
 	s.wh.SetBehaviour(webhookPath, harness.Delayed(2*time.Second, harness.Allow()))
@@ -240,7 +248,7 @@ targets:
 		return isOpen(s.get(), other, "Bypass")
 	}, transition, 50*time.Millisecond, "the other webhook's circuit never opened")
 	require.Eventually(t, func() bool {
-		return strings.Contains(mwcEventReasons(t, s.name)["WriteRefused"], s.hook)
+		return strings.Contains(eventNotes(t, circuit.KindMutating, s.name)["WriteRefused"], s.hook)
 	}, transition, 100*time.Millisecond, "no WriteRefused Event naming the refused webhook")
 	got := s.get()
 	assert.Equal(t, admissionregistrationv1.Fail, *findWebhook(got, s.hook).FailurePolicy, "the refused change was not half-made")
@@ -272,17 +280,7 @@ targets:
 func TestHardening_everythingFailingAtOnceHoldsOpenings(t *testing.T) {
 	s := newBreakerSetup(t, setupOptions{mode: "Bypass"})
 	other := "other." + s.name + ".webhook-guard.io" // its URL refuses connections: always failing
-	cfg := strings.Replace(s.config(""), "targets:\n", fmt.Sprintf(`holdWhenAllFail: 2
-targets:
-- configuration: %s
-  webhook: %s
-  allowAdmissionWithoutMutation: true
-  mode: Bypass
-  openAfter: 2
-  probe:
-    interval: 100ms
-    timeout: 250ms
-`, s.name, other), 1)
+	cfg := s.withOtherTarget(other, 2)
 	s.wh.SetBehaviour(webhookPath, harness.Delayed(2*time.Second, harness.Allow()))
 	metricsAddr := freeAddr(t)
 	s.startGuardWith("guard", cfg, "--metrics-bind-address", metricsAddr)
@@ -293,7 +291,7 @@ targets:
 		return err == nil && metricValue(body, "\nguard_openings_held") == 1
 	}, transition, 50*time.Millisecond, "guard_openings_held never said so")
 	require.Eventually(t, func() bool {
-		_, ok := mwcEventReasons(t, s.name)["OpeningsHeld"]
+		_, ok := eventNotes(t, circuit.KindMutating, s.name)["OpeningsHeld"]
 		return ok
 	}, transition, 100*time.Millisecond, "no OpeningsHeld Event")
 	// Ten more failed probes of each go by, and nothing opens.

@@ -249,24 +249,16 @@ func TestValidating_fullCycle(t *testing.T) {
 			s.waitDenied("healthy again, after close")
 
 			require.Eventually(t, func() bool {
-				reasons := validatingEventReasons(t, s.name)
-				return reasons["CircuitOpened"] && reasons["AdmittingWithoutValidation"] && reasons["CircuitClosed"]
+				notes := eventNotes(t, circuit.KindValidating, s.name)
+				for _, reason := range []string{"CircuitOpened", "AdmittingWithoutValidation", "CircuitClosed"} {
+					if _, ok := notes[reason]; !ok {
+						return false
+					}
+				}
+				return true
 			}, transition, 100*time.Millisecond, "the Events of a validating cycle are missing")
 		})
 	}
-}
-
-func validatingEventReasons(t *testing.T, name string) map[string]bool {
-	t.Helper()
-	list, err := env.Clientset.EventsV1().Events(metav1.NamespaceDefault).List(context.Background(), metav1.ListOptions{})
-	require.NoError(t, err)
-	reasons := map[string]bool{}
-	for _, e := range list.Items {
-		if e.Regarding.Kind == "ValidatingWebhookConfiguration" && e.Regarding.Name == name {
-			reasons[e.Reason] = true
-		}
-	}
-	return reasons
 }
 
 // TestValidating_reconcilingOperatorIsStoppedWithoutAWriteWar: an operator
@@ -311,6 +303,7 @@ func TestValidating_reconcilingOperatorIsStoppedWithoutAWriteWar(t *testing.T) {
 	// The operator: its desired state is failurePolicy Fail and no
 	// matchCondition, stamped with a generation label.
 	var accepted, refused atomic.Int64
+	var lastAccepted atomic.Value // the resourceVersion of the last accepted write
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
@@ -333,6 +326,7 @@ func TestValidating_reconcilingOperatorIsStoppedWithoutAWriteWar(t *testing.T) {
 			switch err := env.Client.Update(ctx, live); {
 			case err == nil:
 				accepted.Add(1)
+				lastAccepted.Store(live.ResourceVersion)
 			case apierrors.IsForbidden(err):
 				refused.Add(1)
 			}
@@ -363,6 +357,17 @@ func TestValidating_reconcilingOperatorIsStoppedWithoutAWriteWar(t *testing.T) {
 		"the operator's writes never succeeded again after close")
 	close(stop)
 	<-done
+	// The watch delivers the last accepted write a moment after it lands.
+	require.Eventually(t, func() bool {
+		writesMu.Lock()
+		defer writesMu.Unlock()
+		for _, o := range writes {
+			if o.ResourceVersion == lastAccepted.Load() {
+				return true
+			}
+		}
+		return false
+	}, transition, 20*time.Millisecond, "the watch never delivered the operator's last write")
 
 	writesMu.Lock()
 	defer writesMu.Unlock()

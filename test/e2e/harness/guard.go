@@ -21,45 +21,31 @@ import (
 )
 
 // BuildGuard compiles cmd/guard into e.Dir once and returns its path.
+func (e *Env) BuildGuard() (string, error) {
+	e.buildOnce.Do(func() { e.guardBin, e.buildErr = e.build("guard") })
+	return e.guardBin, e.buildErr
+}
+
 // buildFailpointGuard builds cmd/guard with -tags failpoints, once.
 func (e *Env) buildFailpointGuard() (string, error) {
-	e.failpointOnce.Do(func() {
-		root, err := RepoRoot()
-		if err != nil {
-			e.failpointErr = err
-			return
-		}
-		out := filepath.Join(e.Dir, "guard-failpoints")
-		cmd := exec.Command("go", "build", "-trimpath", "-tags", "failpoints", "-o", out, "./cmd/guard")
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			e.failpointErr = fmt.Errorf("building cmd/guard with failpoints: %w\n%s", err, b)
-			return
-		}
-		e.failpointBin = out
-	})
+	e.failpointOnce.Do(func() { e.failpointBin, e.failpointErr = e.build("guard-failpoints", "-tags", "failpoints") })
 	return e.failpointBin, e.failpointErr
 }
 
-func (e *Env) BuildGuard() (string, error) {
-	e.buildOnce.Do(func() {
-		root, err := RepoRoot()
-		if err != nil {
-			e.buildErr = err
-			return
-		}
-		out := filepath.Join(e.Dir, "guard")
-		cmd := exec.Command("go", "build", "-trimpath", "-o", out, "./cmd/guard")
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			e.buildErr = fmt.Errorf("building cmd/guard: %w\n%s", err, b)
-			return
-		}
-		e.guardBin = out
-	})
-	return e.guardBin, e.buildErr
+// build compiles cmd/guard into e.Dir/name with extra go build flags.
+func (e *Env) build(name string, flags ...string) (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(e.Dir, name)
+	cmd := exec.Command("go", append(append([]string{"build", "-trimpath"}, flags...), "-o", out, "./cmd/guard")...)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building cmd/guard %v: %w\n%s", flags, err, b)
+	}
+	return out, nil
 }
 
 // Guard is a running guard process: the real binary, started the way an
