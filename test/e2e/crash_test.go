@@ -38,15 +38,20 @@ func (s *breakerSetup) invariant(t *testing.T, trial int, what string) {
 
 // TestCrash_randomSIGKILLs: a guard built with failpoints kills itself
 // with SIGKILL, at random, just before or just after its writes, across
-// opening, closing and handing off. After every death the contract holds
+// opening, closing, handing off and closing the circuit of a target
+// removed from the configuration. After every death the contract holds
 // on the object, and a restarted guard converges: no stuck state.
 func TestCrash_randomSIGKILLs(t *testing.T) {
 	ctx := context.Background()
 	s := newBreakerSetup(t, setupOptions{mode: "Bypass"})
 	rng := rand.New(rand.NewPCG(20261130, 1))
+	// The orphan-close trials run a configuration without the target; the
+	// RBAC still lets the service patch the target's configuration.
+	setWriteTargets(t, s.ns, s.name, "some-other-configuration")
+	var cfg string
 	start := func(name, failpoints string) *harness.Guard {
 		g, err := env.StartGuard(harness.GuardOptions{
-			Name: name, Kubeconfig: s.guardID.KubeconfigPath, Config: s.config(""), Failpoints: failpoints,
+			Name: name, Kubeconfig: s.guardID.KubeconfigPath, Config: cfg, Failpoints: failpoints,
 			// One guard at a time, so no Lease to wait for after a death.
 			Args: []string{"--leader-elect=false"},
 		})
@@ -70,7 +75,11 @@ func TestCrash_randomSIGKILLs(t *testing.T) {
 		// What the trial drives the breaker to do, from the state it is in.
 		var scenario string
 		var reached func() bool
+		cfg = s.config("")
 		switch {
+		case openNow() && rng.IntN(4) == 0:
+			// The target leaves the configuration while its circuit is open.
+			scenario, reached, cfg = "orphan-close", closedNow, otherTargetConfig
 		case openNow() && rng.IntN(3) == 0:
 			scenario, reached = "handoff", handedNow
 			r := env.Kubectl(ctx, "", nil, "annotate", "--overwrite", "mutatingwebhookconfiguration", s.name, circuit.OverrideAnnotation+"=crash trial")
@@ -113,7 +122,9 @@ func TestCrash_randomSIGKILLs(t *testing.T) {
 		}
 	}
 	t.Logf("%d trials; guards killed by a failpoint: %v", crashTrials, kills)
-	require.NotZero(t, kills["open"]+kills["close"]+kills["handoff"], "no failpoint ever fired")
+	for _, scenario := range []string{"open", "close", "handoff", "orphan-close"} {
+		require.NotZero(t, kills[scenario], "no failpoint fired during %s", scenario)
+	}
 }
 
 // TestRace_adminEditsAgainstAFlappingBreaker: an administrator makes 100
