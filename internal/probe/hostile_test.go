@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -176,4 +177,64 @@ func TestProber_Probe_hostileWebhooks(t *testing.T) {
 			assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(8<<20), "one probe allocated %d bytes", after.TotalAlloc-before.TotalAlloc)
 		})
 	}
+}
+
+// TestProber_Probe_manyHostileTargetsAtOnce: 100 probes at once, each
+// against a server that streams 10 MB, keep the heap bounded: the bound on
+// what one probe reads holds under concurrency.
+func TestProber_Probe_manyHostileTargetsAtOnce(t *testing.T) {
+	before := goleak.IgnoreCurrent()
+	ca := newTestCA(t)
+	srv, _ := startTLS(t, ca.leaf(t, nil, localhost), func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		chunk := []byte(strings.Repeat(" ", 64<<10))
+		for i := 0; i < 160; i++ {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+	})
+	const probes = 100
+	p := &Prober{Mapper: testMapper()}
+	wh := urlWebhook(srv.URL+"/mutate", ca.pem)
+
+	var peak atomic.Uint64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		var m runtime.MemStats
+		for {
+			runtime.ReadMemStats(&m)
+			if m.HeapInuse > peak.Load() {
+				peak.Store(m.HeapInuse)
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}()
+	runtime.GC()
+	var base runtime.MemStats
+	runtime.ReadMemStats(&base)
+	results := make(chan Result, probes)
+	for i := 0; i < probes; i++ {
+		go func() { results <- p.Probe(t.Context(), wh, Spec{Timeout: 5 * time.Second}) }()
+	}
+	for i := 0; i < probes; i++ {
+		res := <-results
+		assert.Equal(t, ReasonBadResponse, res.Reason, "err: %v", res.Err)
+	}
+	close(stop)
+	<-sampled
+	grew := int64(peak.Load()) - int64(base.HeapInuse)
+	t.Logf("%d concurrent probes of 10 MB bodies: heap in use grew by at most %d MiB", probes, grew>>20)
+	// 1 MiB read per probe, plus TLS and HTTP buffers: well under the 1 GiB
+	// that 100 unbounded 10 MB reads would take.
+	assert.Less(t, grew, int64(probes*3<<20), "the heap grew by %d bytes", grew)
+	srv.Close()
+	goleak.VerifyNone(t, before)
 }
