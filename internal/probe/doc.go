@@ -1,5 +1,5 @@
-// Package probe reaches one mutating admission webhook the way kube-apiserver
-// does and classifies the outcome.
+// Package probe reaches one admission webhook (mutating or validating) the
+// way kube-apiserver does and classifies the outcome.
 //
 // It owns:
 //   - turning a webhook's clientConfig into an address, a TLS configuration and
@@ -18,5 +18,5 @@
 //     Service lookup in ServiceResolver);
 //   - decide anything about circuits, thresholds or failure policies: it only
 //     reports outcomes, and callers decide what they mean;
-//   - import any other package of this repository.
+//   - import any package of this repository but the circuit contract.
 package probe
