@@ -168,7 +168,7 @@ func TestCounts_Observe_unrecognisedOutcomeMovesNothing(t *testing.T) {
 	assert.Equal(t, probe.ReasonTimeout, c.Last.Reason)
 }
 
-func TestState_AllFailing(t *testing.T) {
+func TestState_Inputs_holdOpen(t *testing.T) {
 	key := func(i int) string { return fmt.Sprintf("Mutating/cfg/w%d.example.com", i) }
 	cases := map[string]struct {
 		hold    int
@@ -192,7 +192,6 @@ func TestState_AllFailing(t *testing.T) {
 					s.Observe(key(i), r, testNow)
 				}
 			}
-			assert.Equal(t, tc.want, s.AllFailing())
 			assert.Equal(t, tc.want, s.Inputs(nil, testNow, "", "").HoldOpen)
 		})
 	}

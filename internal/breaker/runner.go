@@ -107,7 +107,7 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 	obj := t.Kind.New()
 	if err := r.Reader.Get(ctx, client.ObjectKey{Name: t.Configuration}, obj); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.problem(ctx, t, nil, t.Kind.ObjectKind()+" not found; it will be picked up when it appears")
+			r.problem(ctx, t, nil, false, t.Kind.ObjectKind()+" not found; it will be picked up when it appears")
 			return
 		}
 		log.Error(err, "Reading the target configuration failed; nothing counted")
@@ -120,7 +120,7 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 	}
 	wh := webhook(view, t.Webhook)
 	if wh == nil {
-		r.problem(ctx, t, obj, "webhook not found in the configuration; it will be picked up when it appears")
+		r.problem(ctx, t, obj, false, "webhook not found in the configuration; it will be picked up when it appears")
 		return
 	}
 	if obj.GetAnnotations()[circuit.OverrideAnnotation] != "" {
@@ -130,8 +130,8 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 	}
 	if t.Probe.Kind == config.ProbeAdmissionReview {
 		if err := probe.AdmissionReviewProbeable(*wh); err != nil {
-			r.problem(ctx, t, obj, fmt.Sprintf("%v; configure an HTTPGet probe. While it cannot be probed its circuit does not open, and an open one is closed", err))
-			r.wake(ctx, t.Kind, obj, view)
+			r.problem(ctx, t, obj, true, fmt.Sprintf("%v; configure an HTTPGet probe. While it cannot be probed its circuit does not open, and an open one is closed", err))
+			r.wake(ctx, t.Kind, obj, view, r.inputs(t.Kind, view))
 			return
 		}
 	}
@@ -161,7 +161,8 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 		log.V(1).Info("Probe healthy", "duration", res.Duration)
 	}
 	counts := r.State.Observe(t.Key(), res, r.Clock.Now())
-	if holding := r.State.AllFailing(); r.holding.Swap(holding) != holding {
+	in := r.inputs(t.Kind, view)
+	if holding := in.HoldOpen; r.holding.Swap(holding) != holding {
 		r.Metrics.OpeningsHeld.Set(boolGauge(holding))
 		if holding {
 			log.Info("Every probed target is failing at once; holding every opening until one is healthy again")
@@ -176,14 +177,19 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 		log.Info("TLS probe failure diagnosed", "diagnosis", diagnosis)
 		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, "ProbeTLSFailure", "Probe", "%s: %s", t.Webhook, diagnosis)
 	}
-	r.wake(ctx, t.Kind, obj, view)
+	r.wake(ctx, t.Kind, obj, view, in)
+}
+
+// inputs are what Plan decides from for view, a configuration of kind.
+func (r *ProbeRunner) inputs(kind circuit.Kind, view *admissionregistrationv1.MutatingWebhookConfiguration) Inputs {
+	return r.State.Inputs(targetsOf(r.Targets, kind, view.Name), r.Clock.Now(), r.Identity, view.ResourceVersion)
 }
 
 // wake triggers a reconcile of obj (whose circuit.View is view) when Plan,
-// given the current counts, would change it. A record Plan cannot read
+// given in, would change it. A record Plan cannot read
 // wakes nothing: the reconciler reports it when the object changes.
-func (r *ProbeRunner) wake(ctx context.Context, kind circuit.Kind, obj client.Object, view *admissionregistrationv1.MutatingWebhookConfiguration) {
-	_, changes, err := Plan(view, r.State.Inputs(targetsOf(r.Targets, kind, view.Name), r.Clock.Now(), r.Identity, view.ResourceVersion))
+func (r *ProbeRunner) wake(ctx context.Context, kind circuit.Kind, obj client.Object, view *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) {
+	_, changes, err := Plan(view, in)
 	if err != nil || len(changes) == 0 {
 		return
 	}
@@ -193,21 +199,18 @@ func (r *ProbeRunner) wake(ctx context.Context, kind circuit.Kind, obj client.Ob
 	}
 }
 
-// problem records why t is not probed; obj is its configuration, nil when
-// missing.
-func (r *ProbeRunner) problem(ctx context.Context, t config.Target, obj client.Object, problem string) {
-	missing, unprobeable := 1.0, 0.0
+// problem records why t is not probed: it is missing (obj, its
+// configuration, is nil when that is missing too) or it exists but cannot
+// be probed (unprobeable).
+func (r *ProbeRunner) problem(ctx context.Context, t config.Target, obj client.Object, unprobeable bool, problem string) {
 	reason := "TargetMissing"
-	if obj != nil {
-		missing, unprobeable, reason = 0, 1, "TargetUnprobeable"
-		if view, err := circuit.View(obj); err != nil || webhook(view, t.Webhook) == nil {
-			missing, unprobeable, reason = 1, 0, "TargetMissing"
-		}
+	if unprobeable {
+		reason = "TargetUnprobeable"
 	}
 	labels := []string{string(t.Kind), t.Configuration, t.Webhook}
-	r.Metrics.TargetMissing.WithLabelValues(labels...).Set(missing)
-	r.Metrics.TargetUnprobeable.WithLabelValues(labels...).Set(unprobeable)
-	if !r.State.SetProblem(t.Key(), problem, unprobeable == 1) {
+	r.Metrics.TargetMissing.WithLabelValues(labels...).Set(boolGauge(!unprobeable))
+	r.Metrics.TargetUnprobeable.WithLabelValues(labels...).Set(boolGauge(unprobeable))
+	if !r.State.SetProblem(t.Key(), problem, unprobeable) {
 		return
 	}
 	logf.FromContext(ctx).Info("Target is not probed", "problem", problem)

@@ -119,7 +119,7 @@ func (s *State) Inputs(targets []config.Target, now time.Time, identity, resourc
 	return in
 }
 
-// Register adds a target that has not been probed yet, so that AllFailing
+// Register adds a target that has not been probed yet, so that the hold
 // counts it as not healthy until its first result.
 func (s *State) Register(key string) {
 	s.mu.Lock()
@@ -129,16 +129,10 @@ func (s *State) Register(key string) {
 	}
 }
 
-// AllFailing reports whether openings are held: at least one target is
+// allFailingLocked reports whether openings are held: at least one target is
 // failing, at least HoldWhenAllFail are failing or not yet probed, and
 // none is healthy. Targets that cannot be probed, and those
 // whose probes could only say Unknown, do not count.
-func (s *State) AllFailing() bool {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.allFailingLocked()
-}
-
 func (s *State) allFailingLocked() bool {
 	if s.HoldWhenAllFail < 2 {
 		return false

@@ -43,6 +43,18 @@ func (ca *testCA) expiredLeaf(t testing.TB) tls.Certificate {
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
 
+// streamTenMB answers with a 10 MB JSON body of spaces.
+func streamTenMB(w http.ResponseWriter, r *http.Request) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	w.Header().Set("Content-Type", "application/json")
+	chunk := []byte(strings.Repeat(" ", 64<<10))
+	for i := 0; i < 160; i++ {
+		if _, err := w.Write(chunk); err != nil {
+			return
+		}
+	}
+}
+
 // TestProber_Probe_hostileWebhooks: each hostile behaviour is classified
 // the way kube-apiserver would see it, within the probe timeout, without
 // reading an unbounded body, and without leaving a goroutine behind.
@@ -93,16 +105,7 @@ func TestProber_Probe_hostileWebhooks(t *testing.T) {
 		},
 		"a 10 MB body is a bad response, read only to its bound": {
 			start: func(t *testing.T) string {
-				return serve(t, func(w http.ResponseWriter, r *http.Request) {
-					_, _ = io.Copy(io.Discard, r.Body)
-					w.Header().Set("Content-Type", "application/json")
-					chunk := []byte(strings.Repeat(" ", 64<<10))
-					for i := 0; i < 160; i++ {
-						if _, err := w.Write(chunk); err != nil {
-							return
-						}
-					}
-				}).URL + "/mutate"
+				return serve(t, streamTenMB).URL + "/mutate"
 			},
 			outcome: OutcomeFailed, reason: ReasonBadResponse,
 		},
@@ -185,16 +188,7 @@ func TestProber_Probe_hostileWebhooks(t *testing.T) {
 func TestProber_Probe_manyHostileTargetsAtOnce(t *testing.T) {
 	before := goleak.IgnoreCurrent()
 	ca := newTestCA(t)
-	srv, _ := startTLS(t, ca.leaf(t, nil, localhost), func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/json")
-		chunk := []byte(strings.Repeat(" ", 64<<10))
-		for i := 0; i < 160; i++ {
-			if _, err := w.Write(chunk); err != nil {
-				return
-			}
-		}
-	})
+	srv, _ := startTLS(t, ca.leaf(t, nil, localhost), streamTenMB)
 	const probes = 100
 	p := &Prober{Mapper: testMapper()}
 	wh := urlWebhook(srv.URL+"/mutate", ca.pem)

@@ -85,6 +85,16 @@ targets:
 `, holdWhenAllFail, s.name, other), 1)
 }
 
+// openThenStop opens the setup's circuit with a guard on its configuration,
+// then stops that guard, leaving the circuit open.
+func (s *breakerSetup) openThenStop() {
+	s.t.Helper()
+	g := s.startGuard("old")
+	s.wh.SetBehaviour(webhookPath, harness.Delayed(2*time.Second, harness.Allow()))
+	s.waitOpen()
+	g.Stop()
+}
+
 // eventNotes returns the notes of the events.k8s.io Events in "default"
 // about the configuration of kind named name, by reason.
 func eventNotes(t *testing.T, kind circuit.Kind, name string) map[string]string {
@@ -105,10 +115,7 @@ func eventNotes(t *testing.T, kind circuit.Kind, name string) map[string]string 
 // write the configuration closes it, restoring the original.
 func TestHardening_removedTargetWhileOpenIsClosed(t *testing.T) {
 	s := newBreakerSetup(t, setupOptions{mode: "Bypass"})
-	g := s.startGuard("old")
-	s.wh.SetBehaviour(webhookPath, harness.Delayed(2*time.Second, harness.Allow()))
-	s.waitOpen()
-	g.Stop()
+	s.openThenStop()
 
 	// guard status, from the new configuration, names the orphan.
 	bin, err := env.BuildGuard()
@@ -134,10 +141,7 @@ func TestHardening_removedTargetWhileOpenIsClosed(t *testing.T) {
 // service refuses to start and names the configuration to release.
 func TestHardening_removedTargetWithoutRBACRefusesToStart(t *testing.T) {
 	s := newBreakerSetup(t, setupOptions{mode: "Ignore"})
-	g := s.startGuard("old")
-	s.wh.SetBehaviour(webhookPath, harness.Delayed(2*time.Second, harness.Allow()))
-	s.waitOpen()
-	g.Stop()
+	s.openThenStop()
 	// make manifests renders the new RBAC: the old configuration is gone.
 	setWriteTargets(t, s.ns, "some-other-configuration")
 
