@@ -80,6 +80,10 @@ type Options struct {
 	// ExtraStaticManifests are written to StaticManifestsDir, by file name,
 	// before the apiserver starts. The apiserver reads them at startup.
 	ExtraStaticManifests map[string][]byte
+	// APIServerFlags are extra kube-apiserver flags, by name without the
+	// leading dashes (for example "egress-selector-config-file"). A test
+	// that needs them gets its own package and control plane.
+	APIServerFlags map[string]string
 }
 
 // BinDir returns the folder with the control-plane binaries. It honours
@@ -173,6 +177,9 @@ func Start(opts Options) (_ *Env, err error) {
 	api := e.env.ControlPlane.GetAPIServer()
 	api.Configure().Set("service-cluster-ip-range", ServiceCIDR)
 	api.Configure().Set("admission-control-config-file", admissionConfig)
+	for name, value := range opts.APIServerFlags {
+		api.Configure().Set(name, value)
+	}
 	if _, err := e.env.Start(); err != nil {
 		return nil, fmt.Errorf("starting kube-apiserver and etcd from %s: %w", bin, err)
 	}
