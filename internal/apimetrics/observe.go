@@ -1,0 +1,186 @@
+package apimetrics
+
+import (
+	"fmt"
+	"time"
+)
+
+// Verdict is what one observation says about a webhook.
+type Verdict string
+
+const (
+	// Failing: enough calls were made and too many of them failed.
+	Failing Verdict = "Failing"
+	// Healthy: calls were made and they succeeded.
+	Healthy Verdict = "Healthy"
+	// Unknown: no traffic, too little of it yet, a counter reset, or no
+	// scrape. Like an Unknown probe, it moves no counter.
+	Unknown Verdict = "Unknown"
+)
+
+// Thresholds judge a webhook's calls.
+type Thresholds struct {
+	// MinRequests is the fewest calls judged at once. Fewer calls are
+	// kept and added to the next interval's, up to MaxWindow.
+	MinRequests int
+	// FailureRatio is the share of failed calls (calling_webhook_error
+	// plus fail-open) that makes the window Failing.
+	FailureRatio float64
+}
+
+// Observation is one judged window of one webhook's calls.
+type Observation struct {
+	Verdict Verdict
+	// Calls and Failed are the calls made, and those that failed, in the
+	// window.
+	Calls, Failed float64
+	// Window is how long the window was.
+	Window time.Duration
+	// Why explains an Unknown.
+	Why string
+}
+
+// String describes o for Events and logs, for example "apiserver: 37 of
+// 40 calls failed (calling_webhook_error or fail-open) in the last 1s".
+func (o Observation) String() string {
+	switch o.Verdict {
+	case Unknown:
+		return "apiserver: unknown (" + o.Why + ")"
+	case Failing:
+		return fmt.Sprintf("apiserver: %.0f of %.0f calls failed (calling_webhook_error or fail-open) in the last %s", o.Failed, o.Calls, o.Window.Round(10*time.Millisecond))
+	default:
+		return fmt.Sprintf("apiserver: %.0f of %.0f calls failed in the last %s", o.Failed, o.Calls, o.Window.Round(10*time.Millisecond))
+	}
+}
+
+// MaxInstances is how many apiserver instances the Tracker remembers. An
+// HA control plane has three or five; more means instances come and go,
+// and the oldest are forgotten.
+const MaxInstances = 16
+
+// Tracker turns successive Samples into Observations. Counters are only
+// ever compared with an earlier scrape of the same apiserver instance:
+// behind a Service each scrape may reach another apiserver, whose
+// counters have nothing to do with the last one's. A counter that went
+// down, or a webhook with fewer series than before, is a reset: Unknown,
+// never a negative rate. Not safe for concurrent use.
+type Tracker struct {
+	// MaxWindow is the longest a window of too few calls is kept open
+	// before it is dropped as Unknown.
+	MaxWindow time.Duration
+
+	instances map[float64]*instance
+}
+
+type instance struct {
+	seen time.Time
+	// base is where each webhook's current window starts.
+	base map[Webhook]point
+	// last is each webhook's previous scrape, for Admitted.
+	last map[Webhook]Counters
+}
+
+type point struct {
+	Counters
+	at time.Time
+}
+
+// Result is what one Sample says about one webhook.
+type Result struct {
+	Observation
+	// Admitted is how many requests the apiserver admitted without the
+	// webhook since the previous scrape of the same instance: calls kept
+	// from it by a matchCondition, and failed calls under Ignore.
+	Admitted float64
+}
+
+// Observe compares s, scraped at now, with the earlier scrapes of the
+// same instance and returns a Result per webhook in want.
+func (t *Tracker) Observe(s Sample, now time.Time, want map[Webhook]Thresholds) map[Webhook]Result {
+	if t.instances == nil {
+		t.instances = map[float64]*instance{}
+	}
+	in := t.instances[s.Instance]
+	first := in == nil
+	if first {
+		t.forgetOldest()
+		in = &instance{base: map[Webhook]point{}, last: map[Webhook]Counters{}}
+		t.instances[s.Instance] = in
+	}
+	in.seen = now
+	out := make(map[Webhook]Result, len(want))
+	for wh, th := range want {
+		cur := s.Webhooks[wh]
+		last, hadLast := in.last[wh]
+		in.last[wh] = cur
+		base, hadBase := in.base[wh]
+		r := Result{}
+		switch {
+		case first:
+			r.Why = "first scrape of this apiserver instance"
+		case reset(last, cur) || (hadBase && reset(base.Counters, cur)):
+			r.Why = "the apiserver's counters were reset"
+		case !hadLast:
+			r.Why = "first scrape of this apiserver instance"
+		default:
+			r.Admitted = (cur.Excluded - last.Excluded) + (cur.FailOpen - last.FailOpen)
+		}
+		if r.Why != "" {
+			in.base[wh] = point{cur, now}
+			r.Verdict = Unknown
+			out[wh] = r
+			continue
+		}
+		if !hadBase {
+			base = point{last, now}
+		}
+		r.Observation = judge(base, point{cur, now}, th, t.MaxWindow)
+		if r.Verdict != Unknown || r.Calls == 0 || now.Sub(base.at) >= t.MaxWindow {
+			in.base[wh] = point{cur, now}
+		}
+		out[wh] = r
+	}
+	return out
+}
+
+// judge judges the calls between from and to.
+func judge(from, to point, th Thresholds, maxWindow time.Duration) Observation {
+	o := Observation{
+		Calls:  to.Calls - from.Calls,
+		Failed: (to.CallErrors - from.CallErrors) + (to.FailOpen - from.FailOpen),
+		Window: to.at.Sub(from.at),
+	}
+	switch {
+	case o.Calls == 0:
+		o.Verdict, o.Why = Unknown, "no calls"
+	case o.Calls < float64(th.MinRequests):
+		o.Verdict, o.Why = Unknown, fmt.Sprintf("%.0f calls, fewer than minRequests %d", o.Calls, th.MinRequests)
+		if o.Window >= maxWindow {
+			o.Why += " within " + maxWindow.String()
+		}
+	case o.Failed/o.Calls >= th.FailureRatio:
+		o.Verdict = Failing
+	default:
+		o.Verdict = Healthy
+	}
+	return o
+}
+
+// reset reports whether cur cannot follow prev on the same counters.
+func reset(prev, cur Counters) bool {
+	return cur.Calls < prev.Calls || cur.CallErrors < prev.CallErrors || cur.FailOpen < prev.FailOpen ||
+		cur.Excluded < prev.Excluded || cur.Series < prev.Series
+}
+
+func (t *Tracker) forgetOldest() {
+	for len(t.instances) >= MaxInstances {
+		var oldest float64
+		var at time.Time
+		for k, in := range t.instances {
+			if at.IsZero() || in.seen.Before(at) {
+				oldest, at = k, in.seen
+			}
+		}
+		delete(t.instances, oldest)
+	}
+}

@@ -1,0 +1,216 @@
+package apimetrics
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// The families read from kube-apiserver's /metrics (k8s.io/apiserver
+// pkg/admission/metrics). Every webhook call the apiserver completes is
+// counted in RequestTotal. A call that failed (timeout, refused, TLS) is
+// counted in RejectionCount with error_type calling_webhook_error when the
+// failurePolicy is Fail, and in FailOpenCount when it is Ignore. A call
+// skipped by a matchCondition is counted in MatchConditionExclusions only.
+const (
+	RequestTotal             = "apiserver_admission_webhook_request_total"
+	RejectionCount           = "apiserver_admission_webhook_rejection_count"
+	FailOpenCount            = "apiserver_admission_webhook_fail_open_count"
+	MatchConditionExclusions = "apiserver_admission_match_condition_exclusions_total"
+	// ProcessStartTime tells apiserver instances apart: behind a Service,
+	// each scrape may reach another one, with counters of its own.
+	ProcessStartTime = "process_start_time_seconds"
+
+	// CallingWebhookError is RejectionCount's error_type for a call that
+	// failed, as opposed to a webhook that answered "no".
+	CallingWebhookError = "calling_webhook_error"
+)
+
+var families = map[string]bool{RequestTotal: true, RejectionCount: true, FailOpenCount: true, MatchConditionExclusions: true, ProcessStartTime: true}
+
+// Type is the admission type of a webhook as the apiserver labels it.
+type Type string
+
+const (
+	// Mutating webhooks are labelled type="admit" everywhere.
+	Mutating Type = "admit"
+	// Validating webhooks are labelled type="validating" on the request,
+	// rejection and fail-open counters...
+	Validating Type = "validating"
+	// ...and type="validate" on the match-condition counters.
+	validatingExclusion = "validate"
+)
+
+// Webhook names a webhook in the apiserver's metrics: its name (the
+// metrics carry no configuration name) and its type.
+type Webhook struct {
+	Name string
+	Type Type
+}
+
+// Counters are one webhook's counters in one scrape, summed over the
+// other labels (operation, code, ...).
+type Counters struct {
+	// Calls is every call made (RequestTotal).
+	Calls float64
+	// CallErrors are calls that failed under failurePolicy Fail.
+	CallErrors float64
+	// FailOpen are calls that failed under failurePolicy Ignore; the
+	// request was admitted without the webhook.
+	FailOpen float64
+	// Excluded are requests a matchCondition kept from the webhook.
+	Excluded float64
+	// Series is how many series were summed; fewer than before means the
+	// apiserver's counters were reset.
+	Series int
+}
+
+// Sample is what one scrape says about the webhooks asked for.
+type Sample struct {
+	// Instance is the apiserver's process start time, or 0 when its
+	// metrics do not say.
+	Instance float64
+	// Webhooks holds the counters of every webhook asked for that the
+	// apiserver has counted anything for.
+	Webhooks map[Webhook]Counters
+	// Bytes is the size of the whole response read.
+	Bytes int64
+}
+
+// Limits on a scrape. A real kube-apiserver v1.37 with a few webhooks
+// serves a few MiB; the families kept are a small part of it.
+const (
+	// MaxBytes is the most read from one response.
+	MaxBytes = 64 << 20
+	// maxLine is the longest line accepted.
+	maxLine = 64 << 10
+)
+
+// Parse reads a Prometheus text exposition and returns the counters of
+// the webhooks in want. Lines of other families are dropped before the
+// Prometheus text parser sees them, so memory grows with the webhook
+// families only, not with the whole response.
+func Parse(r io.Reader, want map[Webhook]bool) (Sample, error) {
+	counted := &countingReader{r: io.LimitReader(r, MaxBytes+1)}
+	kept, err := filter(counted)
+	if counted.n > MaxBytes {
+		return Sample{Bytes: counted.n}, fmt.Errorf("apiserver metrics larger than %d bytes", MaxBytes)
+	}
+	if err != nil {
+		return Sample{Bytes: counted.n}, err
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := parser.TextToMetricFamilies(bytes.NewReader(kept))
+	if err != nil {
+		return Sample{Bytes: counted.n}, fmt.Errorf("parsing apiserver metrics: %w", err)
+	}
+	s := Sample{Webhooks: map[Webhook]Counters{}, Bytes: counted.n}
+	if mf := mfs[ProcessStartTime]; mf != nil && len(mf.Metric) > 0 {
+		s.Instance = value(mf.Metric[0])
+	}
+	add := func(family string, f func(c *Counters, v float64, labels map[string]string)) {
+		for _, m := range mfs[family].GetMetric() {
+			labels := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				labels[lp.GetName()] = lp.GetValue()
+			}
+			typ := Type(labels["type"])
+			if typ == validatingExclusion {
+				typ = Validating
+			}
+			wh := Webhook{Name: labels["name"], Type: typ}
+			if !want[wh] {
+				continue
+			}
+			c := s.Webhooks[wh]
+			f(&c, value(m), labels)
+			c.Series++
+			s.Webhooks[wh] = c
+		}
+	}
+	add(RequestTotal, func(c *Counters, v float64, _ map[string]string) { c.Calls += v })
+	add(RejectionCount, func(c *Counters, v float64, l map[string]string) {
+		if l["error_type"] == CallingWebhookError {
+			c.CallErrors += v
+		}
+	})
+	add(FailOpenCount, func(c *Counters, v float64, _ map[string]string) { c.FailOpen += v })
+	add(MatchConditionExclusions, func(c *Counters, v float64, l map[string]string) {
+		if l["kind"] == "webhook" {
+			c.Excluded += v
+		}
+	})
+	return s, nil
+}
+
+func value(m *dto.Metric) float64 {
+	switch {
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	case m.Untyped != nil:
+		return m.Untyped.GetValue()
+	}
+	return 0
+}
+
+// filter keeps the lines of the families Parse reads: their samples and
+// their HELP and TYPE comments.
+func filter(r io.Reader) ([]byte, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 4096), maxLine)
+	var out bytes.Buffer
+	for sc.Scan() {
+		line := sc.Bytes()
+		if family(line) != "" {
+			out.Write(line)
+			out.WriteByte('\n')
+		}
+	}
+	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return nil, fmt.Errorf("apiserver metrics: a line longer than %d bytes", maxLine)
+		}
+		return nil, fmt.Errorf("reading apiserver metrics: %w", err)
+	}
+	return out.Bytes(), nil
+}
+
+// family returns the wanted family a line belongs to, or "".
+func family(line []byte) string {
+	s := string(line)
+	if rest, ok := strings.CutPrefix(s, "# "); ok {
+		f := strings.Fields(rest)
+		if len(f) < 2 || (f[0] != "HELP" && f[0] != "TYPE") {
+			return ""
+		}
+		s = f[1]
+	}
+	name := s
+	if i := strings.IndexAny(s, "{ \t"); i >= 0 {
+		name = s[:i]
+	}
+	if families[name] {
+		return name
+	}
+	return ""
+}
+
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
