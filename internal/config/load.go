@@ -137,7 +137,23 @@ func convertTarget(p *field.Path, ft fileTarget) (Target, field.ErrorList) {
 	}
 	t.Probe.Interval = duration(pp.Child("interval"), ft.Probe.Interval, DefaultProbeInterval, &errs)
 	t.Probe.Timeout = duration(pp.Child("timeout"), ft.Probe.Timeout, 0, &errs)
+	t.APIServerSignal = signal(p.Child("apiserverSignal"), ft.APIServerSignal, &errs)
 	return t, errs
+}
+
+func signal(p *field.Path, f fileSignal, errs *field.ErrorList) APIServerSignal {
+	s := APIServerSignal{Enabled: true, MinRequests: DefaultMinRequests, FailureRatio: DefaultFailureRatio}
+	if f.Enabled != nil {
+		s.Enabled = *f.Enabled
+	}
+	s.MinRequests = threshold(p.Child("minRequests"), f.MinRequests, DefaultMinRequests, errs)
+	if f.FailureRatio != nil {
+		s.FailureRatio = *f.FailureRatio
+		if !(s.FailureRatio > 0 && s.FailureRatio <= 1) {
+			*errs = append(*errs, field.Invalid(p.Child("failureRatio"), s.FailureRatio, "must be more than 0 and at most 1, the share of failed calls, such as 0.5"))
+		}
+	}
+	return s
 }
 
 // approval checks the explicit opt-in a target of each kind needs.

@@ -25,13 +25,14 @@ func TestParse_defaults(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, cfg.Targets, 1)
 	assert.Equal(t, Target{
-		Kind:          circuit.KindMutating,
-		Configuration: "slow-mutator",
-		Webhook:       "slow-mutator.example.com",
-		Mode:          ModeIgnore,
-		OpenAfter:     3,
-		CloseAfter:    5,
-		Probe:         Probe{Kind: ProbeAdmissionReview, Interval: time.Second},
+		Kind:            circuit.KindMutating,
+		Configuration:   "slow-mutator",
+		Webhook:         "slow-mutator.example.com",
+		Mode:            ModeIgnore,
+		OpenAfter:       3,
+		CloseAfter:      5,
+		Probe:           Probe{Kind: ProbeAdmissionReview, Interval: time.Second},
+		APIServerSignal: APIServerSignal{Enabled: true, MinRequests: DefaultMinRequests, FailureRatio: DefaultFailureRatio},
 	}, cfg.Targets[0])
 }
 
@@ -48,6 +49,10 @@ func TestParse_everyField(t *testing.T) {
     interval: 200ms
     timeout: 250ms
     path: /healthz
+  apiserverSignal:
+    enabled: false
+    minRequests: 10
+    failureRatio: 0.25
 - configuration: slow-mutator
   webhook: other.example.com
   allowAdmissionWithoutMutation: true
@@ -59,7 +64,8 @@ func TestParse_everyField(t *testing.T) {
 	assert.Equal(t, Target{
 		Kind:          circuit.KindMutating,
 		Configuration: "slow-mutator", Webhook: "slow-mutator.example.com", Mode: ModeBypass, OpenAfter: 2, CloseAfter: 4,
-		Probe: Probe{Kind: ProbeHTTPGet, Interval: 200 * time.Millisecond, Timeout: 250 * time.Millisecond, Path: "/healthz"},
+		Probe:           Probe{Kind: ProbeHTTPGet, Interval: 200 * time.Millisecond, Timeout: 250 * time.Millisecond, Path: "/healthz"},
+		APIServerSignal: APIServerSignal{Enabled: false, MinRequests: 10, FailureRatio: 0.25},
 	}, cfg.Targets[0])
 	assert.Equal(t, []string{"slow-mutator", "second"}, cfg.Names(circuit.KindMutating))
 	assert.Empty(t, cfg.Names(circuit.KindValidating))
@@ -159,6 +165,22 @@ func TestParse_malformed(t *testing.T) {
 		"closeAfter below 1 is rejected": {
 			header + minimalTarget + "  closeAfter: -2\n",
 			"invalid GuardConfiguration: targets[0].closeAfter: Invalid value: -2: must be at least 1",
+		},
+		"a failureRatio above 1 is rejected": {
+			header + minimalTarget + "  apiserverSignal:\n    failureRatio: 1.5\n",
+			"invalid GuardConfiguration: targets[0].apiserverSignal.failureRatio: Invalid value: 1.5: must be more than 0 and at most 1, the share of failed calls, such as 0.5",
+		},
+		"a failureRatio of 0 is rejected": {
+			header + minimalTarget + "  apiserverSignal:\n    failureRatio: 0\n",
+			"invalid GuardConfiguration: targets[0].apiserverSignal.failureRatio: Invalid value: 0: must be more than 0 and at most 1, the share of failed calls, such as 0.5",
+		},
+		"minRequests below 1 is rejected": {
+			header + minimalTarget + "  apiserverSignal:\n    minRequests: 0\n",
+			"invalid GuardConfiguration: targets[0].apiserverSignal.minRequests: Invalid value: 0: must be at least 1",
+		},
+		"an unknown apiserverSignal field is rejected": {
+			header + minimalTarget + "  apiserverSignal:\n    ratio: 0.5\n",
+			"decoding GuardConfiguration: error unmarshaling JSON: while decoding JSON: json: unknown field \"ratio\"",
 		},
 		"an unknown mode is rejected": {
 			header + minimalTarget + "  mode: Open\n",

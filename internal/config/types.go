@@ -43,6 +43,12 @@ const (
 	// DefaultHoldWhenAllFail: two webhooks on one backend may well fail
 	// together; three or more at once point at the guard's own network.
 	DefaultHoldWhenAllFail = 3
+	// DefaultMinRequests: fewer calls than this say nothing yet; they are
+	// added to the next interval's.
+	DefaultMinRequests = 3
+	// DefaultFailureRatio: half the apiserver's calls failing is an outage,
+	// not a webhook that times out now and then.
+	DefaultFailureRatio = 0.5
 )
 
 // file is the on-disk form, decoded strictly.
@@ -54,15 +60,22 @@ type file struct {
 }
 
 type fileTarget struct {
-	Kind                            string    `json:"kind"`
-	Configuration                   string    `json:"configuration"`
-	Webhook                         string    `json:"webhook"`
-	AllowAdmissionWithoutMutation   *bool     `json:"allowAdmissionWithoutMutation"`
-	AllowAdmissionWithoutValidation *bool     `json:"allowAdmissionWithoutValidation"`
-	Mode                            string    `json:"mode"`
-	OpenAfter                       *int      `json:"openAfter"`
-	CloseAfter                      *int      `json:"closeAfter"`
-	Probe                           fileProbe `json:"probe"`
+	Kind                            string     `json:"kind"`
+	Configuration                   string     `json:"configuration"`
+	Webhook                         string     `json:"webhook"`
+	AllowAdmissionWithoutMutation   *bool      `json:"allowAdmissionWithoutMutation"`
+	AllowAdmissionWithoutValidation *bool      `json:"allowAdmissionWithoutValidation"`
+	Mode                            string     `json:"mode"`
+	OpenAfter                       *int       `json:"openAfter"`
+	CloseAfter                      *int       `json:"closeAfter"`
+	Probe                           fileProbe  `json:"probe"`
+	APIServerSignal                 fileSignal `json:"apiserverSignal"`
+}
+
+type fileSignal struct {
+	Enabled      *bool    `json:"enabled"`
+	MinRequests  *int     `json:"minRequests"`
+	FailureRatio *float64 `json:"failureRatio"`
 }
 
 type fileProbe struct {
@@ -103,6 +116,24 @@ type Target struct {
 	CloseAfter int
 	// Probe says how the webhook is probed.
 	Probe Probe
+	// APIServerSignal judges the webhook from kube-apiserver's own record
+	// of the calls it makes.
+	APIServerSignal APIServerSignal
+}
+
+// APIServerSignal is the second health signal of a target: the calls
+// kube-apiserver made to the webhook, read from its /metrics once per
+// probe interval. It sees what the direct probe cannot: the apiserver's
+// own path to the webhook (konnectivity, a firewall).
+type APIServerSignal struct {
+	// Enabled turns the signal on. Default true.
+	Enabled bool
+	// MinRequests is the fewest calls judged at once; fewer are added to
+	// the next interval's (for up to 10 intervals). Default 3.
+	MinRequests int
+	// FailureRatio is the share of failed calls (calling_webhook_error
+	// and fail-open) that makes an interval failing, in (0, 1]. Default 0.5.
+	FailureRatio float64
 }
 
 // Key is "kind/configuration/webhook", unique per target: the same names
