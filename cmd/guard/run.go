@@ -28,6 +28,7 @@ import (
 
 	"github.com/webhook-guard/webhook-guard/certs"
 	"github.com/webhook-guard/webhook-guard/internal/admission"
+	"github.com/webhook-guard/webhook-guard/internal/apimetrics"
 	"github.com/webhook-guard/webhook-guard/internal/breaker"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
@@ -145,8 +146,13 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 			return fmt.Errorf("setting up the breaker controller for %s: %w", kind.Resource(), err)
 		}
 	}
+	clientset, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
 	runner := &breaker.ProbeRunner{
-		Reader: mgr.GetClient(), Targets: cfg.Targets, State: state, Metrics: m, Recorder: recorder, Triggers: triggers, Identity: identity,
+		Scraper: &apimetrics.Scraper{Client: clientset.Discovery().RESTClient()},
+		Reader:  mgr.GetClient(), Targets: cfg.Targets, State: state, Metrics: m, Recorder: recorder, Triggers: triggers, Identity: identity,
 		Prober: &probe.Prober{Resolver: probe.NewServiceResolver(mgr.GetAPIReader()), Mapper: mgr.GetRESTMapper(), Username: identity},
 		DiagnoseTLS: func(ctx context.Context, annotations map[string]string) string {
 			return certs.DiagnoseInjectedCA(ctx, reader, annotations, time.Now())

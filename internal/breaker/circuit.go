@@ -1,6 +1,8 @@
 package breaker
 
 import (
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
+	"github.com/webhook-guard/webhook-guard/internal/config"
 	"github.com/webhook-guard/webhook-guard/internal/probe"
 )
 
@@ -61,4 +63,51 @@ func Decide(open bool, c Counts, openAfter, closeAfter int) Action {
 	default:
 		return Stay
 	}
+}
+
+// The signals that open a circuit, as the record's signal field and the
+// Events name them.
+const (
+	// SignalProbe is the guard's own probe of the webhook.
+	SignalProbe = "probe"
+	// SignalAPIServer is kube-apiserver's record of the calls it made.
+	SignalAPIServer = "apiserver"
+	// SignalBoth: both reached openAfter in the same interval.
+	SignalBoth = "probe+apiserver"
+)
+
+// ReasonAPIServerCalls is the failure reason of an apiserver signal
+// observation: too many of the apiserver's own calls to the webhook failed.
+const ReasonAPIServerCalls probe.FailureReason = "apiserver-calls"
+
+// DecideTarget is Decide over both of t's signals. A closed circuit opens
+// when either signal has openAfter consecutive failing observations; it
+// returns which. An open circuit closes after closeAfter healthy probes;
+// in Ignore mode the apiserver still calls the webhook, so it also needs
+// the apiserver's last observation not to be failing. In Bypass mode the
+// apiserver makes no calls while open, and the probe alone closes.
+func DecideTarget(open bool, probeCounts, apiserver Counts, t config.Target) (Action, string) {
+	if !t.APIServerSignal.Enabled {
+		apiserver = Counts{}
+	}
+	if !open {
+		byProbe := Decide(false, probeCounts, t.OpenAfter, t.CloseAfter) == Open
+		byAPIServer := Decide(false, apiserver, t.OpenAfter, t.CloseAfter) == Open
+		switch {
+		case byProbe && byAPIServer:
+			return Open, SignalBoth
+		case byProbe:
+			return Open, SignalProbe
+		case byAPIServer:
+			return Open, SignalAPIServer
+		}
+		return Stay, ""
+	}
+	if Decide(true, probeCounts, t.OpenAfter, t.CloseAfter) != Close {
+		return Stay, ""
+	}
+	if t.Mode == circuit.ModeIgnore && apiserver.Failures > 0 && apiserver.LastUnknown == nil {
+		return Stay, ""
+	}
+	return Close, ""
 }

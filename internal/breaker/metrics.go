@@ -29,6 +29,16 @@ type Metrics struct {
 	// OpeningsHeld is 1 while every probed target fails at once and the
 	// breaker holds every opening (config holdWhenAllFail).
 	OpeningsHeld prometheus.Gauge
+	// Openings counts openings by the signal that opened them.
+	Openings *prometheus.CounterVec
+	// The apiserver signal: its scrapes, observations, disagreements with
+	// the probe, and the requests admitted without an open webhook.
+	ScrapeDuration        prometheus.Histogram
+	ScrapeBytes           prometheus.Gauge
+	ScrapeErrors          *prometheus.CounterVec
+	APIServerObservations *prometheus.CounterVec
+	SignalsDisagree       *prometheus.GaugeVec
+	AdmittedWithout       *prometheus.CounterVec
 }
 
 // NewMetrics creates the collectors without registering them.
@@ -72,11 +82,34 @@ func NewMetrics() *Metrics {
 		OpeningsHeld: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "guard_openings_held", Help: "1 while every probed target is failing at once: the likely cause is the guard's own network, so no circuit is opened until one target is healthy again.",
 		}),
+		Openings: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "guard_circuit_openings_total", Help: "Circuits opened, by target and the signal that opened them (probe, apiserver, probe+apiserver).",
+		}, append(target, "signal")),
+		ScrapeDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "guard_apiserver_scrape_duration_seconds", Help: "Duration of one read and parse of kube-apiserver's /metrics, for every target together.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}),
+		ScrapeBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "guard_apiserver_scrape_bytes", Help: "Size of the last response read from kube-apiserver's /metrics.",
+		}),
+		ScrapeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "guard_apiserver_scrape_errors_total", Help: "Failed reads of kube-apiserver's /metrics, by kind (forbidden: RBAC get on /metrics is missing; error: anything else). The apiserver signal is Unknown meanwhile.",
+		}, []string{"reason"}),
+		APIServerObservations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "guard_apiserver_observations_total", Help: "Apiserver signal observations, by target and verdict (Healthy, Failing, Unknown).",
+		}, append(target, "verdict")),
+		SignalsDisagree: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "guard_signals_disagree", Help: "1 while one signal (failing=apiserver or failing=probe) has failed for several intervals while the other was healthy: the network path of the failing side is broken, not the webhook.",
+		}, append(target, "failing")),
+		AdmittedWithout: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "guard_admitted_without_webhook_total", Help: "Requests kube-apiserver admitted without calling the webhook (bypass matchCondition) or after the call failed (Ignore) while its circuit was open, from the apiserver's own counters.",
+		}, target),
 	}
 }
 
 // Collectors returns every collector, for registration on
 // controller-runtime's metrics.Registry.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.CircuitOpen, m.ProbeDuration, m.ProbeFailures, m.ProbeUnknown, m.Transitions, m.WriteConflicts, m.WriteErrors, m.TargetMissing, m.TargetUnprobeable, m.Reconciles, m.RecordUnreadable, m.OpeningsHeld}
+	return []prometheus.Collector{m.CircuitOpen, m.ProbeDuration, m.ProbeFailures, m.ProbeUnknown, m.Transitions, m.WriteConflicts, m.WriteErrors, m.TargetMissing, m.TargetUnprobeable, m.Reconciles, m.RecordUnreadable, m.OpeningsHeld,
+		m.Openings, m.ScrapeDuration, m.ScrapeBytes, m.ScrapeErrors, m.APIServerObservations, m.SignalsDisagree, m.AdmittedWithout}
 }

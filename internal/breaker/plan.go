@@ -10,6 +10,7 @@ import (
 
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
+	"github.com/webhook-guard/webhook-guard/internal/probe"
 )
 
 // ChangeKind names a change the breaker makes to one webhook.
@@ -38,6 +39,8 @@ type Change struct {
 	Kind    ChangeKind
 	// Message explains the change for an Event.
 	Message string
+	// Signal is what opened the circuit, for Opened.
+	Signal string
 }
 
 // Inputs are what Plan decides from, besides the object.
@@ -47,6 +50,13 @@ type Inputs struct {
 	// Counts are each target's consecutive probe outcomes, keyed by
 	// webhook name. A target without counts stays as it is.
 	Counts map[string]Counts
+	// APIServer are each target's consecutive apiserver signal
+	// observations, keyed by webhook name.
+	APIServer map[string]Counts
+	// Admitted is, by webhook name, how many requests the apiserver
+	// admitted without the webhook while its circuit was open, for the
+	// closing Event.
+	Admitted map[string]float64
 	// Unprobeable holds, by webhook name, why a target can no longer be
 	// probed (for example sideEffects changed to Some). An open circuit on
 	// such a target is closed: nothing could ever close it otherwise.
@@ -171,34 +181,80 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 			}
 			continue
 		}
-		switch Decide(open, c, t.OpenAfter, t.CloseAfter) {
+		action, signal := DecideTarget(open, c, in.APIServer[t.Webhook], t)
+		switch action {
 		case Open:
-			if in.HoldOpen {
-				continue
+			if in.HoldOpen && signal == SignalProbe {
+				continue // the apiserver does not agree that the webhook is down
 			}
 			if !openWebhook(wh, t.Mode) {
 				continue // Ignore is already the administrator's baseline.
 			}
+			original := cur.Webhooks[index(cur, t.Webhook)].FailurePolicy
+			reason, why := openedBecause(signal, c, in.APIServer[t.Webhook])
 			rec[t.Webhook] = circuit.Entry{
 				UID:                   cur.UID,
 				Mode:                  t.Mode,
 				OpenedAt:              metav1.NewTime(in.Now.UTC().Truncate(time.Second)),
-				Reason:                string(c.Last.Reason),
+				Reason:                reason,
+				Signal:                signal,
 				OriginalFailurePolicy: cur.DeepCopy().Webhooks[index(cur, t.Webhook)].FailurePolicy,
 				By:                    in.Identity,
 			}
-			changes = append(changes, Change{Webhook: t.Webhook, Kind: Opened, Message: fmt.Sprintf(
-				"opened the circuit on %s in %s mode after %d consecutive failed probes (last: %s: %v); original failurePolicy %s",
-				t.Webhook, t.Mode, c.Failures, c.Last.Reason, c.Last.Err, circuit.PolicyString(cur.Webhooks[index(cur, t.Webhook)].FailurePolicy))})
+			changes = append(changes, Change{Webhook: t.Webhook, Kind: Opened, Signal: signal, Message: fmt.Sprintf(
+				"opened the circuit on %s in %s mode %s; original failurePolicy %s",
+				t.Webhook, t.Mode, why, circuit.PolicyString(original))})
 		case Close:
 			restore(wh, entry)
 			delete(rec, t.Webhook)
 			changes = append(changes, Change{Webhook: t.Webhook, Kind: Closed, Message: fmt.Sprintf(
-				"closed the circuit on %s after %d consecutive healthy probes; restored failurePolicy %s (open since %s)",
-				t.Webhook, c.Successes, circuit.PolicyString(entry.OriginalFailurePolicy), entry.OpenedAt.UTC().Format(time.RFC3339))})
+				"closed the circuit on %s after %d consecutive healthy probes; restored failurePolicy %s (open since %s)%s",
+				t.Webhook, c.Successes, circuit.PolicyString(entry.OriginalFailurePolicy), entry.OpenedAt.UTC().Format(time.RFC3339),
+				admittedNote(t, entry, in))})
 		}
 	}
 	return finish(next, rec, changes)
+}
+
+// openedBecause returns the record's reason and the Event's explanation of
+// an opening by signal.
+func openedBecause(signal string, probeCounts, apiserver Counts) (string, string) {
+	probeSays := func() string {
+		return fmt.Sprintf("after %d consecutive failed probes (last: %s: %v)", probeCounts.Failures, probeCounts.Last.Reason, probeCounts.Last.Err)
+	}
+	apiserverSays := func() string {
+		return fmt.Sprintf("after %d consecutive failing intervals of the apiserver's own calls (last: %v)", apiserver.Failures, apiserver.Last.Err)
+	}
+	switch signal {
+	case SignalAPIServer:
+		why := apiserverSays()
+		switch probeCounts.Last.Outcome {
+		case probe.OutcomeHealthy:
+			why += " while the direct probe was healthy: the apiserver's path to the webhook is broken (konnectivity, a firewall or a NetworkPolicy between the control plane and the webhook)"
+		case probe.OutcomeFailed:
+			why += fmt.Sprintf(" (the direct probe is failing too: %s)", probeCounts.Last.Reason)
+		}
+		return string(ReasonAPIServerCalls), why
+	case SignalBoth:
+		return string(probeCounts.Last.Reason), probeSays() + " and " + apiserverSays()
+	}
+	return string(probeCounts.Last.Reason), probeSays()
+}
+
+// admittedNote says, for a closing Event, how many requests the apiserver
+// admitted without the webhook while the circuit was open, when the
+// apiserver signal counted them.
+func admittedNote(t config.Target, entry circuit.Entry, in Inputs) string {
+	n, ok := in.Admitted[t.Webhook]
+	if !t.APIServerSignal.Enabled || !ok {
+		return ""
+	}
+	without := "mutation"
+	if t.Kind == circuit.KindValidating {
+		without = "validation"
+	}
+	return fmt.Sprintf("; the apiserver admitted %.0f requests without the %s while open (%s), as counted from its /metrics",
+		n, without, in.Now.Sub(entry.OpenedAt.Time).Round(time.Second))
 }
 
 // handOffUnreadable hands a configuration whose record cannot be read to

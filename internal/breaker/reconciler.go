@@ -181,6 +181,9 @@ func (r *TargetReconciler) write(ctx context.Context, cur client.Object, view, n
 			}
 		}
 		r.Metrics.Transitions.WithLabelValues(string(r.Kind), string(c.Kind)).Inc()
+		if c.Kind == Opened {
+			r.Metrics.Openings.WithLabelValues(string(r.Kind), view.Name, c.Webhook, c.Signal).Inc()
+		}
 		r.Recorder.Eventf(written, nil, eventType(c.Kind), string(c.Kind), "Update", "%s", c.Message)
 		if r.Kind == circuit.KindValidating && c.Kind == Opened {
 			r.Recorder.Eventf(written, nil, corev1.EventTypeWarning, "AdmittingWithoutValidation", "Update",

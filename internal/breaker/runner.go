@@ -54,6 +54,10 @@ type ProbeRunner struct {
 	// configuration's annotations (for example cert-manager's CA
 	// injection). It returns "" when it has nothing to say.
 	DiagnoseTLS func(ctx context.Context, annotations map[string]string) string
+	// Scraper, when set, reads kube-apiserver's /metrics once per interval
+	// for the targets whose apiserverSignal is enabled: the second health
+	// signal.
+	Scraper Scraper
 
 	holding atomic.Bool
 }
@@ -77,6 +81,9 @@ func (r *ProbeRunner) Start(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for _, t := range r.Targets {
 		wg.Go(func() { r.loop(ctx, t) })
+	}
+	if s := newAPIServerSignal(r.Targets); s != nil && r.Scraper != nil {
+		wg.Go(func() { r.signalLoop(ctx, s) })
 	}
 	wg.Wait()
 	return nil

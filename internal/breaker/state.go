@@ -12,7 +12,19 @@ import (
 // TargetStatus is what the leader knows about one target beyond the
 // object: its probe counts and whether it could be probed at all.
 type TargetStatus struct {
+	// Counts are the direct probe's.
 	Counts
+	// APIServer are the apiserver signal's counts: one observation per
+	// scrape of kube-apiserver's /metrics.
+	APIServer Counts
+	// Admitted is how many requests the apiserver admitted without the
+	// webhook since its circuit opened (apiserver signal; memory only).
+	Admitted float64
+	// Disagree names the signal that fails while the other is healthy
+	// ("apiserver" or "probe"), and DisagreeFor for how many apiserver
+	// observations in a row; empty when they agree.
+	Disagree    string
+	DisagreeFor int
 	// LastProbe is when the last probe finished.
 	LastProbe time.Time
 	// Problem is why the target is not being probed (missing
@@ -74,18 +86,59 @@ func (s *State) SetProblem(key, problem string, unprobeable bool) bool {
 	changed := st.Problem != problem
 	st.Problem, st.Unprobeable = problem, unprobeable
 	st.Failures, st.Successes = 0, 0
+	st.APIServer.Failures, st.APIServer.Successes = 0, 0
 	s.targets[key] = st
 	return changed
 }
 
-// Reset zeroes key's consecutive counts (the last results stay, for
-// status): after every transition the breaker wrote, so that the next
-// decision rests only on what happened since.
+// ObserveAPIServer records an apiserver signal observation for key (an
+// Unknown moves no counter), adds the requests admitted without the
+// webhook while its circuit is open, and tracks whether the two signals
+// disagree. It returns the new status.
+func (s *State) ObserveAPIServer(key string, r probe.Result, admitted float64, open bool) TargetStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.targets[key]
+	st.APIServer.Observe(r)
+	if open {
+		st.Admitted += admitted
+	}
+	if r.Outcome != probe.OutcomeUnknown {
+		side := disagreement(st.Counts, r.Outcome)
+		if side != st.Disagree {
+			st.Disagree, st.DisagreeFor = side, 0
+		}
+		if side != "" {
+			st.DisagreeFor++
+		}
+	}
+	s.targets[key] = st
+	return st
+}
+
+// disagreement names the failing signal when the probe's last result and
+// the apiserver's observation disagree.
+func disagreement(probeCounts Counts, apiserver probe.Outcome) string {
+	switch {
+	case probeCounts.Last.Outcome == probe.OutcomeHealthy && apiserver == probe.OutcomeFailed:
+		return SignalAPIServer
+	case probeCounts.Last.Outcome == probe.OutcomeFailed && apiserver == probe.OutcomeHealthy:
+		return SignalProbe
+	}
+	return ""
+}
+
+// Reset zeroes key's consecutive counts of both signals and the admitted
+// count (the last results stay, for status): after every transition the
+// breaker wrote, so that the next decision rests only on what happened
+// since.
 func (s *State) Reset(key string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.targets[key]
 	st.Failures, st.Successes = 0, 0
+	st.APIServer.Failures, st.APIServer.Successes = 0, 0
+	st.Admitted = 0
 	s.targets[key] = st
 }
 
@@ -102,7 +155,8 @@ func (s *State) Get(key string) (TargetStatus, bool) {
 // being probed and whose transition was not refused at that version,
 // stamped now, for the breaker identity.
 func (s *State) Inputs(targets []config.Target, now time.Time, identity, resourceVersion string) Inputs {
-	in := Inputs{Targets: targets, Counts: map[string]Counts{}, Unprobeable: map[string]string{}, Now: now, Identity: identity}
+	in := Inputs{Targets: targets, Counts: map[string]Counts{}, APIServer: map[string]Counts{}, Admitted: map[string]float64{},
+		Unprobeable: map[string]string{}, Now: now, Identity: identity}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	in.HoldOpen = s.allFailingLocked()
@@ -114,6 +168,8 @@ func (s *State) Inputs(targets []config.Target, now time.Time, identity, resourc
 			in.Unprobeable[t.Webhook] = st.Problem
 		case st.Problem == "":
 			in.Counts[t.Webhook] = st.Counts
+			in.APIServer[t.Webhook] = st.APIServer
+			in.Admitted[t.Webhook] = st.Admitted
 		}
 	}
 	return in

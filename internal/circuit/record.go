@@ -26,8 +26,13 @@ type Entry struct {
 	Mode Mode `json:"mode"`
 	// OpenedAt is when the circuit opened, to the second.
 	OpenedAt metav1.Time `json:"openedAt"`
-	// Reason is the failure reason of the last probe before opening.
+	// Reason is the failure reason of the last failing observation before
+	// opening: a probe's, or "apiserver-calls" for the apiserver signal.
 	Reason string `json:"reason"`
+	// Signal is what opened the circuit: "probe", "apiserver" (kube-
+	// apiserver's own calls failed) or "probe+apiserver". Empty in entries
+	// written before the apiserver signal existed.
+	Signal string `json:"signal,omitempty"`
 	// OriginalFailurePolicy is the failurePolicy before opening; null
 	// means it was unset.
 	OriginalFailurePolicy *admissionregistrationv1.FailurePolicyType `json:"originalFailurePolicy"`

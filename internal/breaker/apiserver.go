@@ -1,0 +1,216 @@
+package breaker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/webhook-guard/webhook-guard/internal/apimetrics"
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
+	"github.com/webhook-guard/webhook-guard/internal/config"
+	"github.com/webhook-guard/webhook-guard/internal/probe"
+)
+
+// Scraper reads kube-apiserver's webhook call counters;
+// *apimetrics.Scraper implements it.
+type Scraper interface {
+	Scrape(ctx context.Context, want map[apimetrics.Webhook]bool) (apimetrics.Sample, error)
+}
+
+var _ Scraper = (*apimetrics.Scraper)(nil)
+
+// DisagreeAfter is how many apiserver observations in a row must
+// contradict the direct probe before the disagreement is reported.
+const DisagreeAfter = 3
+
+// maxWindowIntervals is how many intervals the apiserver signal waits for
+// minRequests calls before it drops the window as Unknown.
+const maxWindowIntervals = 10
+
+// apiserverSignal is the ProbeRunner's state for the apiserver signal:
+// one scrape per interval for every target together.
+type apiserverSignal struct {
+	interval   time.Duration
+	targets    []config.Target
+	want       map[apimetrics.Webhook]bool
+	thresholds map[apimetrics.Webhook]apimetrics.Thresholds
+	tracker    apimetrics.Tracker
+	// failing is the last scrape error's kind, so that it is logged and
+	// reported once, not every interval.
+	failing string
+}
+
+// newAPIServerSignal returns the signal's state for the targets that
+// enable it, or nil when none does.
+func newAPIServerSignal(targets []config.Target) *apiserverSignal {
+	s := &apiserverSignal{want: map[apimetrics.Webhook]bool{}, thresholds: map[apimetrics.Webhook]apimetrics.Thresholds{}}
+	for _, t := range targets {
+		if !t.APIServerSignal.Enabled {
+			continue
+		}
+		s.targets = append(s.targets, t)
+		wh := metricsWebhook(t)
+		s.want[wh] = true
+		th := apimetrics.Thresholds{MinRequests: t.APIServerSignal.MinRequests, FailureRatio: t.APIServerSignal.FailureRatio}
+		if prev, ok := s.thresholds[wh]; ok {
+			// Two configurations with a webhook of the same name share the
+			// apiserver's counters; judge them by the stricter thresholds.
+			th.MinRequests = max(th.MinRequests, prev.MinRequests)
+			th.FailureRatio = max(th.FailureRatio, prev.FailureRatio)
+		}
+		s.thresholds[wh] = th
+		if s.interval == 0 || t.Probe.Interval < s.interval {
+			s.interval = t.Probe.Interval
+		}
+	}
+	if len(s.targets) == 0 {
+		return nil
+	}
+	s.tracker.MaxWindow = maxWindowIntervals * s.interval
+	return s
+}
+
+// metricsWebhook names t in the apiserver's metrics.
+func metricsWebhook(t config.Target) apimetrics.Webhook {
+	typ := apimetrics.Mutating
+	if t.Kind == circuit.KindValidating {
+		typ = apimetrics.Validating
+	}
+	return apimetrics.Webhook{Name: t.Webhook, Type: typ}
+}
+
+func (r *ProbeRunner) signalLoop(ctx context.Context, s *apiserverSignal) {
+	ctx = logf.IntoContext(ctx, logf.FromContext(ctx).WithValues("signal", SignalAPIServer))
+	for {
+		r.ScrapeOnce(ctx, s)
+		timer := r.Clock.NewTimer(s.interval)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-timer.C():
+		}
+	}
+}
+
+// ScrapeOnce reads the apiserver's metrics once, feeds one observation
+// per target to State, and wakes the TargetReconciler when Plan would
+// change a configuration.
+func (r *ProbeRunner) ScrapeOnce(ctx context.Context, s *apiserverSignal) {
+	log := logf.FromContext(ctx)
+	start := r.Clock.Now()
+	sample, err := r.Scraper.Scrape(ctx, s.want)
+	r.Metrics.ScrapeDuration.Observe(r.Clock.Since(start).Seconds())
+	if sample.Bytes > 0 {
+		r.Metrics.ScrapeBytes.Set(float64(sample.Bytes))
+	}
+	var results map[apimetrics.Webhook]apimetrics.Result
+	if err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		kind, advice := "error", "the apiserver signal is Unknown until a scrape succeeds; only the direct probe judges webhooks meanwhile"
+		if apierrors.IsForbidden(err) {
+			kind, advice = "forbidden", "webhook-guard may not read the apiserver's /metrics (RBAC: get on the non-resource URL /metrics); the apiserver signal is Unknown and opens nothing, and only the direct probe judges webhooks"
+		}
+		r.Metrics.ScrapeErrors.WithLabelValues(kind).Inc()
+		if s.failing != kind {
+			s.failing = kind
+			log.Error(err, "Reading the apiserver's /metrics failed", "advice", advice)
+			if kind == "forbidden" {
+				r.eventOnTargets(ctx, s.targets, corev1.EventTypeWarning, "APIServerSignalUnknown", advice)
+			}
+		}
+		results = map[apimetrics.Webhook]apimetrics.Result{}
+		for wh := range s.want {
+			results[wh] = apimetrics.Result{Observation: apimetrics.Observation{Verdict: apimetrics.Unknown, Why: "scrape failed"}}
+		}
+	} else {
+		if s.failing != "" {
+			log.Info("Reading the apiserver's /metrics works again")
+			s.failing = ""
+		}
+		results = s.tracker.Observe(sample, start, s.thresholds)
+	}
+	for _, t := range s.targets {
+		r.observeAPIServer(ctx, t, results[metricsWebhook(t)])
+	}
+}
+
+// observeAPIServer records one apiserver observation of t.
+func (r *ProbeRunner) observeAPIServer(ctx context.Context, t config.Target, res apimetrics.Result) {
+	log := logf.FromContext(ctx).WithValues("kind", t.Kind, "configuration", t.Configuration, "webhook", t.Webhook)
+	labels := []string{string(t.Kind), t.Configuration, t.Webhook}
+	obj := t.Kind.New()
+	if err := r.Reader.Get(ctx, client.ObjectKey{Name: t.Configuration}, obj); err != nil {
+		return // the probe loop reports a missing configuration
+	}
+	view, err := circuit.View(obj)
+	if err != nil {
+		return
+	}
+	open := false
+	if rec, err := circuit.Decode(obj.GetAnnotations()); err == nil {
+		entry, ok := rec[t.Webhook]
+		open = ok && entry.Mine(r.Identity)
+	}
+	pr := probe.Result{Duration: res.Window}
+	switch res.Verdict {
+	case apimetrics.Failing:
+		pr.Outcome, pr.Reason, pr.Err = probe.OutcomeFailed, ReasonAPIServerCalls, errors.New(res.String())
+	case apimetrics.Healthy:
+		pr.Outcome = probe.OutcomeHealthy
+	default:
+		pr.Outcome, pr.Err = probe.OutcomeUnknown, errors.New(res.String())
+	}
+	r.Metrics.APIServerObservations.WithLabelValues(append(labels, string(res.Verdict))...).Inc()
+	if open && res.Admitted > 0 {
+		r.Metrics.AdmittedWithout.WithLabelValues(labels...).Add(res.Admitted)
+	}
+	st := r.State.ObserveAPIServer(t.Key(), pr, res.Admitted, open)
+	log.V(1).Info("Apiserver signal observed", "verdict", res.Verdict, "observation", res.String())
+
+	for _, side := range []string{SignalAPIServer, SignalProbe} {
+		r.Metrics.SignalsDisagree.WithLabelValues(append(labels, side)...).Set(boolGauge(st.Disagree == side && st.DisagreeFor >= DisagreeAfter))
+	}
+	if st.DisagreeFor == DisagreeAfter && pr.Outcome != probe.OutcomeUnknown {
+		msg := disagreementMessage(t, st)
+		log.Info("The direct probe and the apiserver's own calls disagree", "failing", st.Disagree, "detail", msg)
+		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, "SignalsDisagree", "Probe", "%s", msg)
+	}
+	r.wake(ctx, t.Kind, obj, view, r.inputs(t.Kind, view))
+}
+
+// disagreementMessage explains st's disagreement, pointing at the network
+// path between the control plane and the webhook.
+func disagreementMessage(t config.Target, st TargetStatus) string {
+	if st.Disagree == SignalAPIServer {
+		return fmt.Sprintf("%s: the direct probe is healthy but the apiserver's own calls fail (%v) for %d intervals: the apiserver's path to the webhook is broken; check konnectivity or the egress proxy, firewalls between the control plane and the nodes, and NetworkPolicies allowing the control plane to the webhook's port",
+			t.Webhook, st.APIServer.Last.Err, st.DisagreeFor)
+	}
+	return fmt.Sprintf("%s: the direct probe fails (%s: %v) but the apiserver's own calls succeed, for %d intervals: the guard's path to the webhook is broken, not the webhook; check the guard's NetworkPolicy egress, DNS and its node",
+		t.Webhook, st.Counts.Last.Reason, st.Counts.Last.Err, st.DisagreeFor)
+}
+
+// eventOnTargets emits one Event on each configuration of targets.
+func (r *ProbeRunner) eventOnTargets(ctx context.Context, targets []config.Target, eventType, reason, message string) {
+	done := []string{}
+	for _, t := range targets {
+		key := string(t.Kind) + "/" + t.Configuration
+		if slices.Contains(done, key) {
+			continue
+		}
+		done = append(done, key)
+		obj := t.Kind.New()
+		if err := r.Reader.Get(ctx, client.ObjectKey{Name: t.Configuration}, obj); err == nil {
+			r.Recorder.Eventf(obj, nil, eventType, reason, "Probe", "%s", message)
+		}
+	}
+}
