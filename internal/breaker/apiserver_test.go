@@ -226,3 +226,61 @@ func TestNewAPIServerSignal_oneScrapeAtTheShortestIntervalOfTheTargetsThatEnable
 	assert.Len(t, s.want, 2)
 	assert.Nil(t, newAPIServerSignal([]config.Target{c}), "no target enables it: no scrape at all")
 }
+
+func TestPlan_bypassOpenedByTheApiserverStaysOpenAtLeastMinOpen(t *testing.T) {
+	entry := entryFor(config.ModeBypass, policyFail)
+	entry.Signal = SignalAPIServer
+	entry.OpenedAt.Time = testNow.Add(-20 * time.Second).Truncate(time.Second)
+	for name, tc := range map[string]struct {
+		mode    config.Mode
+		signal  string
+		minOpen time.Duration
+		closes  bool
+	}{
+		"not before MinOpen":                              {mode: config.ModeBypass, signal: SignalAPIServer, minOpen: 30 * time.Second, closes: false},
+		"after MinOpen, as a trial":                       {mode: config.ModeBypass, signal: SignalAPIServer, minOpen: 10 * time.Second, closes: true},
+		"opened by both: the same":                        {mode: config.ModeBypass, signal: SignalBoth, minOpen: 30 * time.Second, closes: false},
+		"opened by the probe: closeAfter alone":           {mode: config.ModeBypass, signal: SignalProbe, minOpen: 30 * time.Second, closes: true},
+		"Ignore mode sees the apiserver's calls: no wait": {mode: config.ModeIgnore, signal: SignalAPIServer, minOpen: 30 * time.Second, closes: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := entry
+			e.Mode, e.Signal = tc.mode, tc.signal
+			cur := withEntries(t, newConfig(newWebhook(whA, policyFail)), circuit.Record{whA: e})
+			in := Inputs{
+				Targets: []config.Target{withSignal(target(whA, tc.mode, 3, 2))}, Now: testNow,
+				Counts: map[string]Counts{whA: healthy(5)}, MinOpen: map[string]time.Duration{whA: tc.minOpen},
+			}
+			_, changes, err := Plan(cur, in)
+			require.NoError(t, err)
+			assert.Equal(t, tc.closes, len(changes) == 1)
+		})
+	}
+}
+
+func TestState_minOpenDoublesPerReopeningUntilTheApiserverIsHealthy(t *testing.T) {
+	s := NewState()
+	tgt := withSignal(target(whA, config.ModeBypass, 3, 2))
+	tgt.APIServerSignal.MinOpen = time.Second
+	minOpenNow := func() time.Duration {
+		return s.Inputs([]config.Target{tgt}, testNow, "", "1").MinOpen[whA]
+	}
+	s.Observe(tgt.Key(), healthyResult(), testNow)
+	assert.Equal(t, time.Second, minOpenNow())
+	s.NoteOpening(tgt.Key(), SignalProbe)
+	assert.Equal(t, time.Second, minOpenNow(), "probe openings do not count")
+	var got []time.Duration
+	for range 8 {
+		s.NoteOpening(tgt.Key(), SignalAPIServer)
+		got = append(got, minOpenNow())
+	}
+	assert.Equal(t, []time.Duration{1, 2, 4, 8, 16, 32, 32, 32}, func() []time.Duration {
+		out := make([]time.Duration, len(got))
+		for i, d := range got {
+			out[i] = d / time.Second
+		}
+		return out
+	}())
+	s.ObserveAPIServer(tgt.Key(), healthyResult(), 0, false)
+	assert.Equal(t, time.Second, minOpenNow(), "a healthy apiserver observation ends the backoff")
+}

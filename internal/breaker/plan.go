@@ -57,6 +57,10 @@ type Inputs struct {
 	// admitted without the webhook while its circuit was open, for the
 	// closing Event.
 	Admitted map[string]float64
+	// MinOpen is, by webhook name, how long a Bypass circuit opened by the
+	// apiserver signal stays open at least (config MinOpen, doubled per
+	// reopening while the apiserver's calls keep failing).
+	MinOpen map[string]time.Duration
 	// Unprobeable holds, by webhook name, why a target can no longer be
 	// probed (for example sideEffects changed to Some). An open circuit on
 	// such a target is closed: nothing could ever close it otherwise.
@@ -205,12 +209,16 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 				"opened the circuit on %s in %s mode %s; original failurePolicy %s",
 				t.Webhook, t.Mode, why, circuit.PolicyString(original))})
 		case Close:
+			hold := in.MinOpen[t.Webhook]
+			if t.Mode == circuit.ModeBypass && openedByAPIServer(entry) && in.Now.Sub(entry.OpenedAt.Time) < hold {
+				continue // the probe cannot see the apiserver's path; wait
+			}
 			restore(wh, entry)
 			delete(rec, t.Webhook)
 			changes = append(changes, Change{Webhook: t.Webhook, Kind: Closed, Message: fmt.Sprintf(
 				"closed the circuit on %s after %d consecutive healthy probes; restored failurePolicy %s (open since %s)%s",
 				t.Webhook, c.Successes, circuit.PolicyString(entry.OriginalFailurePolicy), entry.OpenedAt.UTC().Format(time.RFC3339),
-				admittedNote(t, entry, in))})
+				admittedNote(t, entry, in)+trialNote(t, entry))})
 		}
 	}
 	return finish(next, rec, changes)
@@ -239,6 +247,21 @@ func openedBecause(signal string, probeCounts, apiserver Counts) (string, string
 		return string(probeCounts.Last.Reason), probeSays() + " and " + apiserverSays()
 	}
 	return string(probeCounts.Last.Reason), probeSays()
+}
+
+// openedByAPIServer reports whether the apiserver signal opened entry's
+// circuit.
+func openedByAPIServer(entry circuit.Entry) bool {
+	return entry.Signal == SignalAPIServer || entry.Signal == SignalBoth
+}
+
+// trialNote explains, for a closing Event, that closing a Bypass circuit
+// the apiserver signal opened is a trial.
+func trialNote(t config.Target, entry circuit.Entry) string {
+	if t.Mode != circuit.ModeBypass || !openedByAPIServer(entry) {
+		return ""
+	}
+	return "; the apiserver signal opened it, and its calls cannot be seen while bypassed: if they still fail it opens again, and stays open twice as long"
 }
 
 // admittedNote says, for a closing Event, how many requests the apiserver

@@ -25,6 +25,9 @@ type TargetStatus struct {
 	// observations in a row; empty when they agree.
 	Disagree    string
 	DisagreeFor int
+	// APIServerOpenings counts the apiserver signal's openings since its
+	// last Healthy observation; each doubles the next minimum open time.
+	APIServerOpenings int
 	// LastProbe is when the last probe finished.
 	LastProbe time.Time
 	// Problem is why the target is not being probed (missing
@@ -100,6 +103,9 @@ func (s *State) ObserveAPIServer(key string, r probe.Result, admitted float64, o
 	defer s.mu.Unlock()
 	st := s.targets[key]
 	st.APIServer.Observe(r)
+	if r.Outcome == probe.OutcomeHealthy {
+		st.APIServerOpenings = 0
+	}
 	if open {
 		st.Admitted += admitted
 	}
@@ -114,6 +120,18 @@ func (s *State) ObserveAPIServer(key string, r probe.Result, admitted float64, o
 	}
 	s.targets[key] = st
 	return st
+}
+
+// NoteOpening records that the breaker opened key's circuit on signal.
+func (s *State) NoteOpening(key, signal string) {
+	if signal != SignalAPIServer && signal != SignalBoth {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.targets[key]
+	st.APIServerOpenings++
+	s.targets[key] = st
 }
 
 // disagreement names the failing signal when the probe's last result and
@@ -155,7 +173,7 @@ func (s *State) Get(key string) (TargetStatus, bool) {
 // being probed and whose transition was not refused at that version,
 // stamped now, for the breaker identity.
 func (s *State) Inputs(targets []config.Target, now time.Time, identity, resourceVersion string) Inputs {
-	in := Inputs{Targets: targets, Counts: map[string]Counts{}, APIServer: map[string]Counts{}, Admitted: map[string]float64{},
+	in := Inputs{Targets: targets, Counts: map[string]Counts{}, APIServer: map[string]Counts{}, Admitted: map[string]float64{}, MinOpen: map[string]time.Duration{},
 		Unprobeable: map[string]string{}, Now: now, Identity: identity}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -170,6 +188,7 @@ func (s *State) Inputs(targets []config.Target, now time.Time, identity, resourc
 			in.Counts[t.Webhook] = st.Counts
 			in.APIServer[t.Webhook] = st.APIServer
 			in.Admitted[t.Webhook] = st.Admitted
+			in.MinOpen[t.Webhook] = minOpen(t.APIServerSignal.MinOpen, st.APIServerOpenings)
 		}
 	}
 	return in
@@ -217,4 +236,13 @@ func targetsOf(targets []config.Target, kind circuit.Kind, configuration string)
 		}
 	}
 	return out
+}
+
+// maxMinOpenDoublings caps the doubling of MinOpen at 32 times.
+const maxMinOpenDoublings = 5
+
+// minOpen is base doubled for every apiserver opening after the first
+// since the apiserver's calls last succeeded.
+func minOpen(base time.Duration, openings int) time.Duration {
+	return base << min(max(openings-1, 0), maxMinOpenDoublings)
 }

@@ -143,6 +143,7 @@ func convertTarget(p *field.Path, ft fileTarget) (Target, field.ErrorList) {
 
 func signal(p *field.Path, f fileSignal, errs *field.ErrorList) APIServerSignal {
 	s := APIServerSignal{Enabled: true, MinRequests: DefaultMinRequests, FailureRatio: DefaultFailureRatio}
+	s.MinOpen = duration(p.Child("minOpen"), f.MinOpen, DefaultMinOpen, errs)
 	if f.Enabled != nil {
 		s.Enabled = *f.Enabled
 	}

@@ -32,7 +32,7 @@ func TestParse_defaults(t *testing.T) {
 		OpenAfter:       3,
 		CloseAfter:      5,
 		Probe:           Probe{Kind: ProbeAdmissionReview, Interval: time.Second},
-		APIServerSignal: APIServerSignal{Enabled: true, MinRequests: DefaultMinRequests, FailureRatio: DefaultFailureRatio},
+		APIServerSignal: APIServerSignal{Enabled: true, MinRequests: DefaultMinRequests, FailureRatio: DefaultFailureRatio, MinOpen: DefaultMinOpen},
 	}, cfg.Targets[0])
 }
 
@@ -53,6 +53,7 @@ func TestParse_everyField(t *testing.T) {
     enabled: false
     minRequests: 10
     failureRatio: 0.25
+    minOpen: 2s
 - configuration: slow-mutator
   webhook: other.example.com
   allowAdmissionWithoutMutation: true
@@ -65,7 +66,7 @@ func TestParse_everyField(t *testing.T) {
 		Kind:          circuit.KindMutating,
 		Configuration: "slow-mutator", Webhook: "slow-mutator.example.com", Mode: ModeBypass, OpenAfter: 2, CloseAfter: 4,
 		Probe:           Probe{Kind: ProbeHTTPGet, Interval: 200 * time.Millisecond, Timeout: 250 * time.Millisecond, Path: "/healthz"},
-		APIServerSignal: APIServerSignal{Enabled: false, MinRequests: 10, FailureRatio: 0.25},
+		APIServerSignal: APIServerSignal{Enabled: false, MinRequests: 10, FailureRatio: 0.25, MinOpen: 2 * time.Second},
 	}, cfg.Targets[0])
 	assert.Equal(t, []string{"slow-mutator", "second"}, cfg.Names(circuit.KindMutating))
 	assert.Empty(t, cfg.Names(circuit.KindValidating))

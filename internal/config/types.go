@@ -49,6 +49,10 @@ const (
 	// DefaultFailureRatio: half the apiserver's calls failing is an outage,
 	// not a webhook that times out now and then.
 	DefaultFailureRatio = 0.5
+	// DefaultMinOpen: a Bypass circuit the apiserver signal opened stays
+	// open at least this long, doubling while the apiserver's calls keep
+	// failing after each close.
+	DefaultMinOpen = 30 * time.Second
 )
 
 // file is the on-disk form, decoded strictly.
@@ -76,6 +80,7 @@ type fileSignal struct {
 	Enabled      *bool    `json:"enabled"`
 	MinRequests  *int     `json:"minRequests"`
 	FailureRatio *float64 `json:"failureRatio"`
+	MinOpen      string   `json:"minOpen"`
 }
 
 type fileProbe struct {
@@ -134,6 +139,13 @@ type APIServerSignal struct {
 	// FailureRatio is the share of failed calls (calling_webhook_error
 	// and fail-open) that makes an interval failing, in (0, 1]. Default 0.5.
 	FailureRatio float64
+	// MinOpen is how long a Bypass circuit that the apiserver signal
+	// opened stays open at least. While bypassed the apiserver makes no
+	// calls, so only the probe can close it, and the probe cannot see the
+	// apiserver's path: each close is a trial. When the apiserver signal
+	// opens it again before one healthy observation, the next minimum
+	// doubles (at most 32 times MinOpen). Default 30s.
+	MinOpen time.Duration
 }
 
 // Key is "kind/configuration/webhook", unique per target: the same names
