@@ -1,0 +1,172 @@
+package harness
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ConnectProxy is an HTTP CONNECT proxy on a Unix socket: the stand-in for
+// konnectivity that kube-apiserver's egress selector sends its "cluster"
+// traffic (every service-backed webhook call) through. A test cuts a
+// route to make the apiserver's calls hang, as when the control plane
+// loses its path to the nodes, while the webhook itself stays healthy
+// and directly reachable.
+type ConnectProxy struct {
+	// SocketPath is the Unix socket the apiserver dials.
+	SocketPath string
+
+	listener net.Listener
+	mu       sync.Mutex
+	cut      map[string]bool
+	// tunnels counts CONNECTs forwarded; held counts those held on a cut
+	// route.
+	tunnels, held atomic.Int64
+	conns         sync.WaitGroup
+	done          chan struct{}
+}
+
+// StartConnectProxy listens on a new socket in a short temporary folder
+// (Unix socket paths are limited to about 100 bytes).
+func StartConnectProxy() (*ConnectProxy, error) {
+	dir, err := os.MkdirTemp("/tmp", "wg-egress-")
+	if err != nil {
+		return nil, err
+	}
+	p := &ConnectProxy{SocketPath: filepath.Join(dir, "proxy.sock"), cut: map[string]bool{}, done: make(chan struct{})}
+	if p.listener, err = net.Listen("unix", p.SocketPath); err != nil {
+		return nil, fmt.Errorf("listening on %s: %w", p.SocketPath, err)
+	}
+	go p.serve()
+	return p, nil
+}
+
+// EgressSelectorConfiguration returns the apiserver's
+// --egress-selector-config-file content: "cluster" traffic goes through
+// this proxy with HTTPConnect over UDS, as konnectivity is deployed. (The
+// transport.tcp form with an http:// URL passes validation but crashes
+// kube-apiserver v1.37.2 at start.)
+func (p *ConnectProxy) EgressSelectorConfiguration() []byte {
+	return fmt.Appendf(nil, `apiVersion: apiserver.k8s.io/v1beta1
+kind: EgressSelectorConfiguration
+egressSelections:
+- name: cluster
+  connection:
+    proxyProtocol: HTTPConnect
+    transport:
+      uds:
+        udsName: %s
+`, p.SocketPath)
+}
+
+// Cut makes CONNECTs to addr (host:port) hang until the route heals or
+// the caller gives up: the apiserver sees "context deadline exceeded".
+func (p *ConnectProxy) Cut(addr string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut[addr] = true
+}
+
+// Heal forwards CONNECTs to addr again.
+func (p *ConnectProxy) Heal(addr string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.cut, addr)
+}
+
+func (p *ConnectProxy) isCut(addr string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cut[addr]
+}
+
+// Tunnels returns how many CONNECTs were forwarded and how many were held
+// on a cut route.
+func (p *ConnectProxy) Tunnels() (forwarded, held int64) { return p.tunnels.Load(), p.held.Load() }
+
+// Close stops the proxy and ends every tunnel.
+func (p *ConnectProxy) Close() {
+	close(p.done)
+	_ = p.listener.Close()
+	_ = os.RemoveAll(filepath.Dir(p.SocketPath))
+}
+
+func (p *ConnectProxy) serve() {
+	for {
+		c, err := p.listener.Accept()
+		if err != nil {
+			return
+		}
+		go p.handle(c)
+	}
+}
+
+func (p *ConnectProxy) handle(c net.Conn) {
+	defer func() { _ = c.Close() }()
+	br := bufio.NewReader(c)
+	req, err := http.ReadRequest(br)
+	if err != nil {
+		return
+	}
+	if req.Method != http.MethodConnect {
+		_, _ = io.WriteString(c, "HTTP/1.1 405 Method Not Allowed\r\n\r\n")
+		return
+	}
+	host, _, err := net.SplitHostPort(req.Host)
+	if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+		// Only loopback targets exist in these tests.
+		_, _ = io.WriteString(c, "HTTP/1.1 403 Forbidden\r\n\r\n")
+		return
+	}
+	if p.isCut(req.Host) {
+		p.held.Add(1)
+		// Hold the CONNECT unanswered, like a tunnel whose agent cannot
+		// reach the node, until the caller gives up or the route heals.
+		for p.isCut(req.Host) {
+			select {
+			case <-p.done:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			_ = c.SetReadDeadline(time.Now().Add(time.Millisecond))
+			if _, err := br.Peek(1); err != nil && !isTimeout(err) {
+				return // the caller gave up
+			}
+		}
+		_ = c.SetReadDeadline(time.Time{})
+	}
+	up, err := net.DialTimeout("tcp", req.Host, 5*time.Second)
+	if err != nil {
+		_, _ = io.WriteString(c, "HTTP/1.1 502 Bad Gateway\r\n\r\n")
+		return
+	}
+	defer func() { _ = up.Close() }()
+	p.tunnels.Add(1)
+	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		return
+	}
+	go func() {
+		_, _ = io.Copy(up, br)
+		if tc, ok := up.(*net.TCPConn); ok {
+			_ = tc.CloseWrite()
+		}
+	}()
+	go func() {
+		<-p.done
+		_ = up.Close()
+		_ = c.Close()
+	}()
+	_, _ = io.Copy(c, up)
+}
+
+func isTimeout(err error) bool {
+	ne, ok := err.(net.Error)
+	return ok && ne.Timeout()
+}
