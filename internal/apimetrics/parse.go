@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -184,22 +183,24 @@ func filter(r io.Reader) ([]byte, error) {
 	return out.Bytes(), nil
 }
 
-// family returns the wanted family a line belongs to, or "".
+// family returns the wanted family a line belongs to, or "". It looks at
+// the bytes without copying them: most lines are dropped.
 func family(line []byte) string {
-	s := string(line)
-	if rest, ok := strings.CutPrefix(s, "# "); ok {
-		f := strings.Fields(rest)
-		if len(f) < 2 || (f[0] != "HELP" && f[0] != "TYPE") {
+	if rest, ok := bytes.CutPrefix(line, []byte("# ")); ok {
+		if !bytes.HasPrefix(rest, []byte("HELP ")) && !bytes.HasPrefix(rest, []byte("TYPE ")) {
 			return ""
 		}
-		s = f[1]
+		line = rest[len("HELP "):]
 	}
-	name := s
-	if i := strings.IndexAny(s, "{ \t"); i >= 0 {
-		name = s[:i]
+	name := line
+	if i := bytes.IndexAny(line, "{ \t"); i >= 0 {
+		name = line[:i]
 	}
-	if families[name] {
-		return name
+	if len(name) == 0 || (name[0] != 'a' && name[0] != 'p') {
+		return ""
+	}
+	if families[string(name)] { // no allocation: the compiler reads the map with the bytes
+		return string(name)
 	}
 	return ""
 }

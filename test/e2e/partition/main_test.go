@@ -5,6 +5,7 @@
 package partition
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -40,7 +41,24 @@ func TestMain(m *testing.M) {
 	}
 	fmt.Fprintf(os.Stderr, "partition: control plane up in %s, cluster egress through %s\n", time.Since(start).Round(time.Millisecond), proxy.SocketPath)
 	code := m.Run()
+	if out := os.Getenv("WEBHOOK_GUARD_CAPTURE_METRICS"); out != "" {
+		// The apiserver's /metrics after the tests' webhook traffic, for
+		// internal/apimetrics' benchmark of the scrape's cost.
+		if err := captureMetrics(out); err != nil {
+			fmt.Fprintln(os.Stderr, "partition: capturing /metrics:", err)
+			code = 1
+		}
+	}
 	env.Stop()
 	proxy.Close()
 	os.Exit(code)
+}
+
+func captureMetrics(path string) error {
+	body, err := env.Clientset.Discovery().RESTClient().Get().AbsPath("/metrics").
+		SetHeader("Accept", "text/plain;version=0.0.4").DoRaw(context.Background())
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, body, 0o644)
 }

@@ -364,6 +364,7 @@ func TestPartition_apiserverSignalOpensWhatTheProbeCannotSee(t *testing.T) {
 	// What was admitted without the webhook, against the apiserver's own
 	// accounting and against what the test sent.
 	closing := w.waitEvent(string(breaker.Closed))
+	t.Logf("events:\n%s", strings.Join(w.events(""), "\n"))
 	var admitted int
 	_, err := fmt.Sscanf(closing[strings.Index(closing, "the apiserver admitted "):], "the apiserver admitted %d requests without the mutation", &admitted)
 	require.NoError(t, err, closing)

@@ -1,0 +1,95 @@
+package apimetrics
+
+import (
+	"bytes"
+	"compress/gzip"
+	"io"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// realMetrics is kube-apiserver v1.37.2's /metrics, captured after the
+// partition e2e tests' webhook traffic (WEBHOOK_GUARD_CAPTURE_METRICS).
+func realMetrics(tb testing.TB) []byte {
+	tb.Helper()
+	f, err := os.Open("testdata/kube-apiserver-v1.37.2-metrics.txt.gz")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	data, err := io.ReadAll(zr)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return data
+}
+
+func realWant(tb testing.TB, data []byte) map[Webhook]bool {
+	tb.Helper()
+	want := map[Webhook]bool{}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if strings.HasPrefix(line, RequestTotal+"{") {
+			i := strings.Index(line, `name="`) + len(`name="`)
+			name := line[i : i+strings.Index(line[i:], `"`)]
+			want[Webhook{Name: name, Type: Mutating}] = true
+		}
+	}
+	if len(want) == 0 {
+		tb.Fatal("the capture has no webhook calls")
+	}
+	return want
+}
+
+func TestParse_aRealApiserversMetrics(t *testing.T) {
+	data := realMetrics(t)
+	want := realWant(t, data)
+	s, err := Parse(bytes.NewReader(data), want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Instance == 0 {
+		t.Error("no process_start_time_seconds in a real apiserver's metrics")
+	}
+	for wh := range want {
+		if s.Webhooks[wh].Calls == 0 {
+			t.Errorf("%v: no calls parsed", wh)
+		}
+	}
+	t.Logf("%d bytes, %d webhooks", len(data), len(s.Webhooks))
+}
+
+// BenchmarkParse_realApiserver is the scrape's cost on this side: reading
+// and parsing a real v1.37 apiserver's /metrics for the webhooks it
+// called. BenchmarkParse_realApiserverUnfiltered parses everything with
+// the same Prometheus parser, for comparison.
+func BenchmarkParse_realApiserver(b *testing.B) {
+	data := realMetrics(b)
+	want := realWant(b, data)
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Parse(bytes.NewReader(data), want); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkParse_realApiserverUnfiltered(b *testing.B) {
+	data := realMetrics(b)
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		p := expfmt.NewTextParser(model.UTF8Validation)
+		if _, err := p.TextToMetricFamilies(bytes.NewReader(data)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
