@@ -19,6 +19,7 @@ import (
 	"github.com/webhook-guard/webhook-guard/internal/breaker"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
+	"github.com/webhook-guard/webhook-guard/internal/probe"
 )
 
 // targetStatus is one row of /status and of "guard status".
@@ -34,6 +35,15 @@ type targetStatus struct {
 	Failures      int    `json:"consecutiveFailures"`
 	Successes     int    `json:"consecutiveSuccesses"`
 	Problem       string `json:"problem,omitempty"`
+	// OpenedBy is the signal that opened the circuit, from the record.
+	OpenedBy string `json:"openedBy,omitempty"`
+	// The apiserver signal: its last observation, its consecutive failing
+	// observations, the requests admitted without the webhook while open,
+	// and which signal fails while the other is healthy.
+	APIServerLast     string  `json:"apiserverLastResult,omitempty"`
+	APIServerFailures int     `json:"apiserverConsecutiveFailures"`
+	Admitted          float64 `json:"admittedWithoutWebhook"`
+	Disagree          string  `json:"signalsDisagree,omitempty"`
 }
 
 // statusServer serves the leader's in-memory probe counts as JSON. It
@@ -84,6 +94,20 @@ func probeRow(t config.Target, state *breaker.State) targetStatus {
 		return row
 	}
 	row.Failures, row.Successes, row.Problem = st.Failures, st.Successes, st.Problem
+	row.APIServerFailures, row.Admitted = st.APIServer.Failures, st.Admitted
+	if st.DisagreeFor >= breaker.DisagreeAfter {
+		row.Disagree = st.Disagree + " failing, the other healthy"
+	}
+	switch {
+	case !t.APIServerSignal.Enabled:
+		row.APIServerLast = "disabled"
+	case st.APIServer.LastUnknown != nil:
+		row.APIServerLast = st.APIServer.LastUnknown.Err.Error()
+	case st.APIServer.Last.Outcome == probe.OutcomeFailed:
+		row.APIServerLast = st.APIServer.Last.Err.Error()
+	case st.APIServer.Last.Outcome != "":
+		row.APIServerLast = string(st.APIServer.Last.Outcome)
+	}
 	if !st.LastProbe.IsZero() {
 		row.LastProbe = st.LastProbe.UTC().Format(time.RFC3339)
 	}
@@ -137,11 +161,12 @@ func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer,
 	}
 
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "KIND\tCONFIGURATION\tWEBHOOK\tSTATE\tMODE\tSINCE\tFAILURES\tSUCCESSES\tLAST PROBE")
+	fmt.Fprintln(tw, "KIND\tCONFIGURATION\tWEBHOOK\tSTATE\tMODE\tSINCE\tOPENED BY\tFAILURES\tSUCCESSES\tADMITTED WITHOUT\tLAST PROBE\tAPISERVER")
 	for _, t := range cfg.Targets {
 		row := objectRow(ctx, c, t)
 		if cr, ok := counts[t.Key()]; ok {
 			row.Failures, row.Successes, row.LastResult = cr.Failures, cr.Successes, cr.LastResult
+			row.APIServerLast, row.Admitted, row.Disagree = cr.APIServerLast, cr.Admitted, cr.Disagree
 			if cr.Problem != "" && row.Problem == "" {
 				row.Problem = cr.Problem
 			}
@@ -150,7 +175,16 @@ func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer,
 		if row.Problem != "" {
 			last = row.Problem
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", t.Kind, t.Configuration, t.Webhook, row.State, row.Mode, dash(row.Since), row.Failures, row.Successes, dash(last))
+		admitted := "-"
+		if row.State == "Open" {
+			admitted = fmt.Sprintf("%.0f", row.Admitted)
+		}
+		apiserver := row.APIServerLast
+		if row.Disagree != "" {
+			apiserver += " (signals disagree: " + row.Disagree + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", t.Kind, t.Configuration, t.Webhook, row.State, row.Mode, dash(row.Since), dash(row.OpenedBy),
+			row.Failures, row.Successes, admitted, dash(last), dash(apiserver))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -195,7 +229,8 @@ func objectRow(ctx context.Context, c client.Reader, t config.Target) targetStat
 		return row
 	}
 	if e, open := rec[t.Webhook]; open {
-		row.State, row.Mode, row.Since = "Open", string(e.Mode), e.OpenedAt.UTC().Format(time.RFC3339)
+		row.State, row.Mode, row.OpenedBy = "Open", string(e.Mode), e.Signal
+		row.Since = fmt.Sprintf("%s (%s)", e.OpenedAt.UTC().Format(time.RFC3339), time.Since(e.OpenedAt.Time).Round(time.Second))
 	}
 	return row
 }

@@ -399,6 +399,8 @@ func TestBreaker_fullCycle(t *testing.T) {
 			t.Logf("$ guard status --config guard.yaml\n%s", status)
 			row := statusLine(t, status, s.hook)
 			assert.Equal(t, []string{s.name, s.hook, "Open", tc.mode, entry.OpenedAt.UTC().Format(time.RFC3339)}, row[:5], status)
+			assert.Equal(t, entry.Signal, row[6], "OPENED BY is the record's signal")
+			assert.True(t, strings.HasPrefix(entry.Signal, breaker.SignalProbe), "a slow webhook is seen by the probe: %q", entry.Signal)
 			assert.Contains(t, status, "Failed (timeout")
 
 			// What the open circuit buys: admission works, and in Bypass
