@@ -25,6 +25,7 @@ func FuzzPlan(f *testing.F) {
 	f.Add([]byte{0, 1, 'F', 'F', 'F', 'H', 'H', 'H', 'H', 'H', 'H'})
 	f.Add([]byte{5, 2, 'F', 'F', 'O', 'F', 'o', 'H', 'M', 'F', 'F', 'F', 'H'})
 	f.Add([]byte{3, 3, 'F', 'F', 'F', 'F', 'P', 'H', 'H', 'U', 'U', 'H', 'H', 'H'})
+	f.Add([]byte{0x41, 8, 8, 8, 8, 3, 3, 3, 3, 8, 9, 3, 3, 8, 8, 8})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) < 2 {
 			return
@@ -33,17 +34,19 @@ func FuzzPlan(f *testing.F) {
 		modes := []config.Mode{config.ModeIgnore, config.ModeBypass}
 		setup, ops := data[0], data[1:]
 		tgts := []config.Target{
-			target(whA, modes[setup&1], 1+int(setup>>1&3), 1+int(setup>>3&3)),
+			withSignal(target(whA, modes[setup&1], 1+int(setup>>1&3), 1+int(setup>>3&3))),
 			target(whB, modes[setup>>5&1], 2, 2),
 		}
+		tgts[1].APIServerSignal.Enabled = setup>>6&1 == 1
 		orig := newConfig(newWebhook(whA, policies[int(data[1])%3], mc("x")), newWebhook(whOther, policyFail), newWebhook(whB, policyFail))
 		cur := orig.DeepCopy()
-		counts := map[string]Counts{}
+		counts, apiserver := map[string]Counts{}, map[string]Counts{}
 		now := testNow
 		step := func() {
 			now = now.Add(time.Second)
 			prev := cur.DeepCopy()
-			next, _, err := Plan(cur, Inputs{Targets: tgts, Counts: counts, Now: now, Identity: "me"})
+			next, _, err := Plan(cur, Inputs{Targets: tgts, Counts: counts, APIServer: apiserver, Now: now, Identity: "me",
+				MinOpen: map[string]time.Duration{whA: 2 * time.Second, whB: 0}})
 			if err != nil {
 				t.Fatalf("Plan failed on a record it wrote: %v", err)
 			}
@@ -70,7 +73,7 @@ func FuzzPlan(f *testing.F) {
 			}
 		}
 		for _, op := range ops {
-			switch op % 8 {
+			switch op % 10 {
 			case 0, 1, 2: // a failed probe of each
 				for _, n := range []string{whA, whB} {
 					c := counts[n]
@@ -95,6 +98,16 @@ func FuzzPlan(f *testing.F) {
 				c := counts[whA]
 				c.Observe(unknownResult())
 				counts[whA] = c
+			case 8, 9: // the apiserver's calls fail (8) or succeed (9)
+				r := healthyResult()
+				if op%10 == 8 {
+					r = failedResult(ReasonAPIServerCalls)
+				}
+				for _, n := range []string{whA, whB} {
+					c := apiserver[n]
+					c.Observe(r)
+					apiserver[n] = c
+				}
 			}
 			step()
 		}
@@ -104,6 +117,9 @@ func FuzzPlan(f *testing.F) {
 				c := counts[n]
 				c.Observe(healthyResult())
 				counts[n] = c
+				a := apiserver[n]
+				a.Observe(healthyResult())
+				apiserver[n] = a
 			}
 			step()
 		}
