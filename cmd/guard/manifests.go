@@ -34,7 +34,7 @@ func manifestsCommand(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	opts := admission.Options{BreakerUsername: *breakerUser, Managed: cfg.Managed(circuit.KindMutating), ManagedValidating: cfg.Managed(circuit.KindValidating)}
+	opts := admission.Options{BreakerUsername: *breakerUser, Managed: cfg.Managed(circuit.KindMutating), ManagedValidating: cfg.Managed(circuit.KindValidating), Instance: cfg.Instance}
 
 	var out []byte
 	switch args[0] {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/webhook-guard/webhook-guard/internal/admission"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 )
@@ -137,6 +139,46 @@ func checkOrphanedRecords(ctx context.Context, rc *rest.Config, cfg *config.Conf
 		return fmt.Errorf("these configurations carry an open circuit for a webhook that is no longer a target, and this identity may not patch them to close it: %s. "+
 			"Keep the target until its circuit closes, or release the configuration as shown, then restart",
 			strings.Join(stuck, "; "))
+	}
+	return nil
+}
+
+// checkOtherInstances refuses to start when another installation's guard
+// policy (a webhook-guard ValidatingAdmissionPolicy of another name)
+// covers a configuration this one manages: each policy exempts only its
+// own breaker, so two installations on one configuration would deny each
+// other's writes. Installations on disjoint configurations coexist.
+func checkOtherInstances(ctx context.Context, rc *rest.Config, cfg *config.Configuration, opts admission.Options) error {
+	c, err := client.New(rc, client.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	policies := &admissionregistrationv1.ValidatingAdmissionPolicyList{}
+	if err := c.List(ctx, policies, client.MatchingLabels{"app.kubernetes.io/managed-by": "webhook-guard"}); err != nil {
+		return fmt.Errorf("listing other installations' guard policies: %w", err)
+	}
+	var clashes []string
+	for _, p := range policies.Items {
+		if p.Name == opts.Policy() || p.Spec.MatchConstraints == nil {
+			continue
+		}
+		for _, rule := range p.Spec.MatchConstraints.ResourceRules {
+			for _, kind := range []circuit.Kind{circuit.KindMutating, circuit.KindValidating} {
+				if !slices.Contains(rule.Resources, kind.Resource()) {
+					continue
+				}
+				for _, name := range cfg.Names(kind) {
+					if slices.Contains(rule.ResourceNames, name) {
+						clashes = append(clashes, fmt.Sprintf("%s %s (ValidatingAdmissionPolicy %s)", kind.Singular(), name, p.Name))
+					}
+				}
+			}
+		}
+	}
+	if len(clashes) > 0 {
+		return fmt.Errorf("another webhook-guard installation manages %s; two installations must not manage one configuration. "+
+			"Remove it from one of them, or give this one another instance name, or, if that installation is gone, delete its policy with "+
+			"kubectl delete validatingadmissionpolicy,validatingadmissionpolicybinding <name>", strings.Join(clashes, "; "))
 	}
 	return nil
 }

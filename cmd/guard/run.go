@@ -72,7 +72,18 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 	if err := checkTargetPermissions(ctx, rc, cfg); err != nil {
 		return err
 	}
-	if err := checkOrphanedRecords(ctx, rc, cfg, identity); err != nil {
+	// Entries are signed by the identity and, for a named instance, the
+	// instance: two installations never judge each other's circuits, even
+	// under one ServiceAccount.
+	signer := identity
+	if cfg.Instance != "" {
+		signer = identity + "/" + cfg.Instance
+	}
+	opts := admission.Options{BreakerUsername: identity, Managed: cfg.Managed(circuit.KindMutating), ManagedValidating: cfg.Managed(circuit.KindValidating), Instance: cfg.Instance}
+	if err := checkOtherInstances(ctx, rc, cfg, opts); err != nil {
+		return err
+	}
+	if err := checkOrphanedRecords(ctx, rc, cfg, signer); err != nil {
 		return err
 	}
 	setupLog.Info("Starting webhook-guard", "version", version, "identity", identity, "targets", len(cfg.Targets))
@@ -100,7 +111,7 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 		HealthProbeBindAddress:        o.ProbeAddr,
 		WebhookServer:                 webhookServer,
 		LeaderElection:                o.LeaderElect,
-		LeaderElectionID:              LeaderElectionID,
+		LeaderElectionID:              leaderElectionID(cfg.Instance),
 		LeaderElectionNamespace:       o.LeaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
 		LeaseDuration:                 &o.LeaseDuration,
@@ -117,7 +128,6 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 		return err
 	}
 
-	opts := admission.Options{BreakerUsername: identity, Managed: cfg.Managed(circuit.KindMutating), ManagedValidating: cfg.Managed(circuit.KindValidating)}
 	policy := &admission.PolicyReconciler{Client: mgr.GetClient(), Options: opts, Recorder: mgr.GetEventRecorder("webhook-guard"), Repairs: repairs}
 	if err := policy.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the guard policy controller: %w", err)
@@ -140,7 +150,7 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 		triggers[kind] = trigger
 		targets := &breaker.TargetReconciler{
 			Kind: kind, Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Targets: cfg.Targets,
-			State: state, Recorder: recorder, Metrics: m, Identity: identity,
+			State: state, Recorder: recorder, Metrics: m, Identity: signer,
 		}
 		if err := targets.SetupWithManager(mgr, trigger); err != nil {
 			return fmt.Errorf("setting up the breaker controller for %s: %w", kind.Resource(), err)
@@ -152,7 +162,7 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 	}
 	runner := &breaker.ProbeRunner{
 		Scraper: &apimetrics.Scraper{Client: clientset.Discovery().RESTClient()},
-		Reader:  mgr.GetClient(), Targets: cfg.Targets, State: state, Metrics: m, Recorder: recorder, Triggers: triggers, Identity: identity,
+		Reader:  mgr.GetClient(), Targets: cfg.Targets, State: state, Metrics: m, Recorder: recorder, Triggers: triggers, Identity: signer,
 		Prober: &probe.Prober{Resolver: probe.NewServiceResolver(mgr.GetAPIReader()), Mapper: mgr.GetRESTMapper(), Username: identity},
 		DiagnoseTLS: func(ctx context.Context, annotations map[string]string) string {
 			return certs.DiagnoseInjectedCA(ctx, reader, annotations, time.Now())
@@ -186,6 +196,14 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 		return fmt.Errorf("running the manager: %w", err)
 	}
 	return nil
+}
+
+// leaderElectionID is LeaderElectionID, prefixed by a named instance.
+func leaderElectionID(instance string) string {
+	if instance == "" {
+		return LeaderElectionID
+	}
+	return instance + "." + LeaderElectionID
 }
 
 // whoAmI asks the apiserver who this process is, with a SelfSubjectReview.

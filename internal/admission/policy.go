@@ -10,7 +10,9 @@ import (
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 )
 
-// PolicyName is the name of the ValidatingAdmissionPolicy and of its binding.
+// PolicyName is the name of the default installation's
+// ValidatingAdmissionPolicy and binding; Options.Policy gives an
+// instance's.
 const PolicyName = "webhook-guard"
 
 // noManagedConfigurationName is the only resourceName of a policy rendered
@@ -37,7 +39,7 @@ func Labels() map[string]string {
 }
 
 // RenderPolicy renders the ownership rule as a ValidatingAdmissionPolicy named
-// PolicyName and its binding (validationActions Deny). kube-apiserver
+// opts.Policy() and its binding (validationActions Deny). kube-apiserver
 // evaluates it in-process, so it holds even while webhook-guard is down.
 //
 // The policy matches CREATE and UPDATE of the managed configurations of
@@ -72,7 +74,7 @@ func RenderPolicy(opts Options) (*admissionregistrationv1.ValidatingAdmissionPol
 			APIVersion: admissionregistrationv1.SchemeGroupVersion.String(),
 			Kind:       "ValidatingAdmissionPolicy",
 		},
-		ObjectMeta: metav1.ObjectMeta{Name: PolicyName, Labels: Labels()},
+		ObjectMeta: metav1.ObjectMeta{Name: opts.Policy(), Labels: Labels()},
 		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
 			FailurePolicy: &failurePolicy,
 			MatchConstraints: &admissionregistrationv1.MatchResources{
@@ -101,9 +103,9 @@ func RenderPolicy(opts Options) (*admissionregistrationv1.ValidatingAdmissionPol
 			APIVersion: admissionregistrationv1.SchemeGroupVersion.String(),
 			Kind:       "ValidatingAdmissionPolicyBinding",
 		},
-		ObjectMeta: metav1.ObjectMeta{Name: PolicyName, Labels: Labels()},
+		ObjectMeta: metav1.ObjectMeta{Name: opts.Policy(), Labels: Labels()},
 		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
-			PolicyName:        PolicyName,
+			PolicyName:        opts.Policy(),
 			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
 		},
 	}

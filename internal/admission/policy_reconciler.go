@@ -36,7 +36,7 @@ func NewPolicyRepairs() *prometheus.CounterVec {
 }
 
 // PolicyReconciler keeps the ValidatingAdmissionPolicy and binding named
-// PolicyName equal to what RenderPolicy renders from Options. It writes
+// Options.Policy() equal to what RenderPolicy renders from Options. It writes
 // only when the live objects are not in place (inPlace); any write after
 // the first reconcile is a repair and gets an Event and a count.
 type PolicyReconciler struct {
@@ -168,14 +168,15 @@ func (r *PolicyReconciler) get(ctx context.Context, like client.Object) (client.
 // SetupWithManager watches the two objects by name and reconciles at
 // startup even when neither exists yet.
 func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	byName := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == PolicyName })
+	name := r.Options.Policy()
+	byName := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == name })
 	one := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []ctrl.Request {
-		return []ctrl.Request{{NamespacedName: types.NamespacedName{Name: PolicyName}}}
+		return []ctrl.Request{{NamespacedName: types.NamespacedName{Name: name}}}
 	})
 	// A watch only fires for objects that exist; one event at start makes
 	// the first reconcile create them when kustomize did not.
 	start := make(chan event.GenericEvent, 1)
-	start <- event.GenericEvent{Object: &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: PolicyName}}}
+	start <- event.GenericEvent{Object: &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}}}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("guard-policy").
 		For(&admissionregistrationv1.ValidatingAdmissionPolicy{}, builder.WithPredicates(byName)).

@@ -52,6 +52,18 @@ type Options struct {
 	Managed map[string][]string
 	// ManagedValidating is Managed for ValidatingWebhookConfigurations.
 	ManagedValidating map[string][]string
+	// Instance names one of several installations in a cluster (config
+	// instance); empty is the default installation. It names the policy.
+	Instance string
+}
+
+// Policy returns the name of the instance's ValidatingAdmissionPolicy and
+// binding: PolicyName, or PolicyName-<instance>.
+func (o Options) Policy() string {
+	if o.Instance == "" {
+		return PolicyName
+	}
+	return PolicyName + "-" + o.Instance
 }
 
 // managed returns the managed configurations of kind.

@@ -60,6 +60,15 @@ func convert(f *file) (*Configuration, field.ErrorList) {
 			errs = append(errs, field.Invalid(field.NewPath("holdWhenAllFail"), cfg.HoldWhenAllFail, "must be 0 (off) or at least 2"))
 		}
 	}
+	cfg.Instance = f.Instance
+	if f.Instance != "" {
+		for _, msg := range validation.IsDNS1123Label(f.Instance) {
+			errs = append(errs, field.Invalid(field.NewPath("instance"), f.Instance, msg))
+		}
+		if len(f.Instance) > MaxInstanceLength {
+			errs = append(errs, field.TooLong(field.NewPath("instance"), f.Instance, MaxInstanceLength))
+		}
+	}
 	seen := map[string]int{}
 	for i, ft := range f.Targets {
 		p := targets.Index(i)

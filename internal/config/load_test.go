@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -182,6 +183,14 @@ func TestParse_malformed(t *testing.T) {
 		"an unknown apiserverSignal field is rejected": {
 			header + minimalTarget + "  apiserverSignal:\n    ratio: 0.5\n",
 			"decoding GuardConfiguration: error unmarshaling JSON: while decoding JSON: json: unknown field \"ratio\"",
+		},
+		"an instance that is not a DNS label is rejected": {
+			header + "instance: Canary_1\n" + minimalTarget,
+			"invalid GuardConfiguration: instance: Invalid value: \"Canary_1\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')",
+		},
+		"an instance longer than 40 characters is rejected": {
+			header + "instance: " + strings.Repeat("a", 41) + "\n" + minimalTarget,
+			"invalid GuardConfiguration: instance: Too long: may not be more than 40 bytes",
 		},
 		"an unknown mode is rejected": {
 			header + minimalTarget + "  mode: Open\n",

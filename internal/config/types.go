@@ -33,6 +33,10 @@ const (
 	ProbeHTTPGet ProbeKind = "HTTPGet"
 )
 
+// MaxInstanceLength keeps webhook-guard-<instance> and the Lease name
+// within Kubernetes' name limits.
+const MaxInstanceLength = 40
+
 // Defaults applied by Load.
 const (
 	DefaultMode          = ModeIgnore
@@ -60,6 +64,7 @@ type file struct {
 	APIVersion      string       `json:"apiVersion"`
 	Kind            string       `json:"kind"`
 	HoldWhenAllFail *int         `json:"holdWhenAllFail"`
+	Instance        string       `json:"instance"`
 	Targets         []fileTarget `json:"targets"`
 }
 
@@ -100,6 +105,12 @@ type Configuration struct {
 	// once. It reports it, and opens again once one target is healthy.
 	// 0 turns the hold off. Default 3.
 	HoldWhenAllFail int
+	// Instance names this installation when a cluster runs several (a
+	// canary beside the main install): its policy is
+	// webhook-guard-<instance>, its Lease and record entries carry it, and
+	// it refuses to start on a configuration another instance manages.
+	// Empty (the default) is the main installation.
+	Instance string
 }
 
 // Target is one approved webhook.

@@ -52,5 +52,16 @@ func RenderTargetsRole(cfg *config.Configuration) *rbacv1.ClusterRole {
 			Verbs:         []string{"patch"},
 		})
 	}
+	if cfg != nil && cfg.Instance != "" {
+		// The static role grants update on the default installation's
+		// policy only; an instance's policy has a name of its own.
+		name := "webhook-guard-" + cfg.Instance
+		role.Rules = append(role.Rules, rbacv1.PolicyRule{
+			APIGroups:     []string{"admissionregistration.k8s.io"},
+			Resources:     []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"},
+			ResourceNames: []string{name},
+			Verbs:         []string{"update"},
+		})
+	}
 	return role
 }

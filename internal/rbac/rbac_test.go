@@ -92,3 +92,17 @@ func TestRenderTargetsRole_doesNotModifyTheConfiguration(t *testing.T) {
 	rbac.RenderTargetsRole(cfg)
 	assert.Equal(t, []string{"b", "a"}, cfg.Names(circuit.KindMutating))
 }
+
+func TestRenderTargetsRole_aNamedInstanceMayUpdateItsOwnPolicyOnly(t *testing.T) {
+	cfg := &config.Configuration{Instance: "canary", Targets: []config.Target{{Kind: circuit.KindMutating, Configuration: "a", Webhook: "a.example.com"}}}
+	role := rbac.RenderTargetsRole(cfg)
+	require.Len(t, role.Rules, 2)
+	assert.Equal(t, rbacv1.PolicyRule{
+		APIGroups:     []string{"admissionregistration.k8s.io"},
+		Resources:     []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"},
+		ResourceNames: []string{"webhook-guard-canary"},
+		Verbs:         []string{"update"},
+	}, role.Rules[1])
+	cfg.Instance = ""
+	assert.Len(t, rbac.RenderTargetsRole(cfg).Rules, 1, "the default installation's policy is granted by the static role")
+}

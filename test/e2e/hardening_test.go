@@ -377,3 +377,65 @@ func TestHardening_rolloutAddingATargetCompletes(t *testing.T) {
 		return isOpen(s.get(), s.hook, "Bypass") && isOpen(got, addedHook, "Bypass")
 	}, transition, 50*time.Millisecond, "the new leader did not guard the added target")
 }
+
+// Defect 9: two installations, the main one (no instance name) and a
+// canary, on disjoint configurations. Each has its own policy, neither
+// repairs the other's, each opens and closes only its own circuit; a third
+// on the main one's configuration refuses to start, naming it.
+func TestHardening_twoInstallationsKeepToThemselves(t *testing.T) {
+	ctx := context.Background()
+	main := newBreakerSetup(t, setupOptions{mode: "Bypass"})
+	canary := newBreakerSetup(t, setupOptions{mode: "Bypass"})
+	const instance = "canary"
+	canaryPolicy := admission.PolicyName + "-" + instance
+	// What "guard manifests rbac" renders for a named instance: update on
+	// its own policy objects.
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "guard-policy-" + canary.ns}, Rules: []rbacv1.PolicyRule{{
+		APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"},
+		ResourceNames: []string{canaryPolicy}, Verbs: []string{"update"},
+	}}}
+	require.NoError(t, env.Client.Create(ctx, role))
+	require.NoError(t, env.Bind(ctx, role.Name, role.Name, canary.ns, "webhook-guard"))
+	t.Cleanup(func() {
+		_ = env.Client.Delete(ctx, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: canaryPolicy}})
+		_ = env.Client.Delete(ctx, &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: canaryPolicy}})
+	})
+
+	main.startGuard("main")
+	canary.startGuardWith("canary", canary.config("instance: "+instance+"\n"))
+	policyRVs := func() (string, string) {
+		a, b := &admissionregistrationv1.ValidatingAdmissionPolicy{}, &admissionregistrationv1.ValidatingAdmissionPolicy{}
+		if env.Client.Get(ctx, client.ObjectKey{Name: admission.PolicyName}, a) != nil || env.Client.Get(ctx, client.ObjectKey{Name: canaryPolicy}, b) != nil {
+			return "", ""
+		}
+		return a.ResourceVersion, b.ResourceVersion
+	}
+	require.Eventually(t, func() bool {
+		return admission.PolicyInPlace(ctx, env.Client, admission.Options{BreakerUsername: main.guardID.Username, Managed: map[string][]string{main.name: {main.hook}}}) == nil &&
+			admission.PolicyInPlace(ctx, env.Client, admission.Options{BreakerUsername: canary.guardID.Username, Managed: map[string][]string{canary.name: {canary.hook}}, Instance: instance}) == nil
+	}, transition, 50*time.Millisecond, "both policies never stood side by side")
+	mainRV, canaryRV := policyRVs()
+
+	// Both webhooks fail: each installation opens its own circuit, signed
+	// with its own identity, and closes it.
+	main.wh.SetBehaviour(webhookPath, harness.Delayed(2*time.Second, harness.Allow()))
+	canary.wh.SetBehaviour(webhookPath, harness.Delayed(2*time.Second, harness.Allow()))
+	_, mainOpen := main.waitOpen()
+	_, canaryOpen := canary.waitOpen()
+	assert.Equal(t, main.guardID.Username, mustRecord(t, mainOpen)[main.hook].By)
+	assert.Equal(t, canary.guardID.Username+"/"+instance, mustRecord(t, canaryOpen)[canary.hook].By)
+	main.wh.SetBehaviour(webhookPath, harness.Allow())
+	canary.wh.SetBehaviour(webhookPath, harness.Allow())
+	main.waitRestored()
+	canary.waitRestored()
+	gotMain, gotCanary := policyRVs()
+	assert.Equal(t, mainRV, gotMain, "the main policy was rewritten while both ran: a repair loop")
+	assert.Equal(t, canaryRV, gotCanary, "the canary policy was rewritten while both ran: a repair loop")
+
+	// A third installation on the main one's configuration refuses to start.
+	clash := main.startGuardWith("clash", main.config("instance: clash\n"))
+	code, err := clash.Wait(transition)
+	require.NoError(t, err)
+	assert.NotZero(t, code)
+	assert.Contains(t, clash.Logs(), "another webhook-guard installation manages mutatingwebhookconfiguration "+main.name+" (ValidatingAdmissionPolicy webhook-guard)")
+}
