@@ -242,3 +242,10 @@ func TestPolicyEnforced_anyTargetsButNothingElse(t *testing.T) {
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(p, b).Build()
 	assert.Error(t, admission.PolicyInPlace(context.Background(), c, mine), "the leader still repairs to its own targets")
 }
+
+func TestRenderPolicy_aNamedInstanceHasItsOwnNames(t *testing.T) {
+	p, b := admission.RenderPolicy(admission.Options{Managed: map[string][]string{"cfg": {"w.example.com"}}, Instance: "canary"})
+	assert.Equal(t, "webhook-guard-canary", p.Name)
+	assert.Equal(t, "webhook-guard-canary", b.Name)
+	assert.Equal(t, "webhook-guard-canary", b.Spec.PolicyName)
+}
