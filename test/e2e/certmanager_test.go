@@ -29,12 +29,15 @@ func TestCertManager_tlsFailureIsDiagnosedFromTheCertificate(t *testing.T) {
 		"kind":       "Certificate",
 		"metadata":   map[string]any{"name": "slow-mutator-serving", "namespace": s.ns},
 		"spec":       map[string]any{"secretName": "slow-mutator-serving", "dnsNames": []any{"slow-mutator." + s.ns + ".svc"}, "issuerRef": map[string]any{"name": "ca"}},
-		"status": map[string]any{"conditions": []any{map[string]any{
-			"type": "Ready", "status": "False", "reason": "DoesNotExist", "message": "Issuing certificate as Secret does not exist",
-			"lastTransitionTime": time.Now().UTC().Format(time.RFC3339),
-		}}},
 	}}
 	require.NoError(t, env.Client.Create(ctx, cert))
+	// cert-manager's CRD has a status subresource: the status is written
+	// through it, as cert-manager's controller does.
+	cert.Object["status"] = map[string]any{"conditions": []any{map[string]any{
+		"type": "Ready", "status": "False", "reason": "DoesNotExist", "message": "Issuing certificate as Secret does not exist",
+		"lastTransitionTime": time.Now().UTC().Format(time.RFC3339),
+	}}}
+	require.NoError(t, env.Client.Status().Update(ctx, cert))
 
 	// The webhook now presents a certificate its caBundle does not trust,
 	// as when cert-manager has not (re)injected the CA.

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -53,8 +54,10 @@ const (
 	installLeaseName         = "webhook-guard.webhook-guard.io"
 )
 
-// installOverlays are the overlays under deploy/kustomize/overlays.
-var installOverlays = []string{"default", "cert-manager", "static-admission"}
+// installOverlays are the overlays under deploy/kustomize/overlays;
+// TestInstall_everyOverlayAndComponentIsApplied keeps the list complete.
+// default-prometheus is how components/prometheus is applied.
+var installOverlays = []string{"default", "cert-manager", "static-admission", "default-prometheus"}
 
 // installBuild runs the real kustomize on an overlay.
 func installBuild(t *testing.T, ctx context.Context, overlay string) []byte {
@@ -67,27 +70,15 @@ func installBuild(t *testing.T, ctx context.Context, overlay string) []byte {
 }
 
 // installApply runs "kustomize build overlay | kubectl apply -f -" and
-// returns kubectl's result, failing on any error.
+// returns kubectl's result, failing on any error. The CRDs the overlay's
+// objects need are installed first, from their projects (crds_test.go).
 func installApply(t *testing.T, ctx context.Context, overlay string) harness.Result {
 	t.Helper()
-	if overlay == "cert-manager" {
-		installCertManagerCRDs(t, ctx)
-	}
-	r := env.Kubectl(ctx, "", installBuild(t, ctx, overlay), "apply", "-f", "-")
+	out := installBuild(t, ctx, overlay)
+	installCRDsFor(t, ctx, installDocs(t, out))
+	r := env.Kubectl(ctx, "", out, "apply", "-f", "-")
 	require.NoError(t, r.Err, "kubectl apply of overlay %s:\n%s%s", overlay, r.Stdout, r.Stderr)
 	return r
-}
-
-// installCertManagerCRDs installs the test fixtures in
-// testdata/cert-manager-crds.yaml: schema-less stand-ins for cert-manager's
-// Issuer and Certificate CRDs, so that the cert-manager overlays apply.
-func installCertManagerCRDs(t *testing.T, ctx context.Context) {
-	t.Helper()
-	r := env.Kubectl(ctx, "", nil, "apply", "-f", filepath.Join("testdata", "cert-manager-crds.yaml"))
-	require.NoError(t, r.Err, "installing the cert-manager CRD fixtures:\n%s%s", r.Stdout, r.Stderr)
-	r = env.Kubectl(ctx, "", nil, "wait", "--for=condition=Established", "--timeout=60s",
-		"crd/issuers.cert-manager.io", "crd/certificates.cert-manager.io")
-	require.NoError(t, r.Err, "waiting for the cert-manager CRD fixtures:\n%s%s", r.Stdout, r.Stderr)
 }
 
 // installDocs splits a kustomize build into its objects.
@@ -143,6 +134,44 @@ func TestInstall_overlaysApplyCleanlyAndIdempotently(t *testing.T) {
 				assert.True(t, strings.HasSuffix(line, " unchanged"), "applying %s twice changed something: %q", overlay, line)
 			}
 		})
+	}
+}
+
+// TestInstall_everyOverlayAndComponentIsApplied: the apply test above
+// covers every overlay in the repository, and every kustomize Component
+// is used by at least one of them, so nothing under deploy/kustomize
+// ships without having been applied to a real apiserver.
+func TestInstall_everyOverlayAndComponentIsApplied(t *testing.T) {
+	root, err := harness.RepoRoot()
+	require.NoError(t, err)
+	dirs := func(sub string) []string {
+		entries, err := os.ReadDir(filepath.Join(root, "deploy", "kustomize", sub))
+		require.NoError(t, err)
+		var names []string
+		for _, e := range entries {
+			if e.IsDir() {
+				names = append(names, e.Name())
+			}
+		}
+		return names
+	}
+	assert.ElementsMatch(t, dirs("overlays"), installOverlays, "installOverlays must list exactly the overlays in deploy/kustomize/overlays")
+
+	used := sets.New[string]()
+	for _, overlay := range installOverlays {
+		dir := filepath.Join(root, "deploy", "kustomize", "overlays", overlay)
+		data, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
+		require.NoError(t, err)
+		var k struct {
+			Components []string `json:"components"`
+		}
+		require.NoError(t, yaml.Unmarshal(data, &k))
+		for _, c := range k.Components {
+			used.Insert(filepath.Base(filepath.Clean(filepath.Join(dir, c))))
+		}
+	}
+	for _, c := range dirs("components") {
+		assert.True(t, used.Has(c), "no overlay in installOverlays uses the component %s, so it is never applied", c)
 	}
 }
 
