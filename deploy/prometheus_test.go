@@ -206,6 +206,7 @@ func TestPrometheusRule_parsesWithPrometheusRuleParser(t *testing.T) {
 		"WebhookGuardCircuitOpen", "WebhookGuardCircuitFlapping", "WebhookGuardProbesUnknown",
 		"WebhookGuardPolicyRepaired", "WebhookGuardPolicyNotEnforced", "WebhookGuardNoLeader",
 		"WebhookGuardWriteErrors", "WebhookGuardWriteConflicts",
+		"WebhookGuardSignalsDisagree", "WebhookGuardAPIServerSignalUnavailable",
 	} {
 		assert.True(t, alerts.Has(name), "alert %s is missing", name)
 	}
