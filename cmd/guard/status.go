@@ -12,9 +12,11 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/yaml"
 
 	"github.com/webhook-guard/webhook-guard/internal/breaker"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
@@ -123,22 +125,63 @@ func probeRow(t config.Target, state *breaker.State) targetStatus {
 	return row
 }
 
+// statusReport is what "guard status" found; -o json|yaml prints it.
+type statusReport struct {
+	// Namespace is the installation's namespace.
+	Namespace string `json:"namespace"`
+	// ConfigSource says where the GuardConfiguration came from.
+	ConfigSource string `json:"configSource"`
+	// Instance is the configuration's instance name, if any.
+	Instance string `json:"instance,omitempty"`
+	// Lease is the leader-election Lease read, and Leader its holder pod.
+	Lease  string `json:"lease,omitempty"`
+	Leader string `json:"leader,omitempty"`
+	// Targets are the configured targets: state from the objects, counts
+	// from the leader.
+	Targets []targetStatus `json:"targets"`
+	// OrphanedRecords are open circuits of webhooks that are no longer
+	// targets.
+	OrphanedRecords []orphanRow `json:"orphanedRecords,omitempty"`
+	// Unavailable names what could not be read, and why.
+	Unavailable []string `json:"unavailable,omitempty"`
+}
+
+type orphanRow struct {
+	Kind          string `json:"kind"`
+	Configuration string `json:"configuration"`
+	Webhook       string `json:"webhook"`
+	By            string `json:"by,omitempty"`
+}
+
 // statusCommand prints every target: its circuit state from the objects,
-// and its probe counts from the service's /status endpoint when reachable.
+// and the leader's probe counts. With a kubeconfig alone it reads the
+// installed configuration from the cluster (the ConfigMap the guard's
+// Deployment mounts), finds the leader from its Lease, and reads the
+// leader's /status through the apiserver's pods proxy: no port-forward.
+// What it cannot read it names, and prints the rest.
 func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer, restConfig func() (*rest.Config, error)) error {
 	fs := flagSet("status", stderr)
-	path := fs.String("config", "", "GuardConfiguration file (required).")
-	endpoint := fs.String("endpoint", "http://127.0.0.1:8082/status", "The service's /status endpoint (port-forward it from the cluster); empty skips probe counts.")
+	path := fs.String("config", "", "GuardConfiguration file; default: the one installed in the cluster (the ConfigMap --deployment mounts).")
+	namespace := fs.String("namespace", "webhook-guard-system", "Namespace of the installation.")
+	deployment := fs.String("deployment", "webhook-guard", "The guard's Deployment, whose volume \"config\" names the installed ConfigMap.")
+	endpoint := fs.String("endpoint", "", "A /status URL to read counts from instead of the leader's pod (for example a port-forward); default: the leader's pod through the apiserver.")
+	output := fs.String("o", "table", "Output format: table, json or yaml.")
 	addKubeconfigFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
 	}
-	if *path == "" {
-		return usageError{errors.New("status: --config is required")}
+	if *output != "table" && *output != "json" && *output != "yaml" {
+		return usageError{fmt.Errorf("status: -o %q: must be table, json or yaml", *output)}
 	}
-	cfg, err := config.Load(*path)
-	if err != nil {
-		return err
+	rep := statusReport{Namespace: *namespace}
+	var cfg *config.Configuration
+	if *path != "" {
+		// A file is validated before anything touches the cluster.
+		var err error
+		if cfg, err = config.Load(*path); err != nil {
+			return err
+		}
+		rep.ConfigSource = "file " + *path
 	}
 	rc, err := restConfig()
 	if err != nil {
@@ -148,29 +191,85 @@ func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer,
 	if err != nil {
 		return err
 	}
-	counts := map[string]targetStatus{}
-	countsNote := ""
-	if *endpoint != "" {
-		rows, err := fetchStatus(ctx, *endpoint)
-		if err != nil {
-			countsNote = fmt.Sprintf("probe counts unavailable: %v", err)
-		}
-		for _, r := range rows {
-			counts[r.Kind+"/"+r.Configuration+"/"+r.Webhook] = r
+	if cfg == nil {
+		if cfg, rep.ConfigSource, err = installedConfig(ctx, c, *namespace, *deployment); err != nil {
+			return fmt.Errorf("status: %w; pass --config FILE to read the configuration from a file", err)
 		}
 	}
+	rep.Instance = cfg.Instance
 
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "KIND\tCONFIGURATION\tWEBHOOK\tSTATE\tMODE\tSINCE\tOPENED BY\tFAILURES\tSUCCESSES\tADMITTED WITHOUT\tLAST PROBE\tAPISERVER")
+	counts := map[string]targetStatus{}
+	var rows []targetStatus
+	if *endpoint != "" {
+		rows, err = fetchStatus(ctx, *endpoint)
+		if err != nil {
+			rep.Unavailable = append(rep.Unavailable, fmt.Sprintf("probe counts from %s: %v", *endpoint, err))
+		}
+	} else {
+		rep.Lease = *namespace + "/" + leaderElectionID(cfg.Instance)
+		cs, err := kubernetes.NewForConfig(rc)
+		if err != nil {
+			return err
+		}
+		pod, err := leaderPod(ctx, c, *namespace, leaderElectionID(cfg.Instance))
+		if err != nil {
+			rep.Unavailable = append(rep.Unavailable, fmt.Sprintf("probe counts: %v", err))
+		} else {
+			rep.Leader = pod.Name
+			if rows, err = proxyStatus(ctx, cs, pod); err != nil {
+				rep.Unavailable = append(rep.Unavailable, fmt.Sprintf("probe counts from the leader pod %s/%s through the apiserver: %v", pod.Namespace, pod.Name, err))
+			}
+		}
+	}
+	for _, r := range rows {
+		counts[r.Kind+"/"+r.Configuration+"/"+r.Webhook] = r
+	}
 	for _, t := range cfg.Targets {
 		row := objectRow(ctx, c, t)
 		if cr, ok := counts[t.Key()]; ok {
-			row.Failures, row.Successes, row.LastResult = cr.Failures, cr.Successes, cr.LastResult
-			row.APIServerLast, row.Admitted, row.Disagree = cr.APIServerLast, cr.Admitted, cr.Disagree
+			row.Failures, row.Successes, row.LastResult, row.LastProbe = cr.Failures, cr.Successes, cr.LastResult, cr.LastProbe
+			row.APIServerLast, row.APIServerFailures, row.Admitted, row.Disagree = cr.APIServerLast, cr.APIServerFailures, cr.Admitted, cr.Disagree
 			if cr.Problem != "" && row.Problem == "" {
 				row.Problem = cr.Problem
 			}
 		}
+		rep.Targets = append(rep.Targets, row)
+	}
+	switch orphans, err := orphanedRecords(ctx, c, cfg, ""); {
+	case err != nil:
+		rep.Unavailable = append(rep.Unavailable, fmt.Sprintf("records of removed targets: %v", err))
+	default:
+		for _, o := range orphans {
+			rep.OrphanedRecords = append(rep.OrphanedRecords, orphanRow{Kind: string(o.kind), Configuration: o.configuration, Webhook: o.webhook, By: o.by})
+		}
+	}
+
+	switch *output {
+	case "json":
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	case "yaml":
+		data, err := yaml.Marshal(rep)
+		if err != nil {
+			return err
+		}
+		_, err = stdout.Write(data)
+		return err
+	}
+	return printStatus(stdout, stderr, rep)
+}
+
+// printStatus prints rep as a table, and what was unavailable on stderr.
+func printStatus(stdout, stderr io.Writer, rep statusReport) error {
+	fmt.Fprintf(stdout, "Configuration: %s\n", rep.ConfigSource)
+	if rep.Lease != "" {
+		fmt.Fprintf(stdout, "Leader: %s (Lease %s)\n", dash(rep.Leader), rep.Lease)
+	}
+	fmt.Fprintln(stdout)
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "KIND\tCONFIGURATION\tWEBHOOK\tSTATE\tMODE\tSINCE\tOPENED BY\tFAILURES\tSUCCESSES\tADMITTED WITHOUT\tLAST PROBE\tAPISERVER")
+	for _, row := range rep.Targets {
 		last := row.LastResult
 		if row.Problem != "" {
 			last = row.Problem
@@ -183,23 +282,20 @@ func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer,
 		if row.Disagree != "" {
 			apiserver += " (signals disagree: " + row.Disagree + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", t.Kind, t.Configuration, t.Webhook, row.State, row.Mode, dash(row.Since), dash(row.OpenedBy),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", row.Kind, row.Configuration, row.Webhook, row.State, row.Mode, dash(row.Since), dash(row.OpenedBy),
 			row.Failures, row.Successes, admitted, dash(last), dash(apiserver))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	switch orphans, err := orphanedRecords(ctx, c, cfg, ""); {
-	case err != nil:
-		fmt.Fprintf(stderr, "records of removed targets unavailable: %v\n", err)
-	case len(orphans) > 0:
+	if len(rep.OrphanedRecords) > 0 {
 		fmt.Fprintln(stdout, "\nOpen circuits on webhooks that are no longer targets (the breaker closes them when it may update the configuration):")
-		for _, o := range orphans {
-			fmt.Fprintf(stdout, "  %s %s %s (opened by %s)\n", o.kind, o.configuration, o.webhook, dash(o.by))
+		for _, o := range rep.OrphanedRecords {
+			fmt.Fprintf(stdout, "  %s %s %s (opened by %s)\n", o.Kind, o.Configuration, o.Webhook, dash(o.By))
 		}
 	}
-	if countsNote != "" {
-		fmt.Fprintln(stderr, countsNote)
+	for _, u := range rep.Unavailable {
+		fmt.Fprintf(stderr, "unavailable: %s\n", u)
 	}
 	return nil
 }

@@ -26,6 +26,7 @@ type ConnectProxy struct {
 	listener net.Listener
 	mu       sync.Mutex
 	cut      map[string]bool
+	routes   map[string]string
 	// tunnels counts CONNECTs forwarded; held counts those held on a cut
 	// route.
 	tunnels, held atomic.Int64
@@ -40,7 +41,7 @@ func StartConnectProxy() (*ConnectProxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &ConnectProxy{SocketPath: filepath.Join(dir, "proxy.sock"), cut: map[string]bool{}, done: make(chan struct{})}
+	p := &ConnectProxy{SocketPath: filepath.Join(dir, "proxy.sock"), cut: map[string]bool{}, routes: map[string]string{}, done: make(chan struct{})}
 	if p.listener, err = net.Listen("unix", p.SocketPath); err != nil {
 		return nil, fmt.Errorf("listening on %s: %w", p.SocketPath, err)
 	}
@@ -72,6 +73,24 @@ func (p *ConnectProxy) Cut(addr string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.cut[addr] = true
+}
+
+// Route sends CONNECTs to from (host:port, for example a pod IP that the
+// apiserver's pods proxy dials) to the loopback address to, where the
+// process stands in for the pod. Every connection stays on loopback.
+func (p *ConnectProxy) Route(from, to string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.routes[from] = to
+}
+
+func (p *ConnectProxy) route(addr string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if to, ok := p.routes[addr]; ok {
+		return to
+	}
+	return addr
 }
 
 // Heal forwards CONNECTs to addr again.
@@ -119,7 +138,8 @@ func (p *ConnectProxy) handle(c net.Conn) {
 		_, _ = io.WriteString(c, "HTTP/1.1 405 Method Not Allowed\r\n\r\n")
 		return
 	}
-	host, _, err := net.SplitHostPort(req.Host)
+	target := p.route(req.Host)
+	host, _, err := net.SplitHostPort(target)
 	if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
 		// Only loopback targets exist in these tests.
 		_, _ = io.WriteString(c, "HTTP/1.1 403 Forbidden\r\n\r\n")
@@ -142,7 +162,7 @@ func (p *ConnectProxy) handle(c net.Conn) {
 		}
 		_ = c.SetReadDeadline(time.Time{})
 	}
-	up, err := net.DialTimeout("tcp", req.Host, 5*time.Second)
+	up, err := net.DialTimeout("tcp", target, 5*time.Second)
 	if err != nil {
 		_, _ = io.WriteString(c, "HTTP/1.1 502 Bad Gateway\r\n\r\n")
 		return

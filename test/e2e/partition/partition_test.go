@@ -102,11 +102,9 @@ func newWorld(t *testing.T, withoutRBAC ...string) *world {
 	return w
 }
 
-// startGuard runs the real guard binary on this world's target, with or
-// without the apiserver signal.
-func (w *world) startGuard(name string, signal bool, minOpen time.Duration) *harness.Guard {
-	w.t.Helper()
-	cfg := fmt.Sprintf(`apiVersion: config.webhook-guard.io/v1alpha1
+// config is the world's GuardConfiguration.
+func (w *world) config(signal bool, minOpen time.Duration) string {
+	return fmt.Sprintf(`apiVersion: config.webhook-guard.io/v1alpha1
 kind: GuardConfiguration
 targets:
 - configuration: %s
@@ -123,7 +121,13 @@ targets:
     minRequests: 3
     minOpen: %s
 `, w.name, w.hook, signal, minOpen)
-	g, err := env.StartGuard(harness.GuardOptions{Name: name, Kubeconfig: w.id.KubeconfigPath, Config: cfg})
+}
+
+// startGuard runs the real guard binary on this world's target, with or
+// without the apiserver signal.
+func (w *world) startGuard(name string, signal bool, minOpen time.Duration, args ...string) *harness.Guard {
+	w.t.Helper()
+	g, err := env.StartGuard(harness.GuardOptions{Name: name, Kubeconfig: w.id.KubeconfigPath, Config: w.config(signal, minOpen), Args: args})
 	require.NoError(w.t, err)
 	w.t.Cleanup(func() {
 		g.Stop()
