@@ -8,21 +8,23 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
 
 // failpointAction is what happens at a failpoint: a SIGKILL with
-// probability kill, or a pause of sleep.
+// probability kill, or a pause of sleep the first time it is reached.
 type failpointAction struct {
 	kill  float64
 	sleep time.Duration
+	slept *sync.Once
 }
 
 // failpoints holds each point's action, from WEBHOOK_GUARD_FAILPOINTS
 // ("before-write=0.5,after-write=0.5" for SIGKILLs with those
-// probabilities, "before-write=sleep:3s" for a pause every time the point
-// is reached). This file is compiled only with -tags failpoints, for the
+// probabilities, "before-write=sleep:3s" for a pause the first time the
+// point is reached). This file is compiled only with -tags failpoints, for the
 // crash and restart tests.
 var failpoints = func() map[string]failpointAction {
 	out := map[string]failpointAction{}
@@ -33,7 +35,7 @@ var failpoints = func() map[string]failpointAction {
 		}
 		if d, isSleep := strings.CutPrefix(v, "sleep:"); isSleep {
 			if s, err := time.ParseDuration(d); err == nil {
-				out[name] = failpointAction{sleep: s}
+				out[name] = failpointAction{sleep: s, slept: &sync.Once{}}
 			}
 		} else if f, err := strconv.ParseFloat(v, 64); err == nil {
 			out[name] = failpointAction{kill: f}
@@ -43,14 +45,16 @@ var failpoints = func() map[string]failpointAction {
 }()
 
 // failpoint kills the process with SIGKILL at name with its probability,
-// or pauses there. A pause is announced on stderr, so that a test can act
+// or pauses there the first time. A pause is announced on stderr, so that a test can act
 // while the process waits.
 func failpoint(name string) {
 	a := failpoints[name]
 	if a.sleep > 0 {
-		fmt.Fprintf(os.Stderr, "failpoint %s: sleeping %s\n", name, a.sleep)
-		time.Sleep(a.sleep)
-		fmt.Fprintf(os.Stderr, "failpoint %s: woke\n", name)
+		a.slept.Do(func() {
+			fmt.Fprintf(os.Stderr, "failpoint %s: sleeping %s\n", name, a.sleep)
+			time.Sleep(a.sleep)
+			fmt.Fprintf(os.Stderr, "failpoint %s: woke\n", name)
+		})
 	}
 	if a.kill > 0 && rand.Float64() < a.kill {
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)

@@ -73,7 +73,7 @@ type GuardOptions struct {
 	Args []string
 	// Failpoints, when set, runs a guard built with -tags failpoints and
 	// WEBHOOK_GUARD_FAILPOINTS set to it ("before-write=0.5,..." for
-	// SIGKILLs, "before-write=sleep:3s" for pauses).
+	// SIGKILLs, "before-write=sleep:3s" for a pause the first time).
 	Failpoints string
 }
 
