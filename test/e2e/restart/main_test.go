@@ -10,6 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap/zapcore"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
 )
 
@@ -19,6 +23,7 @@ import (
 var env *harness.Env
 
 func TestMain(m *testing.M) {
+	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.InfoLevel)))
 	start := time.Now()
 	var err error
 	env, err = harness.Start(harness.Options{})

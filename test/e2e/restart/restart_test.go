@@ -281,23 +281,28 @@ func TestRestart_aroundTheWrite(t *testing.T) {
 						s.wh.SetBehaviour(webhookPath, harness.Allow())
 					}
 					back := s.restartAroundWrite(g, window)
-
-					// Give a guard that is going to exit the time to do so:
-					// it lost its Lease while the apiserver was down.
-					time.Sleep(time.Second)
-					exited, code := g.Exited()
-					if leaderElect {
-						require.True(t, exited, "the leader kept running after it could not renew its Lease for longer than the renew deadline")
-						assert.Contains(t, g.Logs(), "leader election lost")
-						t.Logf("the guard exited with code %d after losing its Lease; starting a replacement, as a Deployment would", code)
-						g = s.startGuard("replacement", "", true)
-					} else {
-						require.False(t, exited, "the guard without leader election exited (code %d) when the apiserver went away", code)
+					if window == "before-write" {
+						// The held write went to the dead apiserver and failed.
+						require.Eventually(t, func() bool { return strings.Contains(g.Logs(), "could not write 1 change(s), nothing was changed") },
+							converge, 10*time.Millisecond, "the held write was not refused while the apiserver was down")
 					}
 
 					done := s.restored
 					if transition == "open" {
 						done = s.open
+					}
+					if leaderElect {
+						// It could not renew its Lease for longer than the
+						// renew deadline while the apiserver was down.
+						require.Eventually(t, func() bool { exited, _ := g.Exited(); return exited }, converge, 10*time.Millisecond,
+							"the leader kept running after it could not renew its Lease for longer than the renew deadline")
+						_, code := g.Exited()
+						assert.Contains(t, g.Logs(), "leader election lost")
+						t.Logf("the guard exited with code %d after losing its Lease; starting a replacement, as a Deployment would", code)
+						g = s.startGuard("replacement", "", true)
+					} else {
+						exited, code := g.Exited()
+						require.False(t, exited, "the guard without leader election exited (code %d) when the apiserver went away", code)
 					}
 					require.Eventually(t, done, converge, 10*time.Millisecond, "the %s never completed after the restart: stuck", transition)
 					t.Logf("the %s was complete %s after the apiserver was back", transition, time.Since(back).Round(time.Millisecond))
@@ -317,7 +322,7 @@ func TestRestart_aroundTheWrite(t *testing.T) {
 						require.Empty(t, rec)
 						require.Equal(t, admissionregistrationv1.Fail, *harness.FindWebhook(mwc, s.hook).FailurePolicy)
 					}
-					exited, code = g.Exited()
+					exited, code := g.Exited()
 					require.False(t, exited, "the guard left running exited (code %d)", code)
 					require.NotContains(t, g.Logs(), "panic")
 					t.Logf("invariant checked on %d versions of the object", checked())
