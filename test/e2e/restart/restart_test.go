@@ -3,6 +3,9 @@ package restart
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -336,4 +339,88 @@ func TestRestart_aroundTheWrite(t *testing.T) {
 			}
 		}
 	}
+}
+
+// randomTrials is how many open-and-close cycles TestRestart_randomDowntime
+// runs: 1 keeps the package near 2 minutes; set
+// WEBHOOK_GUARD_RESTART_TRIALS for more.
+func randomTrials(t *testing.T) int {
+	t.Helper()
+	n := 1
+	if v := os.Getenv("WEBHOOK_GUARD_RESTART_TRIALS"); v != "" {
+		var err error
+		n, err = strconv.Atoi(v)
+		require.NoError(t, err, "WEBHOOK_GUARD_RESTART_TRIALS")
+	}
+	return n
+}
+
+// TestRestart_randomDowntime: the guard as released (no failpoints) runs
+// with leader election, as the Deployment does. The webhook fails (then
+// recovers), and after a random offset of 0 to 600 ms, which falls before
+// or after the guard's write (an opening with 100 ms probes and openAfter 2
+// is written about 200 ms in), the apiserver is stopped for a random 0.2 to
+// 3 s and started again. A guard that exited meanwhile (it lost its Lease)
+// is replaced, as a Deployment would. The same contract as in
+// TestRestart_aroundTheWrite holds throughout, and the transition
+// completes.
+func TestRestart_randomDowntime(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 2))
+	s := newSetup(t, "random")
+	checked := s.watchInvariant()
+	g := s.startGuard("guard-0", "", true)
+	replaced := 0
+	// supervise restarts the guard when it has exited, as a Deployment would.
+	supervise := func(when string) {
+		if exited, code := g.Exited(); exited {
+			replaced++
+			t.Logf("%s: the guard had exited with code %d; starting a replacement", when, code)
+			g = s.startGuard(fmt.Sprintf("guard-%d", replaced), "", true)
+		}
+	}
+	s.waitProbing()
+	for trial := 0; trial < randomTrials(t); trial++ {
+		for _, transition := range []string{"open", "close"} {
+			done, behaviour := s.open, harness.Drop()
+			if transition == "close" {
+				done, behaviour = s.restored, harness.Allow()
+			}
+			offset := time.Duration(rng.IntN(600)) * time.Millisecond
+			down := 200*time.Millisecond + time.Duration(rng.IntN(2800))*time.Millisecond
+			s.wh.SetBehaviour(webhookPath, behaviour)
+			time.Sleep(offset)
+			already := done()
+			start := time.Now()
+			require.NoError(t, env.StopAPIServer())
+			time.Sleep(down)
+			require.NoError(t, env.StartAPIServer())
+			back := time.Now()
+			t.Logf("trial %d %s: apiserver down %s from %s after the webhook changed (transition already written before the stop: %t)",
+				trial, transition, back.Sub(start).Round(time.Millisecond), offset, already)
+			what := fmt.Sprintf("trial %d %s", trial, transition)
+			// Polled here, not in require.Eventually: supervise starts
+			// processes and must run on the test's goroutine.
+			for supervise(what); !done(); supervise(what) {
+				require.Less(t, time.Since(back), converge, "%s never completed after the restart: stuck", what)
+				time.Sleep(10 * time.Millisecond)
+			}
+			t.Logf("trial %d %s: complete %s after the apiserver was back", trial, transition, time.Since(back).Round(time.Millisecond))
+			if transition == "open" {
+				mwc, err := s.get()
+				require.NoError(t, err)
+				rec, err := circuit.Decode(mwc.Annotations)
+				require.NoError(t, err)
+				require.Len(t, rec, 1, "want exactly one entry")
+				require.Equal(t, admissionregistrationv1.Fail, *rec[s.hook].OriginalFailurePolicy, "the original failurePolicy was lost")
+			}
+		}
+	}
+	supervise("the end")
+	s.waitProbing()
+	require.True(t, s.restored(), "the circuit did not stay closed")
+	exited, code := g.Exited()
+	require.False(t, exited, "the guard left running exited (code %d)", code)
+	t.Logf("%d guard replacements; invariant checked on %d versions of the object", replaced, checked())
 }
