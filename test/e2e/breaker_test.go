@@ -180,37 +180,16 @@ func (s *breakerSetup) get() *admissionregistrationv1.MutatingWebhookConfigurati
 	return mwc
 }
 
-// isOpen reports whether the breaker's changes are in place: a record
-// entry, Ignore, and in Bypass mode the marker.
+// isOpen, hasMarker and findWebhook are the harness's, shared with the
+// other e2e packages.
 func isOpen(mwc *admissionregistrationv1.MutatingWebhookConfiguration, hook, mode string) bool {
-	rec, err := circuit.Decode(mwc.Annotations)
-	if err != nil {
-		return false
-	}
-	entry, ok := rec[hook]
-	w := findWebhook(mwc, hook)
-	if !ok || w == nil || w.FailurePolicy == nil || *w.FailurePolicy != admissionregistrationv1.Ignore {
-		return false
-	}
-	return string(entry.Mode) == mode && entry.UID == mwc.UID && hasMarker(w) == (mode == "Bypass")
+	return harness.IsOpen(mwc, hook, mode)
 }
 
-func hasMarker(w *admissionregistrationv1.MutatingWebhook) bool {
-	for _, mc := range w.MatchConditions {
-		if mc.Name == circuit.BypassCondition {
-			return mc.Expression == "false"
-		}
-	}
-	return false
-}
+func hasMarker(w *admissionregistrationv1.MutatingWebhook) bool { return harness.HasBypassMarker(w) }
 
 func findWebhook(mwc *admissionregistrationv1.MutatingWebhookConfiguration, name string) *admissionregistrationv1.MutatingWebhook {
-	for i := range mwc.Webhooks {
-		if mwc.Webhooks[i].Name == name {
-			return &mwc.Webhooks[i]
-		}
-	}
-	return nil
+	return harness.FindWebhook(mwc, name)
 }
 
 func (s *breakerSetup) waitOpen() (time.Duration, *admissionregistrationv1.MutatingWebhookConfiguration) {

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/client-go/util/retry"
 
@@ -19,21 +18,12 @@ import (
 // crashTrials is how many random SIGKILL trials TestCrash_randomSIGKILLs runs.
 const crashTrials = 100
 
-// invariant checks the contract on the stored object: the webhook has an
-// entry if and only if the breaker's changes are in place, and without
-// one it is exactly as it was before the guard touched it.
+// invariant checks the contract on the stored object (harness.CheckInvariant):
+// the webhook has an entry if and only if the breaker's changes are in
+// place, and without one it is exactly as it was before the guard touched it.
 func (s *breakerSetup) invariant(t *testing.T, trial int, what string) {
 	t.Helper()
-	mwc := s.get()
-	rec, err := circuit.Decode(mwc.Annotations)
-	require.NoError(t, err, "trial %d %s: unreadable record", trial, what)
-	w := findWebhook(mwc, s.hook)
-	_, has := rec[s.hook]
-	inPlace := w.FailurePolicy != nil && *w.FailurePolicy == admissionregistrationv1.Ignore && hasMarker(w)
-	require.Equal(t, has, inPlace, "trial %d %s: an entry must exist iff the changes are in place", trial, what)
-	if !has && mwc.Annotations[circuit.OverrideAnnotation] == "" {
-		require.True(t, equality.Semantic.DeepEqual(*w, s.original), "trial %d %s: without an entry the webhook must be the original", trial, what)
-	}
+	require.NoError(t, harness.CheckInvariant(s.get(), s.hook, s.original), "trial %d %s", trial, what)
 }
 
 // TestCrash_randomSIGKILLs: a guard built with failpoints kills itself

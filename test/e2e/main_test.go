@@ -12,8 +12,6 @@ import (
 
 	"go.uber.org/zap/zapcore"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -102,24 +100,8 @@ func zapLevel() zapcore.Level {
 	return 0
 }
 
-// configMapWebhook returns a mutating webhook that matches ConfigMap
-// creates in namespace only, served at url.
+// configMapWebhook is harness.ConfigMapWebhook, shared with the other e2e
+// packages.
 func configMapWebhook(name, namespace, url string, caBundle []byte, policy admissionregistrationv1.FailurePolicyType) admissionregistrationv1.MutatingWebhook {
-	return admissionregistrationv1.MutatingWebhook{
-		Name:                    name,
-		AdmissionReviewVersions: []string{"v1"},
-		SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
-		FailurePolicy:           ptr.To(policy),
-		TimeoutSeconds:          ptr.To[int32](1),
-		ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: ptr.To(url), CABundle: caBundle},
-		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{
-			"kubernetes.io/metadata.name": namespace,
-		}},
-		Rules: []admissionregistrationv1.RuleWithOperations{{
-			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
-			Rule: admissionregistrationv1.Rule{
-				APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"},
-			},
-		}},
-	}
+	return harness.ConfigMapWebhook(name, namespace, url, caBundle, policy)
 }

@@ -72,7 +72,8 @@ type GuardOptions struct {
 	// Args are extra flags, e.g. --leader-elect.
 	Args []string
 	// Failpoints, when set, runs a guard built with -tags failpoints and
-	// WEBHOOK_GUARD_FAILPOINTS set to it ("before-write=0.5,...").
+	// WEBHOOK_GUARD_FAILPOINTS set to it ("before-write=0.5,..." for
+	// SIGKILLs, "before-write=sleep:3s" for a pause the first time).
 	Failpoints string
 }
 

@@ -56,7 +56,8 @@ type Env struct {
 	// Dir is a scratch folder removed by Stop.
 	Dir string
 
-	env *envtest.Environment
+	env          *envtest.Environment
+	apiserverLog *os.File
 
 	buildOnce sync.Once
 	guardBin  string
@@ -175,7 +176,25 @@ func Start(opts Options) (_ *Env, err error) {
 		ControlPlaneStopTimeout:  time.Minute,
 	}
 	api := e.env.ControlPlane.GetAPIServer()
+	// A CertDir of our own, not envtest's temporary one: envtest forgets a
+	// temporary CertDir on Stop and mints new serving certificates and
+	// service-account keys on the next Start, which would orphan every
+	// client and token handed out. With a fixed one, RestartAPIServer
+	// brings back the same certificates, keys, client CA and port.
+	api.CertDir = filepath.Join(dir, "apiserver")
+	if err := os.MkdirAll(api.CertDir, 0o700); err != nil {
+		return nil, err
+	}
+	if e.apiserverLog, err = os.Create(filepath.Join(dir, "kube-apiserver.log")); err != nil {
+		return nil, err
+	}
+	api.Out, api.Err = e.apiserverLog, e.apiserverLog
 	api.Configure().Set("service-cluster-ip-range", ServiceCIDR)
+	// Without it a graceful stop waits for every open watch (an informer
+	// holds one for as long as it runs) until the apiserver's own
+	// one-minute shutdown timeout. With it, watches are ended within the
+	// grace period and informers re-list from the restarted apiserver.
+	api.Configure().Set("shutdown-watch-termination-grace-period", "1s")
 	api.Configure().Set("admission-control-config-file", admissionConfig)
 	for name, value := range opts.APIServerFlags {
 		api.Configure().Set(name, value)
@@ -242,6 +261,56 @@ webhooks:
 `, e.Static.URL(StaticWebhookPath), e.Static.CABundleBase64(), StaticPrefix))
 }
 
+// StopAPIServer stops kube-apiserver gracefully (SIGTERM, as a kubelet
+// would, so in-flight requests finish) and waits for it to exit. etcd
+// keeps running, so every object survives. Clients see connections
+// refused until StartAPIServer.
+func (e *Env) StopAPIServer() error {
+	if err := e.env.ControlPlane.GetAPIServer().Stop(); err != nil {
+		return fmt.Errorf("stopping kube-apiserver: %w", err)
+	}
+	return nil
+}
+
+// StartAPIServer starts kube-apiserver again after StopAPIServer and waits
+// until /healthz answers. It serves on the same address and port, with
+// the same serving certificate, the same client-certificate CA and the
+// same service-account signing key, against the same etcd: every
+// rest.Config, kubeconfig and ServiceAccount token handed out before keeps
+// working. (Another process could take the port while it is free; the
+// start then fails and says so.)
+func (e *Env) StartAPIServer() error {
+	if err := e.env.ControlPlane.GetAPIServer().Start(); err != nil {
+		return fmt.Errorf("starting kube-apiserver again: %w", err)
+	}
+	return nil
+}
+
+// RestartAPIServer stops kube-apiserver, keeps it down for downFor (or
+// until ctx ends), and starts it again: see StopAPIServer and
+// StartAPIServer. It returns how long the apiserver was unreachable, from
+// the start of the stop to the moment it was healthy again.
+func (e *Env) RestartAPIServer(ctx context.Context, downFor time.Duration) (time.Duration, error) {
+	start := time.Now()
+	if err := e.StopAPIServer(); err != nil {
+		return 0, err
+	}
+	select {
+	case <-time.After(downFor):
+	case <-ctx.Done():
+	}
+	if err := e.StartAPIServer(); err != nil {
+		return 0, err
+	}
+	return time.Since(start), nil
+}
+
+// APIServerLog returns what kube-apiserver printed, across restarts.
+func (e *Env) APIServerLog() string {
+	b, _ := os.ReadFile(e.apiserverLog.Name())
+	return string(b)
+}
+
 // Stop stops the control plane and the static webhook and removes Dir.
 func (e *Env) Stop() {
 	if e.env != nil {
@@ -249,6 +318,9 @@ func (e *Env) Stop() {
 	}
 	if e.Static != nil {
 		e.Static.Close()
+	}
+	if e.apiserverLog != nil {
+		_ = e.apiserverLog.Close()
 	}
 	if e.Dir != "" {
 		_ = os.RemoveAll(e.Dir)
