@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -160,10 +161,16 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 	if err != nil {
 		return err
 	}
+	// The guard's own stalls (CPU throttling, starvation): a probe that
+	// timed out while the guard did not run counts for nothing.
+	stalls := &probe.StallMonitor{}
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { stalls.Run(ctx); return nil })); err != nil {
+		return err
+	}
 	runner := &breaker.ProbeRunner{
 		Scraper: &apimetrics.Scraper{Client: clientset.Discovery().RESTClient()},
 		Reader:  mgr.GetClient(), Targets: cfg.Targets, State: state, Metrics: m, Recorder: recorder, Triggers: triggers, Identity: signer,
-		Prober: &probe.Prober{Resolver: probe.NewServiceResolver(mgr.GetAPIReader()), Mapper: mgr.GetRESTMapper(), Username: identity},
+		Prober: &probe.Prober{Resolver: probe.NewServiceResolver(mgr.GetAPIReader()), Mapper: mgr.GetRESTMapper(), Username: identity, Stalls: stalls},
 		DiagnoseTLS: func(ctx context.Context, annotations map[string]string) string {
 			return certs.DiagnoseInjectedCA(ctx, reader, annotations, time.Now())
 		},

@@ -3,6 +3,7 @@ package breaker
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 
@@ -91,6 +92,15 @@ func (r *ProbeRunner) Start(ctx context.Context) error {
 
 func (r *ProbeRunner) loop(ctx context.Context, t config.Target) {
 	ctx = logf.IntoContext(ctx, logf.FromContext(ctx).WithValues("kind", t.Kind, "configuration", t.Configuration, "webhook", t.Webhook))
+	// Spread the targets' probes across the interval instead of starting
+	// them all on the same instant.
+	first := r.Clock.NewTimer(rand.N(t.Probe.Interval))
+	select {
+	case <-ctx.Done():
+		first.Stop()
+		return
+	case <-first.C():
+	}
 	for {
 		r.ProbeOnce(ctx, t)
 		// A timer started after the probe, not a ticker: a ticker keeps a

@@ -52,7 +52,19 @@ type Prober struct {
 	// webhooks with an empty caBundle (for tests). Nil means the real
 	// system roots.
 	SystemRoots *x509.CertPool
+	// Stalls, when set, tells how long the guard itself did not run
+	// during a probe (a StallMonitor). A probe that timed out while the
+	// guard was stalled for a tenth of its timeout or more is Unknown,
+	// not a webhook timeout: an overloaded or throttled guard must never
+	// open healthy webhooks.
+	Stalls interface {
+		Stalled(from, to time.Time) time.Duration
+	}
 }
+
+// stallShare is the share of a probe's timeout the guard may be stalled
+// before a timeout counts for nothing.
+const stallShare = 10
 
 // endpoint is where and how to reach a webhook.
 type endpoint struct {
@@ -65,7 +77,17 @@ type endpoint struct {
 // outcome. It always returns a Result with Duration set.
 func (p *Prober) Probe(ctx context.Context, wh admissionregistrationv1.MutatingWebhook, spec Spec) (res Result) {
 	start := time.Now()
-	defer func() { res.Duration = time.Since(start) }()
+	defer func() {
+		end := time.Now()
+		res.Duration = end.Sub(start)
+		if res.Outcome == OutcomeFailed && res.Reason == ReasonTimeout && p.Stalls != nil {
+			if stalled := p.Stalls.Stalled(start, end); stalled >= probeTimeout(wh, spec)/stallShare {
+				res = Result{Outcome: OutcomeUnknown, Duration: res.Duration, Err: fmt.Errorf(
+					"timed out while webhook-guard itself did not run for %s of the probe's %s (CPU throttling or starvation of the guard, not the webhook): %w",
+					stalled.Round(time.Millisecond), res.Duration.Round(time.Millisecond), res.Err)}
+			}
+		}
+	}()
 
 	kind := spec.Kind
 	if kind == "" {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -438,4 +439,26 @@ func TestHardening_twoInstallationsKeepToThemselves(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotZero(t, code)
 	assert.Contains(t, clash.Logs(), "another webhook-guard installation manages mutatingwebhookconfiguration "+main.name+" (ValidatingAdmissionPolicy webhook-guard)")
+}
+
+// A guard that does not get the CPU it needs (here paused with SIGSTOP,
+// as an exhausted cgroup CPU quota pauses every thread) sees its own
+// probes run past their deadlines. Those timeouts are the guard's, not the
+// webhook's: they are Unknown, and a healthy webhook is never opened.
+func TestHardening_aStarvedGuardOpensNothing(t *testing.T) {
+	s := newBreakerSetup(t, setupOptions{mode: "Bypass"})
+	// A healthy webhook that takes 150 ms of the probe's 250 ms, so that
+	// most pauses fall while a probe is in flight.
+	s.wh.SetBehaviour(webhookPath, harness.Delayed(150*time.Millisecond, harness.Allow()))
+	g := s.startGuard("starved")
+	waitHealthyProbes(t, g, 3)
+	for range 10 {
+		require.NoError(t, g.Signal(syscall.SIGSTOP))
+		time.Sleep(600 * time.Millisecond) // the stimulus: 600 ms without CPU, over two probe timeouts
+		require.NoError(t, g.Signal(syscall.SIGCONT))
+		time.Sleep(150 * time.Millisecond)
+	}
+	waitHealthyProbes(t, g, 3)
+	assert.Zero(t, len(s.writes.modified()), "a healthy webhook was opened because the guard itself was starved")
+	assert.True(t, strings.Contains(g.Logs(), "webhook-guard itself did not run"), "the starved probes were not reported as Unknown")
 }

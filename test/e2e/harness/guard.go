@@ -123,6 +123,10 @@ func (g *Guard) Kill() {
 	<-g.done
 }
 
+// Signal sends sig to the process, for example SIGSTOP and SIGCONT to
+// pause it as an exhausted CPU quota (cgroup throttling) would.
+func (g *Guard) Signal(sig syscall.Signal) error { return g.cmd.Process.Signal(sig) }
+
 // Stop sends SIGTERM and waits for a graceful exit.
 func (g *Guard) Stop() {
 	select {
