@@ -170,7 +170,7 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 	runner := &breaker.ProbeRunner{
 		Scraper: &apimetrics.Scraper{Client: clientset.Discovery().RESTClient()},
 		Reader:  mgr.GetClient(), Targets: cfg.Targets, State: state, Metrics: m, Recorder: recorder, Triggers: triggers, Identity: signer,
-		Prober: &probe.Prober{Resolver: probe.NewServiceResolver(mgr.GetAPIReader()), Mapper: mgr.GetRESTMapper(), Username: identity, Stalls: stalls},
+		Prober: &probe.Prober{Resolver: &probe.CachingResolver{Next: probe.NewServiceResolver(mgr.GetAPIReader())}, Mapper: mgr.GetRESTMapper(), Username: identity, Stalls: stalls},
 		DiagnoseTLS: func(ctx context.Context, annotations map[string]string) string {
 			return certs.DiagnoseInjectedCA(ctx, reader, annotations, time.Now())
 		},

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -71,4 +73,81 @@ func hasPort(svc *corev1.Service, port int32) bool {
 		}
 	}
 	return false
+}
+
+// DefaultResolutionTTL is how long CachingResolver trusts a resolution
+// that no failed probe has put in doubt.
+const DefaultResolutionTTL = 10 * time.Minute
+
+// CachingResolver remembers each Service's resolution, so that a probe in
+// steady state makes no apiserver request: a ClusterIP is fixed for the
+// Service's life. A resolution is read again after a probe of the Service
+// failed (the Prober calls Forget: the Service may have been re-created
+// or lost its port), and after TTL. Errors are not remembered. It needs
+// only get on Services, like ServiceResolver: no list, no watch.
+type CachingResolver struct {
+	// Next resolves what is not remembered (a ServiceResolver).
+	Next Resolver
+	// TTL bounds how long a resolution is trusted. Default
+	// DefaultResolutionTTL.
+	TTL time.Duration
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+
+	mu      sync.Mutex
+	entries map[resolutionKey]resolution
+}
+
+type resolutionKey struct {
+	namespace, name string
+	port            int32
+}
+
+type resolution struct {
+	hostPort string
+	at       time.Time
+}
+
+var _ Resolver = (*CachingResolver)(nil)
+
+// Resolve returns the remembered resolution, or asks Next.
+func (c *CachingResolver) Resolve(ctx context.Context, namespace, name string, port int32) (string, error) {
+	now := time.Now
+	if c.Now != nil {
+		now = c.Now
+	}
+	ttl := c.TTL
+	if ttl <= 0 {
+		ttl = DefaultResolutionTTL
+	}
+	key := resolutionKey{namespace, name, port}
+	c.mu.Lock()
+	r, ok := c.entries[key]
+	c.mu.Unlock()
+	if ok && now().Sub(r.at) < ttl {
+		return r.hostPort, nil
+	}
+	hostPort, err := c.Next.Resolve(ctx, namespace, name, port)
+	if err != nil {
+		c.Forget(namespace, name)
+		return "", err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.entries == nil {
+		c.entries = map[resolutionKey]resolution{}
+	}
+	c.entries[key] = resolution{hostPort: hostPort, at: now()}
+	return hostPort, nil
+}
+
+// Forget drops every remembered resolution of the Service.
+func (c *CachingResolver) Forget(namespace, name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k := range c.entries {
+		if k.namespace == namespace && k.name == name {
+			delete(c.entries, k)
+		}
+	}
 }

@@ -3,7 +3,10 @@ package probe
 import (
 	"context"
 	"errors"
+	"net/http"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -12,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -117,4 +121,61 @@ func TestServiceResolver_Resolve_guardSideErrorsAreNotNoRoute(t *testing.T) {
 			assert.Equal(t, OutcomeUnknown, res.Outcome)
 		})
 	}
+}
+
+// countingResolver counts the lookups that reach the apiserver.
+type countingResolver struct {
+	fakeResolver
+	calls int
+}
+
+func (c *countingResolver) Resolve(ctx context.Context, namespace, name string, port int32) (string, error) {
+	c.calls++
+	return c.fakeResolver.Resolve(ctx, namespace, name, port)
+}
+
+// In steady state a probe of a service-backed webhook reads nothing from
+// the apiserver; a failed probe makes the next one read the Service again.
+func TestCachingResolver_noLookupPerProbeUntilAProbeFails(t *testing.T) {
+	ca := newTestCA(t)
+	var fail atomic.Bool
+	srv, _ := startTLS(t, ca.leaf(t, []string{"hook.team.svc"}, nil), func(w http.ResponseWriter, r *http.Request) {
+		if fail.Load() {
+			w.WriteHeader(http.StatusInternalServerError)
+			return
+		}
+		answer(t, nil)(w, r)
+	})
+	next := &countingResolver{fakeResolver: fakeResolver{addr: srv.Listener.Addr().String()}}
+	p := &Prober{Mapper: testMapper(), Resolver: &CachingResolver{Next: next}}
+	wh := serviceWebhook("team", "hook", ptr.To[int32](8443), "/mutate", ca.pem)
+	for range 50 {
+		require.Equal(t, OutcomeHealthy, p.Probe(t.Context(), wh, Spec{}).Outcome)
+	}
+	assert.Equal(t, 1, next.calls, "50 healthy probes, one lookup")
+	fail.Store(true)
+	require.Equal(t, OutcomeFailed, p.Probe(t.Context(), wh, Spec{}).Outcome)
+	require.Equal(t, OutcomeFailed, p.Probe(t.Context(), wh, Spec{}).Outcome)
+	assert.Equal(t, 2, next.calls, "the probe after a failure reads the Service again")
+}
+
+func TestCachingResolver_expiresAndNeverRemembersErrors(t *testing.T) {
+	now := time.Unix(1000, 0)
+	next := &countingResolver{fakeResolver: fakeResolver{addr: "10.0.0.1:443"}}
+	c := &CachingResolver{Next: next, TTL: time.Minute, Now: func() time.Time { return now }}
+	for range 3 {
+		_, err := c.Resolve(t.Context(), "team", "hook", 443)
+		require.NoError(t, err)
+	}
+	assert.Equal(t, 1, next.calls)
+	now = now.Add(time.Minute)
+	_, _ = c.Resolve(t.Context(), "team", "hook", 443)
+	assert.Equal(t, 2, next.calls, "after the TTL")
+	next.err = errors.New("apiserver down")
+	c.Forget("team", "hook")
+	for range 3 {
+		_, err := c.Resolve(t.Context(), "team", "hook", 443)
+		require.Error(t, err)
+	}
+	assert.Equal(t, 5, next.calls, "an error is not remembered")
 }
