@@ -9,11 +9,15 @@ import (
 	"net/http"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -22,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	webhookadmission "sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -33,6 +38,7 @@ import (
 	"github.com/webhook-guard/webhook-guard/internal/breaker"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
+	"github.com/webhook-guard/webhook-guard/internal/marking"
 	"github.com/webhook-guard/webhook-guard/internal/probe"
 )
 
@@ -144,6 +150,19 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 	state.HoldWhenAllFail = cfg.HoldWhenAllFail
 	recorder := mgr.GetEventRecorder("webhook-guard")
 	triggers := map[circuit.Kind]chan<- event.GenericEvent{}
+	// Marking what is admitted without a mutating webhook needs
+	// MutatingAdmissionPolicy (GA in 1.36). Where the apiserver does not
+	// serve it, the breaker works as before and says so once.
+	var marker *marking.Keeper
+	markingProblem := ""
+	if _, err := mgr.GetRESTMapper().RESTMapping(schema.GroupKind{Group: admissionregistrationv1.GroupName, Kind: "MutatingAdmissionPolicy"}, "v1"); err != nil {
+		markingProblem = fmt.Sprintf("the apiserver does not serve admissionregistration.k8s.io/v1 MutatingAdmissionPolicy (%v): objects admitted while a circuit is open are not marked", err)
+		setupLog.Info("Marking unavailable", "reason", markingProblem)
+		m.MarkingAvailable.Set(0)
+	} else {
+		marker = &marking.Keeper{Client: mgr.GetClient(), Breaker: signer}
+		m.MarkingAvailable.Set(1)
+	}
 	for _, kind := range []circuit.Kind{circuit.KindMutating, circuit.KindValidating} {
 		// Every kind gets a controller, targets or not: a record left by a
 		// removed target must still be closed.
@@ -152,6 +171,9 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 		targets := &breaker.TargetReconciler{
 			Kind: kind, Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Targets: cfg.Targets,
 			State: state, Recorder: recorder, Metrics: m, Identity: signer,
+		}
+		if kind == circuit.KindMutating {
+			targets.Marker = marker
 		}
 		if err := targets.SetupWithManager(mgr, trigger); err != nil {
 			return fmt.Errorf("setting up the breaker controller for %s: %w", kind.Resource(), err)
@@ -192,8 +214,16 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 			return err
 		}
 	}
+	if markingProblem != "" {
+		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+			reportMarkingUnavailable(ctx, mgr.GetClient(), recorder, cfg, markingProblem)
+			return nil
+		})); err != nil {
+			return err
+		}
+	}
 	if o.StatusAddr != "0" {
-		if err := mgr.Add(&statusServer{addr: o.StatusAddr, cfg: cfg, state: state}); err != nil {
+		if err := mgr.Add(&statusServer{addr: o.StatusAddr, cfg: cfg, state: state, marking: markingProblem}); err != nil {
 			return err
 		}
 	}
@@ -203,6 +233,17 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 		return fmt.Errorf("running the manager: %w", err)
 	}
 	return nil
+}
+
+// reportMarkingUnavailable emits one Event on each mutating target's
+// configuration: marking is unavailable on this apiserver.
+func reportMarkingUnavailable(ctx context.Context, c client.Reader, rec recorder.EventRecorder, cfg *config.Configuration, problem string) {
+	for _, name := range cfg.Names(circuit.KindMutating) {
+		obj := circuit.KindMutating.New()
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, obj); err == nil {
+			rec.Eventf(obj, nil, corev1.EventTypeWarning, "MarkingUnavailable", "Probe", "%s", problem)
+		}
+	}
 }
 
 // leaderElectionID is LeaderElectionID, prefixed by a named instance.

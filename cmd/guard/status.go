@@ -46,6 +46,9 @@ type targetStatus struct {
 	APIServerFailures int     `json:"apiserverConsecutiveFailures"`
 	Admitted          float64 `json:"admittedWithoutWebhook"`
 	Disagree          string  `json:"signalsDisagree,omitempty"`
+	// Marking says why objects admitted while the circuit is open are not
+	// marked, when they are not.
+	Marking string `json:"marking,omitempty"`
 }
 
 // statusServer serves the leader's in-memory probe counts as JSON. It
@@ -54,6 +57,8 @@ type statusServer struct {
 	addr  string
 	cfg   *config.Configuration
 	state *breaker.State
+	// marking is why marking is unavailable, if it is.
+	marking string
 }
 
 var (
@@ -68,7 +73,11 @@ func (s *statusServer) Start(ctx context.Context) error {
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
 		rows := make([]targetStatus, 0, len(s.cfg.Targets))
 		for _, t := range s.cfg.Targets {
-			rows = append(rows, probeRow(t, s.state))
+			row := probeRow(t, s.state)
+			if t.Kind == circuit.KindMutating {
+				row.Marking = s.marking
+			}
+			rows = append(rows, row)
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(rows)
@@ -229,6 +238,7 @@ func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer,
 		if cr, ok := counts[t.Key()]; ok {
 			row.Failures, row.Successes, row.LastResult, row.LastProbe = cr.Failures, cr.Successes, cr.LastResult, cr.LastProbe
 			row.APIServerLast, row.APIServerFailures, row.Admitted, row.Disagree = cr.APIServerLast, cr.APIServerFailures, cr.Admitted, cr.Disagree
+			row.Marking = cr.Marking
 			if cr.Problem != "" && row.Problem == "" {
 				row.Problem = cr.Problem
 			}
@@ -292,6 +302,12 @@ func printStatus(stdout, stderr io.Writer, rep statusReport) error {
 		fmt.Fprintln(stdout, "\nOpen circuits on webhooks that are no longer targets (the breaker closes them when it may update the configuration):")
 		for _, o := range rep.OrphanedRecords {
 			fmt.Fprintf(stdout, "  %s %s %s (opened by %s)\n", o.Kind, o.Configuration, o.Webhook, dash(o.By))
+		}
+	}
+	for _, row := range rep.Targets {
+		if row.Marking != "" {
+			fmt.Fprintf(stdout, "\nMarking: %s\n", row.Marking)
+			break
 		}
 	}
 	for _, u := range rep.Unavailable {

@@ -39,6 +39,10 @@ type Metrics struct {
 	APIServerObservations *prometheus.CounterVec
 	SignalsDisagree       *prometheus.GaugeVec
 	AdmittedWithout       *prometheus.CounterVec
+	// MarkingAvailable is 1 when the apiserver serves
+	// MutatingAdmissionPolicy, so objects admitted while a mutating
+	// webhook's circuit is open are marked.
+	MarkingAvailable prometheus.Gauge
 }
 
 // NewMetrics creates the collectors without registering them.
@@ -101,6 +105,9 @@ func NewMetrics() *Metrics {
 		SignalsDisagree: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "guard_signals_disagree", Help: "1 while one signal (failing=apiserver or failing=probe) has failed for several intervals while the other was healthy: the network path of the failing side is broken, not the webhook.",
 		}, append(target, "failing")),
+		MarkingAvailable: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "guard_marking_available", Help: "1 when the apiserver serves MutatingAdmissionPolicy and objects admitted while a mutating webhook's circuit is open are marked (label webhook-guard.io/unmutated); 0 when it does not.",
+		}),
 		AdmittedWithout: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "guard_admitted_without_webhook_total", Help: "Requests kube-apiserver admitted without calling the webhook (bypass matchCondition) or after the call failed (Ignore) while its circuit was open, from the apiserver's own counters.",
 		}, target),
@@ -111,5 +118,5 @@ func NewMetrics() *Metrics {
 // controller-runtime's metrics.Registry.
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.CircuitOpen, m.ProbeDuration, m.ProbeFailures, m.ProbeUnknown, m.Transitions, m.WriteConflicts, m.WriteErrors, m.TargetMissing, m.TargetUnprobeable, m.Reconciles, m.RecordUnreadable, m.OpeningsHeld,
-		m.Openings, m.ScrapeDuration, m.ScrapeBytes, m.ScrapeErrors, m.APIServerObservations, m.SignalsDisagree, m.AdmittedWithout}
+		m.Openings, m.ScrapeDuration, m.ScrapeBytes, m.ScrapeErrors, m.APIServerObservations, m.SignalsDisagree, m.AdmittedWithout, m.MarkingAvailable}
 }

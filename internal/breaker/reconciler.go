@@ -3,6 +3,7 @@ package breaker
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
+	"github.com/webhook-guard/webhook-guard/internal/marking"
 )
 
 // TargetReconciler writes the circuit's transitions to the target webhook
@@ -51,6 +53,12 @@ type TargetReconciler struct {
 	// Identity is the breaker's username (from SelfSubjectReview); it signs
 	// the entries it writes.
 	Identity string
+	// Marker, when set (mutating configurations, where the apiserver
+	// serves MutatingAdmissionPolicies), marks the objects admitted while
+	// a circuit is open: its marking policy is accepted before the write
+	// that opens the circuit, and removed only after the write that closes
+	// it.
+	Marker *marking.Keeper
 }
 
 // Reconcile brings one configuration to what Plan wants. A conflict is
@@ -81,6 +89,7 @@ func (r *TargetReconciler) reconcileOnce(ctx context.Context, reader client.Read
 	if err != nil || cur == nil {
 		if cur == nil && err == nil {
 			r.syncGauges(targets, nil)
+			return r.syncMarks(ctx, name, nil)
 		}
 		return err
 	}
@@ -96,9 +105,15 @@ func (r *TargetReconciler) reconcileOnce(ctx context.Context, reader client.Read
 	if len(changes) == 0 {
 		r.Metrics.Reconciles.WithLabelValues("unchanged").Inc()
 		r.syncGauges(targets, view)
-		return nil
+		return r.syncMarks(ctx, name, view)
+	}
+	if err := r.markBeforeOpening(ctx, cur, name, next, changes); err != nil {
+		return err
 	}
 	err = r.write(ctx, cur, view, next, changes, targets)
+	if err == nil {
+		return r.syncMarks(ctx, name, next)
+	}
 	if !apierrors.IsInvalid(err) {
 		return err
 	}
@@ -137,6 +152,67 @@ func (r *TargetReconciler) reconcileOnce(ctx context.Context, reader client.Read
 		}
 	}
 	return nil
+}
+
+// markBeforeOpening puts the marking policy of every circuit changes open
+// in place before the write: no object may be admitted unmarked.
+func (r *TargetReconciler) markBeforeOpening(ctx context.Context, cur client.Object, name string, next *admissionregistrationv1.MutatingWebhookConfiguration, changes []Change) error {
+	if r.Marker == nil {
+		return nil
+	}
+	open := openCircuits(next, r.Identity)
+	for _, c := range changes {
+		o, ok := open[c.Webhook]
+		if c.Kind != Opened || !ok {
+			continue
+		}
+		if err := r.Marker.Ensure(ctx, name, o); err != nil {
+			r.Metrics.WriteErrors.Inc()
+			r.Recorder.Eventf(cur, nil, corev1.EventTypeWarning, "MarkingFailed", "Update",
+				"webhook-guard did not open the circuit on %s: its marking policy, which marks what is admitted without the webhook, could not be put in place: %v", c.Webhook, err)
+			return fmt.Errorf("marking before opening %s: %w", c.Webhook, err)
+		}
+	}
+	return nil
+}
+
+// syncMarks makes the configuration's marking policies those of its open
+// circuits in view (nil: the configuration is gone).
+func (r *TargetReconciler) syncMarks(ctx context.Context, name string, view *admissionregistrationv1.MutatingWebhookConfiguration) error {
+	if r.Marker == nil {
+		return nil
+	}
+	fresh := func(ctx context.Context) (map[string]marking.Open, error) {
+		_, v, err := r.read(ctx, r.APIReader, name)
+		if err != nil {
+			return nil, err
+		}
+		return openCircuits(v, r.Identity), nil
+	}
+	deleted, err := r.Marker.Sync(ctx, name, openCircuits(view, r.Identity), fresh)
+	if deleted > 0 {
+		logf.FromContext(ctx).Info("Removed marking policies of closed circuits", "configuration", name, "objects", deleted)
+	}
+	return err
+}
+
+// openCircuits returns the circuits of view that identity opened, by
+// webhook name; none when view is nil or its record unreadable.
+func openCircuits(view *admissionregistrationv1.MutatingWebhookConfiguration, identity string) map[string]marking.Open {
+	out := map[string]marking.Open{}
+	if view == nil {
+		return out
+	}
+	rec, err := circuit.Decode(view.Annotations)
+	if err != nil {
+		return out
+	}
+	for name, e := range rec {
+		if wh := webhook(view, name); wh != nil && e.Mine(identity) && e.UID == view.UID {
+			out[name] = marking.Open{Webhook: *wh, OpenedAt: e.OpenedAt.Time}
+		}
+	}
+	return out
 }
 
 // read returns name's object and its circuit.View; nil and no error when
@@ -259,11 +335,26 @@ func (r *TargetReconciler) SetupWithManager(mgr ctrl.Manager, trigger <-chan eve
 	if r.Kind == circuit.KindValidating {
 		name = "breaker-validating"
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named(name).
 		For(r.Kind.New(), builder.WithPredicates(isTarget)).
-		WatchesRawSource(source.Channel(trigger, &handler.EnqueueRequestForObject{})).
-		Complete(r)
+		WatchesRawSource(source.Channel(trigger, &handler.EnqueueRequestForObject{}))
+	if r.Marker != nil {
+		// A marking policy changed, deleted or left behind (by a crash)
+		// brings its configuration's reconcile, which puts it back or
+		// removes it.
+		toConfiguration := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []ctrl.Request {
+			a := o.GetAnnotations()
+			configuration, _, ok := strings.Cut(a[marking.TargetAnnotation], "/")
+			if !ok || a[marking.ByAnnotation] != r.Marker.Breaker {
+				return nil
+			}
+			return []ctrl.Request{{NamespacedName: types.NamespacedName{Name: configuration}}}
+		})
+		b = b.Watches(&admissionregistrationv1.MutatingAdmissionPolicy{}, toConfiguration).
+			Watches(&admissionregistrationv1.MutatingAdmissionPolicyBinding{}, toConfiguration)
+	}
+	return b.Complete(r)
 }
 
 // now reads c, or the real clock when c is nil.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
+	"github.com/webhook-guard/webhook-guard/internal/marking"
 )
 
 // TargetsRoleName is the name of the ClusterRole rendered by RenderTargetsRole.
@@ -52,6 +53,18 @@ func RenderTargetsRole(cfg *config.Configuration) *rbacv1.ClusterRole {
 			Verbs:         []string{"patch"},
 		})
 	}
+	if marks := markingNames(cfg); len(marks) > 0 {
+		// The marking policies of open circuits (internal/marking): their
+		// names are derived from the targets, so update and delete are
+		// limited to them. Creating them is granted by the static role:
+		// create cannot be limited by name.
+		role.Rules = append(role.Rules, rbacv1.PolicyRule{
+			APIGroups:     []string{"admissionregistration.k8s.io"},
+			Resources:     []string{"mutatingadmissionpolicies", "mutatingadmissionpolicybindings"},
+			ResourceNames: marks,
+			Verbs:         []string{"update", "delete"},
+		})
+	}
 	if cfg != nil && cfg.Instance != "" {
 		// The static role grants update on the default installation's
 		// policy only; an instance's policy has a name of its own.
@@ -64,4 +77,20 @@ func RenderTargetsRole(cfg *config.Configuration) *rbacv1.ClusterRole {
 		})
 	}
 	return role
+}
+
+// markingNames returns the marking policy names of cfg's mutating
+// targets, sorted.
+func markingNames(cfg *config.Configuration) []string {
+	if cfg == nil {
+		return nil
+	}
+	var names []string
+	for _, t := range cfg.Targets {
+		if t.Kind == circuit.KindMutating {
+			names = append(names, marking.Name(t.Configuration, t.Webhook))
+		}
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
 }

@@ -1,6 +1,7 @@
 package rbac_test
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
+	"github.com/webhook-guard/webhook-guard/internal/marking"
 	"github.com/webhook-guard/webhook-guard/internal/rbac"
 )
 
@@ -76,7 +78,13 @@ func TestRenderTargetsRole(t *testing.T) {
 			assert.Equal(t, "ClusterRole", role.Kind)
 			assert.Equal(t, rbac.TargetsRoleName, role.Name)
 			assert.Equal(t, rbac.Labels(), role.Labels)
-			assert.Equal(t, tc.want, role.Rules)
+			var configurationRules []rbacv1.PolicyRule
+			for _, r := range role.Rules {
+				if r.Resources[0] != "mutatingadmissionpolicies" {
+					configurationRules = append(configurationRules, r)
+				}
+			}
+			assert.Equal(t, tc.want, configurationRules)
 			for _, r := range role.Rules {
 				assert.NotEmpty(t, r.ResourceNames, "a write rule without resourceNames grants every name")
 			}
@@ -96,13 +104,30 @@ func TestRenderTargetsRole_doesNotModifyTheConfiguration(t *testing.T) {
 func TestRenderTargetsRole_aNamedInstanceMayUpdateItsOwnPolicyOnly(t *testing.T) {
 	cfg := &config.Configuration{Instance: "canary", Targets: []config.Target{{Kind: circuit.KindMutating, Configuration: "a", Webhook: "a.example.com"}}}
 	role := rbac.RenderTargetsRole(cfg)
-	require.Len(t, role.Rules, 2)
+	require.Len(t, role.Rules, 3)
 	assert.Equal(t, rbacv1.PolicyRule{
 		APIGroups:     []string{"admissionregistration.k8s.io"},
 		Resources:     []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"},
 		ResourceNames: []string{"webhook-guard-canary"},
 		Verbs:         []string{"update"},
-	}, role.Rules[1])
+	}, role.Rules[2])
 	cfg.Instance = ""
-	assert.Len(t, rbac.RenderTargetsRole(cfg).Rules, 1, "the default installation's policy is granted by the static role")
+	assert.Len(t, rbac.RenderTargetsRole(cfg).Rules, 2, "the default installation's policy is granted by the static role")
+}
+
+func TestRenderTargetsRole_markingPoliciesMayBeUpdatedAndDeletedByNameOnly(t *testing.T) {
+	cfg := &config.Configuration{Targets: []config.Target{
+		{Kind: circuit.KindMutating, Configuration: "a", Webhook: "a.example.com"},
+		{Kind: circuit.KindMutating, Configuration: "b", Webhook: "b.example.com"},
+		{Kind: circuit.KindValidating, Configuration: "v", Webhook: "v.example.com"},
+	}}
+	role := rbac.RenderTargetsRole(cfg)
+	want := []string{marking.Name("a", "a.example.com"), marking.Name("b", "b.example.com")}
+	slices.Sort(want)
+	assert.Contains(t, role.Rules, rbacv1.PolicyRule{
+		APIGroups:     []string{"admissionregistration.k8s.io"},
+		Resources:     []string{"mutatingadmissionpolicies", "mutatingadmissionpolicybindings"},
+		ResourceNames: want,
+		Verbs:         []string{"update", "delete"},
+	}, "validating targets are not marked")
 }

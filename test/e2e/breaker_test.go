@@ -29,6 +29,7 @@ import (
 
 	"github.com/webhook-guard/webhook-guard/internal/breaker"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
+	"github.com/webhook-guard/webhook-guard/internal/marking"
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
 )
 
@@ -608,4 +609,10 @@ func TestBreaker_missingTargetIsReportedAndPickedUp(t *testing.T) {
 	waitHealthyProbes(t, g, 2)
 	s.wh.SetBehaviour(webhookPath, harness.Delayed(2*time.Second, harness.Allow()))
 	s.waitOpen()
+}
+
+// marked returns the value of the marking label on obj, if any.
+func marked(obj client.Object) (string, bool) {
+	v, ok := obj.GetLabels()[marking.Label]
+	return v, ok
 }

@@ -18,6 +18,9 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/webhook-guard/webhook-guard/internal/marking"
 )
 
 // BuildGuard compiles cmd/guard into e.Dir once and returns its path.
@@ -197,9 +200,11 @@ func FreeLoopbackAddr() (string, error) {
 }
 
 // GuardRules are the permissions the installed RBAC gives the guard, for
-// the given target configuration names, by a short name per rule.
-func GuardRules(names []string) map[string]rbacv1.PolicyRule {
-	return map[string]rbacv1.PolicyRule{
+// the given target configuration names and marking policy names, by a
+// short name per rule.
+func GuardRules(names []string, marks ...string) map[string]rbacv1.PolicyRule {
+	rules := map[string]rbacv1.PolicyRule{
+		"read-create-marks":   {APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingadmissionpolicies", "mutatingadmissionpolicybindings"}, Verbs: []string{"get", "list", "watch", "create"}},
 		"read-configurations": {APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations", "validatingwebhookconfigurations"}, Verbs: []string{"get", "list", "watch"}},
 		"write-targets":       {APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations", "validatingwebhookconfigurations"}, Verbs: []string{"patch"}, ResourceNames: names},
 		"read-policy":         {APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"}, Verbs: []string{"get", "list", "watch"}},
@@ -216,12 +221,33 @@ func GuardRules(names []string) map[string]rbacv1.PolicyRule {
 		"apiserver-metrics":   {NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}},
 		"leases":              {APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
 	}
+	if len(marks) > 0 {
+		rules["write-marks"] = rbacv1.PolicyRule{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingadmissionpolicies", "mutatingadmissionpolicybindings"}, Verbs: []string{"update", "delete"}, ResourceNames: marks}
+	}
+	return rules
+}
+
+// markingNames are the marking policy names of every webhook of the
+// named MutatingWebhookConfigurations that exist now, as make manifests
+// derives them from the targets.
+func (e *Env) markingNames(ctx context.Context, names []string) []string {
+	var out []string
+	for _, name := range names {
+		mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		if e.Client.Get(ctx, client.ObjectKey{Name: name}, mwc) != nil {
+			continue
+		}
+		for _, wh := range mwc.Webhooks {
+			out = append(out, marking.Name(name, wh.Name))
+		}
+	}
+	return out
 }
 
 // GrantGuard binds GuardRules (minus the rules named in without) to the identity's ServiceAccount in namespace, and waits until
 // RBAC lets it read MutatingWebhookConfigurations.
 func (e *Env) GrantGuard(ctx context.Context, namespace string, id *Identity, names []string, without ...string) error {
-	rules := GuardRules(names)
+	rules := GuardRules(names, e.markingNames(ctx, names)...)
 	var kept []rbacv1.PolicyRule
 	for _, name := range slices.Sorted(maps.Keys(rules)) {
 		if !slices.Contains(without, name) {

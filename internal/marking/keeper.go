@@ -1,0 +1,155 @@
+package marking
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
+)
+
+// Open is one open circuit to mark: the bypassed webhook as it is now in
+// its configuration, and when its circuit opened.
+type Open struct {
+	Webhook  admissionregistrationv1.MutatingWebhook
+	OpenedAt time.Time
+}
+
+// Keeper keeps the marking policies of one breaker in line with the open
+// circuits. It only ever changes or deletes policies whose ByAnnotation is
+// its Breaker.
+type Keeper struct {
+	// Client reads (the manager's cache) and writes the policies.
+	Client client.Client
+	// Breaker signs the policies, as it signs record entries.
+	Breaker string
+}
+
+// Ensure puts the marking policy and binding of configuration's open
+// circuit in place, creating them or putting back what was changed. It
+// returns only once the apiserver accepted both.
+func (k *Keeper) Ensure(ctx context.Context, configuration string, o Open) error {
+	policy, binding := Render(configuration, o.Webhook, o.OpenedAt, k.Breaker)
+	if policy == nil {
+		return nil // the webhook matches no CREATE or UPDATE: nothing to mark
+	}
+	for _, want := range []client.Object{policy, binding} {
+		if err := k.apply(ctx, want); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (k *Keeper) apply(ctx context.Context, want client.Object) error {
+	kind := want.GetObjectKind().GroupVersionKind().Kind
+	live := want.DeepCopyObject().(client.Object)
+	err := k.Client.Get(ctx, client.ObjectKeyFromObject(want), live)
+	switch {
+	case apierrors.IsNotFound(err):
+		if err := k.Client.Create(ctx, want.DeepCopyObject().(client.Object), client.FieldOwner(circuit.FieldManager)); err != nil {
+			return fmt.Errorf("creating %s %s: %w", kind, want.GetName(), err)
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("reading %s %s: %w", kind, want.GetName(), err)
+	}
+	if live.GetAnnotations()[ByAnnotation] != k.Breaker {
+		return fmt.Errorf("%s %s exists and is not kept by this breaker (%s=%q); webhook-guard leaves it alone",
+			kind, want.GetName(), ByAnnotation, live.GetAnnotations()[ByAnnotation])
+	}
+	if sameSpec(live, want) && equality.Semantic.DeepEqual(live.GetAnnotations(), want.GetAnnotations()) {
+		return nil
+	}
+	next := want.DeepCopyObject().(client.Object)
+	next.SetResourceVersion(live.GetResourceVersion())
+	if err := k.Client.Update(ctx, next, client.FieldOwner(circuit.FieldManager)); err != nil {
+		return fmt.Errorf("restoring %s %s: %w", kind, want.GetName(), err)
+	}
+	return nil
+}
+
+func sameSpec(live, want client.Object) bool {
+	switch w := want.(type) {
+	case *admissionregistrationv1.MutatingAdmissionPolicy:
+		return equality.Semantic.DeepEqual(live.(*admissionregistrationv1.MutatingAdmissionPolicy).Spec, w.Spec)
+	case *admissionregistrationv1.MutatingAdmissionPolicyBinding:
+		return equality.Semantic.DeepEqual(live.(*admissionregistrationv1.MutatingAdmissionPolicyBinding).Spec, w.Spec)
+	}
+	return false
+}
+
+// Sync makes configuration's marking policies exactly those of its open
+// circuits (by webhook name): each is ensured, and every other policy
+// this breaker keeps for configuration is deleted, binding first. open
+// may come from a cache that lags the breaker's own last write, so before
+// deleting anything Sync asks fresh for the open circuits as the
+// apiserver has them, and deletes only what is closed there too: a
+// marking policy never goes while its circuit is open. It returns how
+// many objects it deleted.
+func (k *Keeper) Sync(ctx context.Context, configuration string, open map[string]Open, fresh func(context.Context) (map[string]Open, error)) (int, error) {
+	for _, o := range open {
+		if err := k.Ensure(ctx, configuration, o); err != nil {
+			return 0, err
+		}
+	}
+	keep := map[string]bool{}
+	for name := range open {
+		keep[Name(configuration, name)] = true
+	}
+	deleted := 0
+	bindings := &admissionregistrationv1.MutatingAdmissionPolicyBindingList{}
+	policies := &admissionregistrationv1.MutatingAdmissionPolicyList{}
+	for _, list := range []client.ObjectList{bindings, policies} {
+		if err := k.Client.List(ctx, list, client.MatchingLabels(Labels())); err != nil {
+			return deleted, fmt.Errorf("listing marking policies: %w", err)
+		}
+	}
+	var stale []client.Object
+	for i := range bindings.Items {
+		stale = append(stale, &bindings.Items[i])
+	}
+	for i := range policies.Items {
+		stale = append(stale, &policies.Items[i])
+	}
+	stale = slices.DeleteFunc(stale, func(obj client.Object) bool {
+		a := obj.GetAnnotations()
+		return a[ByAnnotation] != k.Breaker || keep[obj.GetName()] || !isOf(a[TargetAnnotation], configuration)
+	})
+	if len(stale) == 0 {
+		return 0, nil
+	}
+	confirmed, err := fresh(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("reading %s again before removing marking policies: %w", configuration, err)
+	}
+	for name := range confirmed {
+		keep[Name(configuration, name)] = true
+	}
+	for _, obj := range stale {
+		if keep[obj.GetName()] {
+			continue
+		}
+		if err := k.Client.Delete(ctx, obj, client.Preconditions{UID: ptrUID(obj)}); err != nil && !apierrors.IsNotFound(err) {
+			return deleted, fmt.Errorf("deleting %s %s: %w", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName(), err)
+		}
+		deleted++
+	}
+	return deleted, nil
+}
+
+func isOf(target, configuration string) bool {
+	return len(target) > len(configuration) && target[:len(configuration)+1] == configuration+"/"
+}
+
+func ptrUID(obj client.Object) *types.UID {
+	uid := obj.GetUID()
+	return &uid
+}

@@ -1,0 +1,220 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/webhook-guard/webhook-guard/internal/marking"
+	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
+)
+
+// markingPolicy returns the circuit's marking policy, or nil.
+func (s *breakerSetup) markingPolicy() *admissionregistrationv1.MutatingAdmissionPolicy {
+	s.t.Helper()
+	p := &admissionregistrationv1.MutatingAdmissionPolicy{}
+	err := env.Client.Get(context.Background(), client.ObjectKey{Name: marking.Name(s.name, s.hook)}, p)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	require.NoError(s.t, err)
+	return p
+}
+
+func (s *breakerSetup) waitNoMarkingPolicy() {
+	s.t.Helper()
+	require.Eventually(s.t, func() bool {
+		b := &admissionregistrationv1.MutatingAdmissionPolicyBinding{}
+		return s.markingPolicy() == nil && apierrors.IsNotFound(env.Client.Get(context.Background(), client.ObjectKey{Name: marking.Name(s.name, s.hook)}, b))
+	}, transition, 20*time.Millisecond, "the marking policy and binding were never removed")
+}
+
+func (s *breakerSetup) createCM(name string, labels map[string]string) *corev1.ConfigMap {
+	s.t.Helper()
+	// The webhook's JSON patch adds to existing labels.
+	all := map[string]string{"app": "demo"}
+	for k, v := range labels {
+		all[k] = v
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: name, Labels: all}}
+	require.NoError(s.t, env.Client.Create(context.Background(), cm))
+	return cm
+}
+
+// The webhook's mutation adds the label mutated=yes. While its circuit is
+// open in Bypass mode, what the apiserver admits without it carries the
+// mark; what it mutated before and after does not, and neither does what
+// the webhook would never have seen (its matchCondition, another
+// namespace). No object escapes both the mutation and the mark, even
+// while the circuit opens under a stream of creates.
+func TestMarking_bypassMarksWhatWasAdmittedWithoutTheMutation(t *testing.T) {
+	ctx := context.Background()
+	s := newBreakerSetup(t, setupOptions{mode: "Bypass"})
+	mutate := harness.PatchLabel("mutated", "yes")
+	s.wh.SetBehaviour(webhookPath, mutate)
+	g := s.startGuard("marks")
+	waitHealthyProbes(t, g, 2)
+	before := s.createCM("before", nil)
+	assert.Equal(t, "yes", before.Labels["mutated"])
+
+	// A stream of creates across the opening.
+	var mu sync.Mutex
+	var streamed []string
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			name := fmt.Sprintf("stream-%d", i)
+			if err := env.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: name, Labels: map[string]string{"app": "demo"}}}); err == nil {
+				mu.Lock()
+				streamed = append(streamed, name)
+				mu.Unlock()
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	s.wh.SetBehaviour(webhookPath, harness.Delayed(2*time.Second, mutate))
+	_, open := s.waitOpen()
+	entry := mustRecord(t, open)[s.hook]
+	policy := s.markingPolicy()
+	require.NotNil(t, policy, "an open circuit without its marking policy")
+	assert.Equal(t, admissionregistrationv1.Ignore, *policy.Spec.FailurePolicy)
+	assert.Equal(t, admissionregistrationv1.NeverReinvocationPolicy, policy.Spec.ReinvocationPolicy)
+	assert.Equal(t, s.original.NamespaceSelector, policy.Spec.MatchConstraints.NamespaceSelector)
+	assert.Equal(t, s.original.MatchConditions, policy.Spec.MatchConditions, "its own matchConditions, without the bypass marker")
+
+	// Bypassed creates carry the mark, and not the mutation.
+	var during *corev1.ConfigMap
+	require.Eventually(t, func() bool {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, GenerateName: "during-", Labels: map[string]string{"app": "demo"}}}
+		if env.Client.Create(ctx, cm) != nil {
+			return false
+		}
+		during = cm
+		_, ok := marked(cm)
+		return ok && cm.Labels["mutated"] == ""
+	}, transition, 50*time.Millisecond, "a bypassed create never carried the mark")
+	id, _ := marked(during)
+	assert.Equal(t, marking.ID(s.name, s.hook), id)
+	assert.Equal(t, marking.Note(s.name, s.hook, entry.OpenedAt.Time), during.Annotations[marking.Annotation])
+	skipped := s.createCM("skipped", map[string]string{"skip-slow": "true"})
+	_, ok := marked(skipped)
+	assert.False(t, ok, "outside the webhook's matchConditions: not marked")
+	otherNS := uniqueName(t, "unwatched")
+	require.NoError(t, env.EnsureNamespace(ctx, otherNS))
+	outside := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: otherNS, Name: "outside", Labels: map[string]string{"app": "demo"}}}
+	require.NoError(t, env.Client.Create(ctx, outside))
+	_, ok = marked(outside)
+	assert.False(t, ok, "outside the webhook's namespaceSelector: not marked")
+
+	// Close: the policy goes only after the close; after it, nothing is marked.
+	s.wh.SetBehaviour(webhookPath, mutate)
+	s.waitRestored()
+	s.waitNoMarkingPolicy()
+	close(stop)
+	wg.Wait()
+	var after *corev1.ConfigMap
+	require.Eventually(t, func() bool {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, GenerateName: "after-", Labels: map[string]string{"app": "demo"}}}
+		if env.Client.Create(ctx, cm) != nil {
+			return false
+		}
+		after = cm
+		_, ok := marked(cm)
+		return !ok
+	}, transition, 50*time.Millisecond, "creates stayed marked after the close")
+	assert.Equal(t, "yes", after.Labels["mutated"])
+
+	// No unmarked escape across the whole run.
+	mu.Lock()
+	defer mu.Unlock()
+	escaped, markedCount := 0, 0
+	for _, name := range streamed {
+		cm := &corev1.ConfigMap{}
+		require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: name}, cm))
+		_, isMarked := marked(cm)
+		if isMarked {
+			markedCount++
+		}
+		if !isMarked && cm.Labels["mutated"] != "yes" {
+			escaped++
+		}
+	}
+	t.Logf("%d streamed creates across open and close: %d marked, %d escaped both the mutation and the mark", len(streamed), markedCount, escaped)
+	assert.Zero(t, escaped)
+	assert.Positive(t, markedCount)
+}
+
+// Crash safety: a guard killed after putting the marking policy in place
+// but before the opening write, or after the closing write but before
+// removing it, leaves a policy that the next guard removes.
+func TestMarking_aCrashNeverLeavesAPolicyWithoutAnOpenCircuit(t *testing.T) {
+	for _, point := range []string{"before-write", "after-write"} {
+		t.Run(point, func(t *testing.T) {
+			s := newBreakerSetup(t, setupOptions{mode: "Bypass"})
+			if point == "after-write" {
+				s.openThenStop()
+				require.NotNil(t, s.markingPolicy())
+			}
+			g, err := env.StartGuard(harness.GuardOptions{
+				Name: "crash-" + point, Kubeconfig: s.guardID.KubeconfigPath, Config: s.config(""),
+				Failpoints: point + "=1",
+			})
+			require.NoError(t, err)
+			t.Cleanup(g.Stop)
+			if point == "before-write" {
+				s.wh.SetBehaviour(webhookPath, harness.Delayed(2*time.Second, harness.Allow()))
+			} else {
+				s.wh.SetBehaviour(webhookPath, harness.Allow())
+			}
+			_, err = g.Wait(transition)
+			require.NoError(t, err, "the failpoint never killed the guard")
+			if point == "before-write" {
+				require.NotNil(t, s.markingPolicy(), "killed after marking, before opening")
+				_, open := mustRecord(t, s.get())[s.hook]
+				require.False(t, open)
+				s.wh.SetBehaviour(webhookPath, harness.Allow())
+			} else {
+				_, open := mustRecord(t, s.get())[s.hook]
+				require.False(t, open, "killed after the closing write")
+				require.NotNil(t, s.markingPolicy(), "before removing the policy")
+			}
+			s.startGuard("after-" + point)
+			s.waitNoMarkingPolicy()
+		})
+	}
+}
+
+// An administrator's edit to a marking policy is put back.
+func TestMarking_anEditedMarkingPolicyIsPutBack(t *testing.T) {
+	ctx := context.Background()
+	s := newBreakerSetup(t, setupOptions{mode: "Bypass"})
+	s.startGuard("tamper")
+	s.wh.SetBehaviour(webhookPath, harness.Delayed(2*time.Second, harness.Allow()))
+	s.waitOpen()
+	p := s.markingPolicy()
+	require.NotNil(t, p)
+	want := p.Spec.DeepCopy()
+	p.Spec.MatchConditions = append(p.Spec.MatchConditions, admissionregistrationv1.MatchCondition{Name: "not-me", Expression: "false"})
+	require.NoError(t, env.Client.Update(ctx, p))
+	require.Eventually(t, func() bool {
+		p := s.markingPolicy()
+		return p != nil && len(p.Spec.MatchConditions) == len(want.MatchConditions) && !strings.Contains(fmt.Sprint(p.Spec.MatchConditions), "not-me")
+	}, transition, 20*time.Millisecond, "the edited marking policy was never put back")
+}
