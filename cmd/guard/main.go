@@ -65,6 +65,7 @@ Usage:
 Commands:
   run               run the breaker and the guard (the service)
   status            print every configured target with its circuit state and probe counts
+  unmutated         list the objects admitted without a webhook's mutation while its circuit was open
   manifests static  render the static admission webhook manifest (webhook-guard.static.k8s.io)
   manifests policy  render the ValidatingAdmissionPolicy and binding
   manifests rbac    render the ClusterRole that may update the target configurations
@@ -98,6 +99,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer, rest
 	switch args[0] {
 	case "status":
 		return statusCommand(ctx, args[1:], stdout, stderr, restConfig)
+	case "unmutated":
+		return unmutatedCommand(ctx, args[1:], stdout, stderr, restConfig)
 	case "manifests":
 		return manifestsCommand(args[1:], stdout, stderr)
 	default:

@@ -30,7 +30,16 @@ type Keeper struct {
 	Client client.Client
 	// Breaker signs the policies, as it signs record entries.
 	Breaker string
+	// Settle is how long Ensure waits after creating a policy: the
+	// apiserver applies a new policy once its informer has it, and the
+	// opening write must not reach the apiserver's webhook informer
+	// first, or a request could be bypassed unmarked. Default 1s; the
+	// apiserver's informers usually take well under 100 ms.
+	Settle time.Duration
 }
+
+// DefaultSettle is Keeper.Settle's default.
+const DefaultSettle = time.Second
 
 // Ensure puts the marking policy and binding of configuration's open
 // circuit in place, creating them or putting back what was changed. It
@@ -40,40 +49,56 @@ func (k *Keeper) Ensure(ctx context.Context, configuration string, o Open) error
 	if policy == nil {
 		return nil // the webhook matches no CREATE or UPDATE: nothing to mark
 	}
+	created := false
 	for _, want := range []client.Object{policy, binding} {
-		if err := k.apply(ctx, want); err != nil {
+		c, err := k.apply(ctx, want)
+		if err != nil {
 			return err
+		}
+		created = created || c
+	}
+	if created {
+		settle := k.Settle
+		if settle <= 0 {
+			settle = DefaultSettle
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(settle):
 		}
 	}
 	return nil
 }
 
-func (k *Keeper) apply(ctx context.Context, want client.Object) error {
+// apply makes the live object want; it reports whether it created or
+// changed it.
+func (k *Keeper) apply(ctx context.Context, want client.Object) (bool, error) {
 	kind := want.GetObjectKind().GroupVersionKind().Kind
 	live := want.DeepCopyObject().(client.Object)
 	err := k.Client.Get(ctx, client.ObjectKeyFromObject(want), live)
 	switch {
 	case apierrors.IsNotFound(err):
 		if err := k.Client.Create(ctx, want.DeepCopyObject().(client.Object), client.FieldOwner(circuit.FieldManager)); err != nil {
-			return fmt.Errorf("creating %s %s: %w", kind, want.GetName(), err)
+			return false, fmt.Errorf("creating %s %s: %w", kind, want.GetName(), err)
 		}
-		return nil
+		return true, nil
 	case err != nil:
-		return fmt.Errorf("reading %s %s: %w", kind, want.GetName(), err)
+		return false, fmt.Errorf("reading %s %s: %w", kind, want.GetName(), err)
 	}
 	if live.GetAnnotations()[ByAnnotation] != k.Breaker {
-		return fmt.Errorf("%s %s exists and is not kept by this breaker (%s=%q); webhook-guard leaves it alone",
+		return false, fmt.Errorf("%s %s exists and is not kept by this breaker (%s=%q); webhook-guard leaves it alone",
 			kind, want.GetName(), ByAnnotation, live.GetAnnotations()[ByAnnotation])
 	}
 	if sameSpec(live, want) && equality.Semantic.DeepEqual(live.GetAnnotations(), want.GetAnnotations()) {
-		return nil
+		return false, nil
 	}
 	next := want.DeepCopyObject().(client.Object)
 	next.SetResourceVersion(live.GetResourceVersion())
 	if err := k.Client.Update(ctx, next, client.FieldOwner(circuit.FieldManager)); err != nil {
-		return fmt.Errorf("restoring %s %s: %w", kind, want.GetName(), err)
+		return false, fmt.Errorf("restoring %s %s: %w", kind, want.GetName(), err)
 	}
-	return nil
+	return true, nil
 }
 
 func sameSpec(live, want client.Object) bool {

@@ -3,6 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -217,4 +221,104 @@ func TestMarking_anEditedMarkingPolicyIsPutBack(t *testing.T) {
 		p := s.markingPolicy()
 		return p != nil && len(p.Spec.MatchConditions) == len(want.MatchConditions) && !strings.Contains(fmt.Sprint(p.Spec.MatchConditions), "not-me")
 	}, transition, 20*time.Millisecond, "the edited marking policy was never put back")
+}
+
+// guard unmutated lists exactly what was marked, grouped by the workload
+// that owns it with the command that repairs it, and --clear removes the
+// marks. Deployments, ReplicaSets and Pods are created directly: no
+// controller or kubelet is needed to create the objects.
+func TestMarking_guardUnmutatedListsGroupsAndClears(t *testing.T) {
+	ctx := context.Background()
+	s := newBreakerSetup(t, setupOptions{mode: "Bypass"})
+	mwc := s.get()
+	mwc.Webhooks[0].Rules = []admissionregistrationv1.RuleWithOperations{{
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+		Rule: admissionregistrationv1.Rule{APIGroups: []string{"", "apps"}, APIVersions: []string{"v1"},
+			Resources: []string{"configmaps", "pods", "replicasets", "deployments"}},
+	}}
+	mwc.Webhooks[0].MatchConditions = nil
+	require.NoError(t, env.Client.Update(ctx, mwc))
+	s.original = *mwc.Webhooks[0].DeepCopy()
+	require.NoError(t, env.Client.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "default"}}))
+	s.createCM("before", nil)
+
+	s.startGuard("unmutated")
+	s.wh.SetBehaviour(webhookPath, harness.Delayed(2*time.Second, harness.Allow()))
+	s.waitOpen()
+	labels := map[string]string{"app": "web"}
+	var deploy *appsv1.Deployment
+	require.Eventually(t, func() bool {
+		deploy = &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, GenerateName: "web-"}, Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "web"}}}},
+		}}
+		if env.Client.Create(ctx, deploy) != nil {
+			return false
+		}
+		if _, ok := marked(deploy); ok {
+			return true
+		}
+		_ = env.Client.Delete(ctx, deploy) // created before the apiserver applied the bypass
+		return false
+	}, transition, 50*time.Millisecond)
+	controller := true
+	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: deploy.Name + "-7d4b9", Labels: labels,
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: deploy.Name, UID: deploy.UID, Controller: &controller}}},
+		Spec: appsv1.ReplicaSetSpec{Selector: deploy.Spec.Selector, Template: deploy.Spec.Template}}
+	require.NoError(t, env.Client.Create(ctx, rs))
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: rs.Name + "-x2k4p", Labels: labels,
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs.Name, UID: rs.UID, Controller: &controller}}},
+		Spec: deploy.Spec.Template.Spec}
+	require.NoError(t, env.Client.Create(ctx, pod))
+	settings := s.createCM("settings", nil)
+	for _, o := range []client.Object{rs, pod, settings} {
+		_, ok := marked(o)
+		require.True(t, ok, "%s was admitted without the mark", o.GetName())
+	}
+	s.wh.SetBehaviour(webhookPath, harness.Allow())
+	s.waitRestored()
+	s.waitNoMarkingPolicy()
+	// The apiserver stops applying the removed policy a moment later (its
+	// informer): over-marking in that window is accepted. Creates made
+	// after it are not marked.
+	require.Eventually(t, func() bool {
+		after := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, GenerateName: "after-"}}
+		if env.Client.Create(ctx, after) != nil {
+			return false
+		}
+		if _, ok := marked(after); ok {
+			_ = env.Client.Delete(ctx, after)
+			return false
+		}
+		return true
+	}, transition, 50*time.Millisecond, "creates stayed marked after the close")
+
+	bin, err := env.BuildGuard()
+	require.NoError(t, err)
+	cfg := filepath.Join(t.TempDir(), "guard.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte(s.config("")), 0o600))
+	unmutated := func(args ...string) string {
+		out, err := exec.Command(bin, append([]string{"unmutated", "--config", cfg, "--kubeconfig", env.KubeconfigPath}, args...)...).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		return string(out)
+	}
+	out := unmutated()
+	t.Logf("$ guard unmutated\n%s", out)
+	assert.Contains(t, out, "4 objects were admitted without a webhook's mutation")
+	assert.Contains(t, out, "Deployment "+s.ns+"/"+deploy.Name+"\n  repair: kubectl rollout restart deployment/"+deploy.Name+" -n "+s.ns)
+	for _, line := range []string{"Deployment " + s.ns + "/" + deploy.Name + "  skipped ", "ReplicaSet " + s.ns + "/" + rs.Name + "  skipped ", "Pod " + s.ns + "/" + pod.Name + "  skipped ", "ConfigMap " + s.ns + "/settings  skipped " + s.name + "/" + s.hook + " since "} {
+		assert.Contains(t, out, line)
+	}
+	assert.NotContains(t, out, "/before")
+	assert.NotContains(t, out, "/after")
+	deployGroup, _, _ := strings.Cut(out[strings.Index(out, "Deployment "+s.ns+"/"+deploy.Name+"\n"):], "\n\n")
+	assert.Contains(t, deployGroup, "Pod "+s.ns+"/"+pod.Name, "the Pod is grouped under its Deployment")
+	assert.Contains(t, deployGroup, "ReplicaSet "+s.ns+"/"+rs.Name, "the ReplicaSet is grouped under its Deployment")
+
+	assert.Contains(t, unmutated("--clear"), "Cleared the marks of 4 objects.")
+	assert.Contains(t, unmutated(), "No object carries the mark")
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(pod), pod))
+	_, ok := marked(pod)
+	assert.False(t, ok)
+	assert.NotContains(t, pod.Annotations, marking.Annotation)
 }

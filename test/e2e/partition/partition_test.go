@@ -438,6 +438,18 @@ func TestPartition_outageBothSignalsSeeOpensOnceAndTheProbeCloses(t *testing.T) 
 	l.Stop()
 	assert.Equal(t, int32(2), writes.Load(), "one write to open, one to close")
 	assert.Len(t, w.events(string(breaker.Opened)), 1)
+
+	// This apiserver does not serve MutatingAdmissionPolicy: the circuit
+	// cycled without marking, and that was said once.
+	resources, err := env.Clientset.Discovery().ServerResourcesForGroupVersion("admissionregistration.k8s.io/v1")
+	require.NoError(t, err)
+	for _, r := range resources.APIResources {
+		require.NotEqual(t, "mutatingadmissionpolicies", r.Name, "this apiserver was meant not to serve MutatingAdmissionPolicy")
+	}
+	notes := w.events("MarkingUnavailable")
+	require.Len(t, notes, 1, "reported once")
+	assert.Contains(t, notes[0], "objects admitted while a circuit is open are not marked")
+	assert.Contains(t, g.Logs(), `"msg":"Marking unavailable"`)
 }
 
 // Without RBAC for /metrics the apiserver signal is Unknown: reported

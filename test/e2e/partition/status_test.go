@@ -17,6 +17,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -82,6 +83,9 @@ func TestStatus_withAKubeconfigAloneReadsTheInstallationAndTheLeaderThroughTheAp
 		"--leader-election-lease-duration", "3s", "--leader-election-renew-deadline", "2s", "--leader-election-retry-period", "500ms")
 	hostname, err := os.Hostname()
 	require.NoError(t, err)
+	if err := env.Client.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: "default"}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		require.NoError(t, err)
+	}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: hostname, Labels: labels}, Spec: podSpec}
 	require.NoError(t, env.Client.Create(ctx, pod))
 	podIP := "10.250.0." + strings.TrimPrefix(w.ns, "partition-")
@@ -123,6 +127,7 @@ func TestStatus_withAKubeconfigAloneReadsTheInstallationAndTheLeaderThroughTheAp
 	t.Logf("$ guard status --namespace %s\n%s", w.ns, table)
 	assert.Contains(t, table, "Leader: "+hostname+" (Lease "+w.ns+"/webhook-guard.webhook-guard.io)")
 	assert.Contains(t, table, "Configuration: ConfigMap "+w.ns+"/"+cm.Name)
+	assert.Contains(t, table, "Marking: the apiserver does not serve admissionregistration.k8s.io/v1 MutatingAdmissionPolicy", "this package's apiserver does not serve it")
 
 	// The leader is gone: the objects still tell the state, and the
 	// output names what it could not read.

@@ -1,0 +1,269 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"strings"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
+	"github.com/webhook-guard/webhook-guard/internal/config"
+	"github.com/webhook-guard/webhook-guard/internal/marking"
+)
+
+// unmarked is one object carrying the mark.
+type unmarked struct {
+	gvr       schema.GroupVersionResource
+	kind      string
+	namespace string
+	name      string
+	note      string
+	// owner is the top of its controller chain ("Deployment team/web"),
+	// or the object itself.
+	ownerKind, ownerNamespace, ownerName string
+}
+
+// unmutatedCommand lists the objects marked while a mutating target's
+// circuit was open, grouped by the workload that owns them, with the
+// command that repairs each; --clear removes the marks once repaired. It
+// runs as the administrator: listing every kind a webhook matches is not
+// part of the service's RBAC.
+func unmutatedCommand(ctx context.Context, args []string, stdout, stderr io.Writer, restConfig func() (*rest.Config, error)) error {
+	fs := flagSet("unmutated", stderr)
+	path := fs.String("config", "", "GuardConfiguration file; default: the one installed in the cluster (the ConfigMap --deployment mounts).")
+	namespace := fs.String("namespace", "webhook-guard-system", "Namespace of the installation.")
+	deployment := fs.String("deployment", "webhook-guard", "The guard's Deployment, whose volume \"config\" names the installed ConfigMap.")
+	clear := fs.Bool("clear", false, "Remove the mark from every listed object (after repairing them).")
+	addKubeconfigFlag(fs)
+	if err := fs.Parse(args); err != nil {
+		return usageError{err}
+	}
+	var cfg *config.Configuration
+	if *path != "" {
+		var err error
+		if cfg, err = config.Load(*path); err != nil {
+			return err
+		}
+	}
+	rc, err := restConfig()
+	if err != nil {
+		return fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	c, err := client.New(rc, client.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	if cfg == nil {
+		if cfg, _, err = installedConfig(ctx, c, *namespace, *deployment); err != nil {
+			return fmt.Errorf("unmutated: %w; pass --config FILE to read the configuration from a file", err)
+		}
+	}
+	mc, err := metadata.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(rc)
+	if err != nil {
+		return err
+	}
+	objs, err := listUnmutated(ctx, c, mc, dc, cfg)
+	if err != nil {
+		return err
+	}
+	if len(objs) == 0 {
+		fmt.Fprintln(stdout, "No object carries the mark "+marking.Label+": nothing was admitted without a mutation, or it was repaired and cleared.")
+		return nil
+	}
+	printUnmutated(stdout, objs)
+	if !*clear {
+		fmt.Fprintf(stdout, "\nAfter repairing them, remove the marks with: guard unmutated --clear\n")
+		return nil
+	}
+	patch := []byte(fmt.Sprintf(`{"metadata":{"labels":{%q:null},"annotations":{%q:null}}}`, marking.Label, marking.Annotation))
+	for _, o := range objs {
+		res := mc.Resource(o.gvr)
+		var err error
+		if o.namespace != "" {
+			_, err = res.Namespace(o.namespace).Patch(ctx, o.name, types.MergePatchType, patch, metav1.PatchOptions{})
+		} else {
+			_, err = res.Patch(ctx, o.name, types.MergePatchType, patch, metav1.PatchOptions{})
+		}
+		if err != nil {
+			return fmt.Errorf("clearing the mark of %s %s: %w", o.kind, objectName(o.namespace, o.name), err)
+		}
+	}
+	fmt.Fprintf(stdout, "\nCleared the marks of %d objects.\n", len(objs))
+	return nil
+}
+
+// listUnmutated lists, for every resource the mutating targets' webhooks
+// match (found by discovery), the objects carrying one of their marks.
+func listUnmutated(ctx context.Context, c client.Reader, mc metadata.Interface, dc discovery.DiscoveryInterface, cfg *config.Configuration) ([]unmarked, error) {
+	var ids []string
+	var rules []admissionregistrationv1.RuleWithOperations
+	for _, t := range cfg.Targets {
+		if t.Kind != circuit.KindMutating {
+			continue
+		}
+		ids = append(ids, marking.ID(t.Configuration, t.Webhook))
+		mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		if err := c.Get(ctx, client.ObjectKey{Name: t.Configuration}, mwc); err != nil {
+			continue // a configuration that is gone matches nothing now
+		}
+		for _, wh := range mwc.Webhooks {
+			if wh.Name == t.Webhook {
+				rules = append(rules, wh.Rules...)
+			}
+		}
+	}
+	if len(ids) == 0 {
+		return nil, errors.New("unmutated: the configuration has no mutating target")
+	}
+	req, err := labels.NewRequirement(marking.Label, selection.In, ids)
+	if err != nil {
+		return nil, err
+	}
+	selector := labels.NewSelector().Add(*req).String()
+	_, lists, err := dc.ServerGroupsAndResources()
+	if err != nil && len(lists) == 0 {
+		return nil, fmt.Errorf("discovering the served resources: %w", err)
+	}
+	var out []unmarked
+	for _, list := range lists {
+		gv, err := schema.ParseGroupVersion(list.GroupVersion)
+		if err != nil {
+			continue
+		}
+		for _, r := range list.APIResources {
+			if strings.Contains(r.Name, "/") || !slices.Contains(r.Verbs, "list") || !matchesAny(rules, gv, r.Name) {
+				continue
+			}
+			gvr := gv.WithResource(r.Name)
+			items, err := mc.Resource(gvr).List(ctx, metav1.ListOptions{LabelSelector: selector})
+			if err != nil {
+				return nil, fmt.Errorf("listing %s: %w", gvr, err)
+			}
+			for _, it := range items.Items {
+				u := unmarked{gvr: gvr, kind: r.Kind, namespace: it.Namespace, name: it.Name, note: it.Annotations[marking.Annotation]}
+				u.ownerKind, u.ownerNamespace, u.ownerName = topOwner(ctx, mc, dc, r.Kind, it.Namespace, it.Name, it.OwnerReferences)
+				out = append(out, u)
+			}
+		}
+	}
+	return out, nil
+}
+
+// matchesAny reports whether a webhook rule matches resource in gv.
+func matchesAny(rules []admissionregistrationv1.RuleWithOperations, gv schema.GroupVersion, resource string) bool {
+	in := func(list []string, v string) bool { return slices.Contains(list, "*") || slices.Contains(list, v) }
+	for _, r := range rules {
+		if in(r.APIGroups, gv.Group) && in(r.APIVersions, gv.Version) && in(r.Resources, resource) {
+			return true
+		}
+	}
+	return false
+}
+
+// topOwner follows controller owner references (Pod → ReplicaSet →
+// Deployment) to the top, within the object's namespace.
+func topOwner(ctx context.Context, mc metadata.Interface, dc discovery.DiscoveryInterface, kind, namespace, name string, refs []metav1.OwnerReference) (string, string, string) {
+	for range 5 {
+		var ctrl *metav1.OwnerReference
+		for i := range refs {
+			if refs[i].Controller != nil && *refs[i].Controller {
+				ctrl = &refs[i]
+			}
+		}
+		if ctrl == nil {
+			break
+		}
+		gvr, ok := resourceFor(dc, ctrl.APIVersion, ctrl.Kind)
+		if !ok {
+			break
+		}
+		owner, err := mc.Resource(gvr).Namespace(namespace).Get(ctx, ctrl.Name, metav1.GetOptions{})
+		if err != nil {
+			kind, name = ctrl.Kind, ctrl.Name // gone, or not readable: the reference still names it
+			break
+		}
+		kind, name, refs = ctrl.Kind, owner.Name, owner.OwnerReferences
+	}
+	return kind, namespace, name
+}
+
+// resourceFor finds the resource of apiVersion and kind by discovery.
+func resourceFor(dc discovery.DiscoveryInterface, apiVersion, kind string) (schema.GroupVersionResource, bool) {
+	gv, err := schema.ParseGroupVersion(apiVersion)
+	if err != nil {
+		return schema.GroupVersionResource{}, false
+	}
+	list, err := dc.ServerResourcesForGroupVersion(apiVersion)
+	if err != nil {
+		return schema.GroupVersionResource{}, false
+	}
+	for _, r := range list.APIResources {
+		if r.Kind == kind && !strings.Contains(r.Name, "/") {
+			return gv.WithResource(r.Name), true
+		}
+	}
+	return schema.GroupVersionResource{}, false
+}
+
+// printUnmutated prints objs grouped by owner, each group with the
+// command that repairs it.
+func printUnmutated(w io.Writer, objs []unmarked) {
+	groups := map[string][]unmarked{}
+	for _, o := range objs {
+		key := o.ownerKind + " " + objectName(o.ownerNamespace, o.ownerName)
+		groups[key] = append(groups[key], o)
+	}
+	keys := make([]string, 0, len(groups))
+	for k := range groups {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	fmt.Fprintf(w, "%d objects were admitted without a webhook's mutation while its circuit was open:\n", len(objs))
+	for _, k := range keys {
+		g := groups[k]
+		fmt.Fprintf(w, "\n%s\n  repair: %s\n", k, repairHint(g[0].ownerKind, g[0].ownerNamespace, g[0].ownerName))
+		sort.Slice(g, func(i, j int) bool { return g[i].kind+g[i].name < g[j].kind+g[j].name })
+		for _, o := range g {
+			fmt.Fprintf(w, "  %s %s  skipped %s\n", o.kind, objectName(o.namespace, o.name), o.note)
+		}
+	}
+}
+
+func repairHint(kind, namespace, name string) string {
+	ns := ""
+	if namespace != "" {
+		ns = " -n " + namespace
+	}
+	switch kind {
+	case "Deployment", "StatefulSet", "DaemonSet":
+		return fmt.Sprintf("kubectl rollout restart %s/%s%s", strings.ToLower(kind), name, ns)
+	case "Pod":
+		return fmt.Sprintf("delete the pod so it is re-created through the webhook: kubectl delete pod %s%s", name, ns)
+	}
+	return "re-apply it (kubectl apply -f <its manifest>) so that the webhook mutates it, if the webhook handles UPDATE; otherwise delete and re-create it"
+}
+
+func objectName(namespace, name string) string {
+	if namespace == "" {
+		return name
+	}
+	return namespace + "/" + name
+}
