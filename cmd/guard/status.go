@@ -45,6 +45,7 @@ type targetStatus struct {
 	APIServerLast     string  `json:"apiserverLastResult,omitempty"`
 	APIServerFailures int     `json:"apiserverConsecutiveFailures"`
 	Admitted          float64 `json:"admittedWithoutWebhook"`
+	Marked            float64 `json:"markedObjects"`
 	Disagree          string  `json:"signalsDisagree,omitempty"`
 	// Marking says why objects admitted while the circuit is open are not
 	// marked, when they are not.
@@ -105,7 +106,7 @@ func probeRow(t config.Target, state *breaker.State) targetStatus {
 		return row
 	}
 	row.Failures, row.Successes, row.Problem = st.Failures, st.Successes, st.Problem
-	row.APIServerFailures, row.Admitted = st.APIServer.Failures, st.Admitted
+	row.APIServerFailures, row.Admitted, row.Marked = st.APIServer.Failures, st.Admitted, st.Marked
 	if st.DisagreeFor >= breaker.DisagreeAfter {
 		row.Disagree = st.Disagree + " failing, the other healthy"
 	}
@@ -238,7 +239,7 @@ func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer,
 		if cr, ok := counts[t.Key()]; ok {
 			row.Failures, row.Successes, row.LastResult, row.LastProbe = cr.Failures, cr.Successes, cr.LastResult, cr.LastProbe
 			row.APIServerLast, row.APIServerFailures, row.Admitted, row.Disagree = cr.APIServerLast, cr.APIServerFailures, cr.Admitted, cr.Disagree
-			row.Marking = cr.Marking
+			row.Marking, row.Marked = cr.Marking, cr.Marked
 			if cr.Problem != "" && row.Problem == "" {
 				row.Problem = cr.Problem
 			}
@@ -287,6 +288,9 @@ func printStatus(stdout, stderr io.Writer, rep statusReport) error {
 		admitted := "-"
 		if row.State == "Open" {
 			admitted = fmt.Sprintf("%.0f", row.Admitted)
+			if row.Marked > 0 {
+				admitted += fmt.Sprintf(" (%.0f marked)", row.Marked)
+			}
 		}
 		apiserver := row.APIServerLast
 		if row.Disagree != "" {

@@ -9,7 +9,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"sort"
 	"syscall"
 	"text/tabwriter"
@@ -155,6 +157,27 @@ func run(ctx context.Context) error {
 		g.Stop()
 	}
 	d.print()
+	return d.listUnmutated(ctx)
+}
+
+// listUnmutated runs "guard unmutated" as the administrator: the
+// ConfigMaps the demo created while a circuit was open carry the mark.
+func (d *demo) listUnmutated(ctx context.Context) error {
+	bin, err := d.env.BuildGuard()
+	if err != nil {
+		return err
+	}
+	cfg := filepath.Join(d.env.Dir, "demo-guard.yaml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("apiVersion: config.webhook-guard.io/v1alpha1\nkind: GuardConfiguration\ntargets:\n- configuration: %s\n  webhook: %s\n  allowAdmissionWithoutMutation: true\n", service, webhook)), 0o600); err != nil {
+		return err
+	}
+	say("objects admitted while a circuit was open (Ignore mode marks what may lack the mutation, Bypass mode what surely does):")
+	fmt.Println("$ guard unmutated --config guard.yaml")
+	out, err := exec.CommandContext(ctx, bin, "unmutated", "--config", cfg, "--kubeconfig", d.env.KubeconfigPath).CombinedOutput()
+	fmt.Print(string(out))
+	if err != nil {
+		return fmt.Errorf("guard unmutated: %w", err)
+	}
 	return nil
 }
 

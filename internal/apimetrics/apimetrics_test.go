@@ -192,3 +192,16 @@ func TestTracker_forgetsTheOldestInstanceBeyondTheLimit(t *testing.T) {
 	}
 	assert.Len(t, tr.instances, MaxInstances)
 }
+
+func TestParse_countsTheMarkingPolicysApplications(t *testing.T) {
+	marked := Webhook{Name: "slow.example.com", Type: Mutating, MarkingPolicy: "webhook-guard-unmutated-0123456789"}
+	text := exposition(1, 10, 0, 0, 7) + `# HELP apiserver_mutating_admission_policy_check_total [ALPHA] Mutation admission policy check total.
+# TYPE apiserver_mutating_admission_policy_check_total counter
+apiserver_mutating_admission_policy_check_total{error_type="no_error",policy="webhook-guard-unmutated-0123456789",policy_binding="webhook-guard-unmutated-0123456789"} 6
+apiserver_mutating_admission_policy_check_total{error_type="no_error",policy="someone-elses",policy_binding="someone-elses"} 99
+`
+	s, err := Parse(strings.NewReader(text), map[Webhook]bool{marked: true})
+	require.NoError(t, err)
+	assert.Equal(t, float64(6), s.Webhooks[marked].Marked)
+	assert.Equal(t, float64(10), s.Webhooks[marked].Calls, "the webhook's own counters still match by name and type")
+}

@@ -92,6 +92,8 @@ type Result struct {
 	// webhook since the previous scrape of the same instance: calls kept
 	// from it by a matchCondition, and failed calls under Ignore.
 	Admitted float64
+	// Marked is how many objects its marking policy marked since then.
+	Marked float64
 }
 
 // Observe compares s, scraped at now, with the earlier scrapes of the
@@ -124,6 +126,7 @@ func (t *Tracker) Observe(s Sample, now time.Time, want map[Webhook]Thresholds) 
 			r.Why = "first scrape of this apiserver instance"
 		default:
 			r.Admitted = (cur.Excluded - last.Excluded) + (cur.FailOpen - last.FailOpen)
+			r.Marked = cur.Marked - last.Marked
 		}
 		if r.Why != "" {
 			in.base[wh] = point{cur, now}
@@ -169,7 +172,7 @@ func judge(from, to point, th Thresholds, maxWindow time.Duration) Observation {
 // reset reports whether cur cannot follow prev on the same counters.
 func reset(prev, cur Counters) bool {
 	return cur.Calls < prev.Calls || cur.CallErrors < prev.CallErrors || cur.FailOpen < prev.FailOpen ||
-		cur.Excluded < prev.Excluded || cur.Series < prev.Series
+		cur.Excluded < prev.Excluded || cur.Marked < prev.Marked || cur.Series < prev.Series
 }
 
 func (t *Tracker) forgetOldest() {

@@ -23,6 +23,10 @@ const (
 	RejectionCount           = "apiserver_admission_webhook_rejection_count"
 	FailOpenCount            = "apiserver_admission_webhook_fail_open_count"
 	MatchConditionExclusions = "apiserver_admission_match_condition_exclusions_total"
+	// MutatingPolicyChecks counts every application of a
+	// MutatingAdmissionPolicy, by policy: for a marking policy, every
+	// object it marked.
+	MutatingPolicyChecks = "apiserver_mutating_admission_policy_check_total"
 	// ProcessStartTime tells apiserver instances apart: behind a Service,
 	// each scrape may reach another one, with counters of its own.
 	ProcessStartTime = "process_start_time_seconds"
@@ -32,7 +36,7 @@ const (
 	CallingWebhookError = "calling_webhook_error"
 )
 
-var families = map[string]bool{RequestTotal: true, RejectionCount: true, FailOpenCount: true, MatchConditionExclusions: true, ProcessStartTime: true}
+var families = map[string]bool{RequestTotal: true, RejectionCount: true, FailOpenCount: true, MatchConditionExclusions: true, MutatingPolicyChecks: true, ProcessStartTime: true}
 
 // Type is the admission type of a webhook as the apiserver labels it.
 type Type string
@@ -52,6 +56,10 @@ const (
 type Webhook struct {
 	Name string
 	Type Type
+	// MarkingPolicy, when set, is the MutatingAdmissionPolicy that marks
+	// what is admitted without the webhook; its applications are counted
+	// in Counters.Marked.
+	MarkingPolicy string
 }
 
 // Counters are one webhook's counters in one scrape, summed over the
@@ -66,6 +74,8 @@ type Counters struct {
 	FailOpen float64
 	// Excluded are requests a matchCondition kept from the webhook.
 	Excluded float64
+	// Marked are the applications of the webhook's marking policy.
+	Marked float64
 	// Series is how many series were summed; fewer than before means the
 	// apiserver's counters were reset.
 	Series int
@@ -114,24 +124,35 @@ func Parse(r io.Reader, want map[Webhook]bool) (Sample, error) {
 	if mf := mfs[ProcessStartTime]; mf != nil && len(mf.Metric) > 0 {
 		s.Instance = value(mf.Metric[0])
 	}
+	byName, byPolicy := map[[2]string][]Webhook{}, map[string][]Webhook{}
+	for wh := range want {
+		byName[[2]string{wh.Name, string(wh.Type)}] = append(byName[[2]string{wh.Name, string(wh.Type)}], wh)
+		if wh.MarkingPolicy != "" {
+			byPolicy[wh.MarkingPolicy] = append(byPolicy[wh.MarkingPolicy], wh)
+		}
+	}
 	add := func(family string, f func(c *Counters, v float64, labels map[string]string)) {
 		for _, m := range mfs[family].GetMetric() {
 			labels := map[string]string{}
 			for _, lp := range m.GetLabel() {
 				labels[lp.GetName()] = lp.GetValue()
 			}
-			typ := Type(labels["type"])
-			if typ == validatingExclusion {
-				typ = Validating
+			var whs []Webhook
+			if family == MutatingPolicyChecks {
+				whs = byPolicy[labels["policy"]]
+			} else {
+				typ := Type(labels["type"])
+				if typ == validatingExclusion {
+					typ = Validating
+				}
+				whs = byName[[2]string{labels["name"], string(typ)}]
 			}
-			wh := Webhook{Name: labels["name"], Type: typ}
-			if !want[wh] {
-				continue
+			for _, wh := range whs {
+				c := s.Webhooks[wh]
+				f(&c, value(m), labels)
+				c.Series++
+				s.Webhooks[wh] = c
 			}
-			c := s.Webhooks[wh]
-			f(&c, value(m), labels)
-			c.Series++
-			s.Webhooks[wh] = c
 		}
 	}
 	add(RequestTotal, func(c *Counters, v float64, _ map[string]string) { c.Calls += v })
@@ -146,6 +167,7 @@ func Parse(r io.Reader, want map[Webhook]bool) (Sample, error) {
 			c.Excluded += v
 		}
 	})
+	add(MutatingPolicyChecks, func(c *Counters, v float64, _ map[string]string) { c.Marked += v })
 	return s, nil
 }
 

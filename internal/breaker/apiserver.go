@@ -15,6 +15,7 @@ import (
 	"github.com/webhook-guard/webhook-guard/internal/apimetrics"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
+	"github.com/webhook-guard/webhook-guard/internal/marking"
 	"github.com/webhook-guard/webhook-guard/internal/probe"
 )
 
@@ -83,7 +84,11 @@ func metricsWebhook(t config.Target) apimetrics.Webhook {
 	if t.Kind == circuit.KindValidating {
 		typ = apimetrics.Validating
 	}
-	return apimetrics.Webhook{Name: t.Webhook, Type: typ}
+	wh := apimetrics.Webhook{Name: t.Webhook, Type: typ}
+	if t.Kind == circuit.KindMutating {
+		wh.MarkingPolicy = marking.Name(t.Configuration, t.Webhook)
+	}
+	return wh
 }
 
 func (r *ProbeRunner) signalLoop(ctx context.Context, s *apiserverSignal) {
@@ -174,7 +179,7 @@ func (r *ProbeRunner) observeAPIServer(ctx context.Context, t config.Target, res
 	if open && res.Admitted > 0 {
 		r.Metrics.AdmittedWithout.WithLabelValues(labels...).Add(res.Admitted)
 	}
-	st := r.State.ObserveAPIServer(t.Key(), pr, res.Admitted, open)
+	st := r.State.ObserveAPIServer(t.Key(), pr, res.Admitted, res.Marked, open)
 	log.V(1).Info("Apiserver signal observed", "verdict", res.Verdict, "observation", res.String())
 
 	for _, side := range []string{SignalAPIServer, SignalProbe} {

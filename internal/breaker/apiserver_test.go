@@ -19,6 +19,7 @@ import (
 	"github.com/webhook-guard/webhook-guard/internal/apimetrics"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
+	"github.com/webhook-guard/webhook-guard/internal/marking"
 	"github.com/webhook-guard/webhook-guard/internal/probe"
 )
 
@@ -151,7 +152,7 @@ func (f *fakeScraper) Scrape(context.Context, map[apimetrics.Webhook]bool) (apim
 
 func sample(calls, errs float64) apimetrics.Sample {
 	return apimetrics.Sample{Instance: 1, Bytes: 1000, Webhooks: map[apimetrics.Webhook]apimetrics.Counters{
-		{Name: whA, Type: apimetrics.Mutating}: {Calls: calls, CallErrors: errs, Series: 2},
+		{Name: whA, Type: apimetrics.Mutating, MarkingPolicy: marking.Name(cfgName, whA)}: {Calls: calls, CallErrors: errs, Series: 2},
 	}}
 }
 
@@ -281,6 +282,6 @@ func TestState_minOpenDoublesPerReopeningUntilTheApiserverIsHealthy(t *testing.T
 		}
 		return out
 	}())
-	s.ObserveAPIServer(tgt.Key(), healthyResult(), 0, false)
+	s.ObserveAPIServer(tgt.Key(), healthyResult(), 0, 0, false)
 	assert.Equal(t, time.Second, minOpenNow(), "a healthy apiserver observation ends the backoff")
 }

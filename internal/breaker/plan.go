@@ -10,6 +10,7 @@ import (
 
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
+	"github.com/webhook-guard/webhook-guard/internal/marking"
 	"github.com/webhook-guard/webhook-guard/internal/probe"
 )
 
@@ -57,6 +58,9 @@ type Inputs struct {
 	// admitted without the webhook while its circuit was open, for the
 	// closing Event.
 	Admitted map[string]float64
+	// Marked is, by webhook name, how many objects the circuit's marking
+	// policy marked while it was open, for the closing Event.
+	Marked map[string]float64
 	// MinOpen is, by webhook name, how long a Bypass circuit opened by the
 	// apiserver signal stays open at least (config MinOpen, doubled per
 	// reopening while the apiserver's calls keep failing).
@@ -276,8 +280,12 @@ func admittedNote(t config.Target, entry circuit.Entry, in Inputs) string {
 	if t.Kind == circuit.KindValidating {
 		without = "validation"
 	}
-	return fmt.Sprintf("; the apiserver admitted %.0f requests without the %s while open (%s), as counted from its /metrics",
+	note := fmt.Sprintf("; the apiserver admitted %.0f requests without the %s while open (%s), as counted from its /metrics",
 		n, without, in.Now.Sub(entry.OpenedAt.Time).Round(time.Second))
+	if m := in.Marked[t.Webhook]; m > 0 {
+		note += fmt.Sprintf("; %.0f objects were marked %s=%s (guard unmutated lists them)", m, marking.Label, marking.ID(t.Configuration, t.Webhook))
+	}
+	return note
 }
 
 // handOffUnreadable hands a configuration whose record cannot be read to

@@ -93,7 +93,11 @@ func (r *TargetReconciler) reconcileOnce(ctx context.Context, reader client.Read
 		}
 		return err
 	}
-	in := r.State.Inputs(targets, now(r.Clock), r.Identity, view.ResourceVersion)
+	// One decision time for this reconcile: a re-plan after waiting for a
+	// marking policy stamps the same openedAt, which the policy already
+	// carries.
+	decidedAt := now(r.Clock)
+	in := r.State.Inputs(targets, decidedAt, r.Identity, view.ResourceVersion)
 	next, changes, err := Plan(view, in)
 	if err != nil {
 		r.Metrics.Reconciles.WithLabelValues("unreadable").Inc()
@@ -107,7 +111,21 @@ func (r *TargetReconciler) reconcileOnce(ctx context.Context, reader client.Read
 		r.syncGauges(targets, view)
 		return r.syncMarks(ctx, name, view)
 	}
-	if err := r.markBeforeOpening(ctx, cur, name, next, changes); err != nil {
+	// A new marking policy needs time to take effect, and the object may
+	// change meanwhile: after waiting, decide again from a fresh read.
+	for settled := true; settled; {
+		if settled, err = r.markBeforeOpening(ctx, cur, name, next, changes); err != nil || !settled {
+			break
+		}
+		if cur, view, err = r.read(ctx, r.APIReader, name); err != nil || cur == nil {
+			return err
+		}
+		in = r.State.Inputs(targets, decidedAt, r.Identity, view.ResourceVersion)
+		if next, changes, err = Plan(view, in); err != nil || len(changes) == 0 {
+			return err
+		}
+	}
+	if err != nil {
 		return err
 	}
 	err = r.write(ctx, cur, view, next, changes, targets)
@@ -155,25 +173,30 @@ func (r *TargetReconciler) reconcileOnce(ctx context.Context, reader client.Read
 }
 
 // markBeforeOpening puts the marking policy of every circuit changes open
-// in place before the write: no object may be admitted unmarked.
-func (r *TargetReconciler) markBeforeOpening(ctx context.Context, cur client.Object, name string, next *admissionregistrationv1.MutatingWebhookConfiguration, changes []Change) error {
+// in place before the write: no object may be admitted unmarked. It
+// reports whether it created or changed one, and so waited for it to
+// take effect.
+func (r *TargetReconciler) markBeforeOpening(ctx context.Context, cur client.Object, name string, next *admissionregistrationv1.MutatingWebhookConfiguration, changes []Change) (bool, error) {
 	if r.Marker == nil {
-		return nil
+		return false, nil
 	}
+	settled := false
 	open := openCircuits(next, r.Identity)
 	for _, c := range changes {
 		o, ok := open[c.Webhook]
 		if c.Kind != Opened || !ok {
 			continue
 		}
-		if err := r.Marker.Ensure(ctx, name, o); err != nil {
+		changed, err := r.Marker.Ensure(ctx, name, o)
+		if err != nil {
 			r.Metrics.WriteErrors.Inc()
 			r.Recorder.Eventf(cur, nil, corev1.EventTypeWarning, "MarkingFailed", "Update",
 				"webhook-guard did not open the circuit on %s: its marking policy, which marks what is admitted without the webhook, could not be put in place: %v", c.Webhook, err)
-			return fmt.Errorf("marking before opening %s: %w", c.Webhook, err)
+			return false, fmt.Errorf("marking before opening %s: %w", c.Webhook, err)
 		}
+		settled = settled || changed
 	}
-	return nil
+	return settled, nil
 }
 
 // syncMarks makes the configuration's marking policies those of its open

@@ -20,6 +20,9 @@ type TargetStatus struct {
 	// Admitted is how many requests the apiserver admitted without the
 	// webhook since its circuit opened (apiserver signal; memory only).
 	Admitted float64
+	// Marked is how many objects its marking policy marked since its
+	// circuit opened (the apiserver's own count; memory only).
+	Marked float64
 	// Disagree names the signal that fails while the other is healthy
 	// ("apiserver" or "probe"), and DisagreeFor for how many apiserver
 	// observations in a row; empty when they agree.
@@ -98,7 +101,7 @@ func (s *State) SetProblem(key, problem string, unprobeable bool) bool {
 // Unknown moves no counter), adds the requests admitted without the
 // webhook while its circuit is open, and tracks whether the two signals
 // disagree. It returns the new status.
-func (s *State) ObserveAPIServer(key string, r probe.Result, admitted float64, open bool) TargetStatus {
+func (s *State) ObserveAPIServer(key string, r probe.Result, admitted, marked float64, open bool) TargetStatus {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.targets[key]
@@ -108,6 +111,7 @@ func (s *State) ObserveAPIServer(key string, r probe.Result, admitted float64, o
 	}
 	if open {
 		st.Admitted += admitted
+		st.Marked += marked
 	}
 	if r.Outcome != probe.OutcomeUnknown {
 		side := disagreement(st.Counts, r.Outcome)
@@ -156,7 +160,7 @@ func (s *State) Reset(key string) {
 	st := s.targets[key]
 	st.Failures, st.Successes = 0, 0
 	st.APIServer.Failures, st.APIServer.Successes = 0, 0
-	st.Admitted = 0
+	st.Admitted, st.Marked = 0, 0
 	s.targets[key] = st
 }
 
@@ -173,7 +177,7 @@ func (s *State) Get(key string) (TargetStatus, bool) {
 // being probed and whose transition was not refused at that version,
 // stamped now, for the breaker identity.
 func (s *State) Inputs(targets []config.Target, now time.Time, identity, resourceVersion string) Inputs {
-	in := Inputs{Targets: targets, Counts: map[string]Counts{}, APIServer: map[string]Counts{}, Admitted: map[string]float64{}, MinOpen: map[string]time.Duration{},
+	in := Inputs{Targets: targets, Counts: map[string]Counts{}, APIServer: map[string]Counts{}, Admitted: map[string]float64{}, Marked: map[string]float64{}, MinOpen: map[string]time.Duration{},
 		Unprobeable: map[string]string{}, Now: now, Identity: identity}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -188,6 +192,7 @@ func (s *State) Inputs(targets []config.Target, now time.Time, identity, resourc
 			in.Counts[t.Webhook] = st.Counts
 			in.APIServer[t.Webhook] = st.APIServer
 			in.Admitted[t.Webhook] = st.Admitted
+			in.Marked[t.Webhook] = st.Marked
 			in.MinOpen[t.Webhook] = minOpen(t.APIServerSignal.MinOpen, st.APIServerOpenings)
 		}
 	}

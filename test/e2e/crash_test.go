@@ -128,7 +128,12 @@ func TestRace_adminEditsAgainstAFlappingBreaker(t *testing.T) {
 	s := newBreakerSetup(t, setupOptions{mode: "Bypass"})
 	g, err := env.StartGuard(harness.GuardOptions{Name: "guard", Kubeconfig: s.guardID.KubeconfigPath, Config: s.config(""), Args: []string{"--leader-elect=false"}})
 	require.NoError(t, err)
-	t.Cleanup(g.Stop)
+	t.Cleanup(func() {
+		g.Stop()
+		if t.Failed() {
+			t.Logf("guard logs:\n%s", g.Logs())
+		}
+	})
 
 	stop := make(chan struct{})
 	flapped := make(chan struct{})
@@ -139,7 +144,7 @@ func TestRace_adminEditsAgainstAFlappingBreaker(t *testing.T) {
 			select {
 			case <-stop:
 				return
-			case <-time.After(time.Second):
+			case <-time.After(3 * time.Second): // longer than an opening, which includes the marking policy's settle time
 			}
 			slow = !slow
 			if slow {
@@ -174,7 +179,7 @@ func TestRace_adminEditsAgainstAFlappingBreaker(t *testing.T) {
 	// Paced so that the edits span several open and close cycles.
 	for i := 0; i < 100; i++ {
 		edit("plain", i)
-		time.Sleep(40 * time.Millisecond)
+		time.Sleep(150 * time.Millisecond)
 	}
 	for i := 0; i < 100; i++ {
 		edit("override", i)

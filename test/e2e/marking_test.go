@@ -20,6 +20,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/webhook-guard/webhook-guard/internal/breaker"
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/marking"
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
 )
@@ -103,6 +105,12 @@ func TestMarking_bypassMarksWhatWasAdmittedWithoutTheMutation(t *testing.T) {
 	assert.Equal(t, s.original.NamespaceSelector, policy.Spec.MatchConstraints.NamespaceSelector)
 	assert.Equal(t, s.original.MatchConditions, policy.Spec.MatchConditions, "its own matchConditions, without the bypass marker")
 
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(streamed) >= 5
+	}, transition, 20*time.Millisecond, "the stream of creates never got through the open circuit")
+
 	// Bypassed creates carry the mark, and not the mutation.
 	var during *corev1.ConfigMap
 	require.Eventually(t, func() bool {
@@ -161,6 +169,10 @@ func TestMarking_bypassMarksWhatWasAdmittedWithoutTheMutation(t *testing.T) {
 		}
 	}
 	t.Logf("%d streamed creates across open and close: %d marked, %d escaped both the mutation and the mark", len(streamed), markedCount, escaped)
+	closing := eventNotes(t, circuit.KindMutating, s.name)[string(breaker.Closed)]
+	t.Logf("CircuitClosed: %s", closing)
+	assert.Contains(t, closing, "objects were marked "+marking.Label+"="+marking.ID(s.name, s.hook)+" (guard unmutated lists them)",
+		"the apiserver's count of the marking policy's applications")
 	assert.Zero(t, escaped)
 	assert.Positive(t, markedCount)
 }
