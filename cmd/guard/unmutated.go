@@ -229,6 +229,13 @@ func printUnmutated(w io.Writer, objs []unmarked) {
 	groups := map[string][]unmarked{}
 	for _, o := range objs {
 		key := o.ownerKind + " " + objectName(o.ownerNamespace, o.ownerName)
+		if o.ownerKind == o.kind && o.ownerName == o.name && !ownerRepairable(o.kind) {
+			// Objects nobody controls are repaired one by one, with one hint.
+			key = o.kind + " objects without a controller"
+			if o.namespace != "" {
+				key += " in " + o.namespace
+			}
+		}
 		groups[key] = append(groups[key], o)
 	}
 	keys := make([]string, 0, len(groups))
@@ -245,6 +252,12 @@ func printUnmutated(w io.Writer, objs []unmarked) {
 			fmt.Fprintf(w, "  %s %s  skipped %s\n", o.kind, objectName(o.namespace, o.name), o.note)
 		}
 	}
+}
+
+// ownerRepairable reports whether kind's repair is one command for the
+// whole group (a rollout restart).
+func ownerRepairable(kind string) bool {
+	return kind == "Deployment" || kind == "StatefulSet" || kind == "DaemonSet"
 }
 
 func repairHint(kind, namespace, name string) string {
