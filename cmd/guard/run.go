@@ -192,7 +192,10 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 	runner := &breaker.ProbeRunner{
 		Scraper: &apimetrics.Scraper{Client: clientset.Discovery().RESTClient()},
 		Reader:  mgr.GetClient(), Targets: cfg.Targets, State: state, Metrics: m, Recorder: recorder, Triggers: triggers, Identity: signer,
-		Prober: &probe.Prober{Resolver: &probe.CachingResolver{Next: probe.NewServiceResolver(mgr.GetAPIReader())}, Mapper: mgr.GetRESTMapper(), Username: identity, Stalls: stalls},
+		Prober: &probe.Prober{Resolver: &probe.CachingResolver{Next: probe.NewServiceResolver(mgr.GetAPIReader())}, Mapper: mgr.GetRESTMapper(), Username: identity, Stalls: stalls,
+			// Connections are kept between probes, as kube-apiserver keeps
+			// its connections to webhooks, and re-dialled every 30 s.
+			Pool: &probe.ConnectionPool{}},
 		DiagnoseTLS: func(ctx context.Context, annotations map[string]string) string {
 			return certs.DiagnoseInjectedCA(ctx, reader, annotations, time.Now())
 		},

@@ -12,6 +12,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"strings"
@@ -60,6 +61,9 @@ type Prober struct {
 	Stalls interface {
 		Stalled(from, to time.Time) time.Duration
 	}
+	// Pool, when set, keeps connections between probes (see
+	// ConnectionPool). Nil opens a fresh connection for every probe.
+	Pool *ConnectionPool
 }
 
 // stallShare is the share of a probe's timeout the guard may be stalled
@@ -71,6 +75,8 @@ type endpoint struct {
 	url        *url.URL
 	serverName string
 	roots      *x509.CertPool // nil = system roots
+	rootsKey   [32]byte
+	pool       *ConnectionPool
 }
 
 // Probe sends one probe to wh as described by spec and classifies the
@@ -121,6 +127,7 @@ func (p *Prober) Probe(ctx context.Context, wh admissionregistrationv1.MutatingW
 	if !ok {
 		return res
 	}
+	ep.pool = p.Pool
 
 	if kind == KindHTTPGet {
 		return p.httpGet(ctx, probeCtx, ep, spec.Path)
@@ -185,6 +192,7 @@ func (p *Prober) endpoint(ctx, probeCtx context.Context, cc admissionregistratio
 		return ep, unknown(errors.New("clientConfig sets neither url nor service")), false
 	}
 
+	ep.rootsKey = rootsKeyOf(cc.CABundle)
 	if len(cc.CABundle) > 0 {
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(cc.CABundle) {
@@ -280,18 +288,27 @@ func (p *Prober) httpGet(ctx, probeCtx context.Context, ep endpoint, path string
 	return Result{Outcome: OutcomeHealthy, HTTPStatus: status}
 }
 
-// do sends req over a fresh connection. For AdmissionReview calls
-// (wantBody) only 200 is acceptable and the body is returned; otherwise any
-// 2xx is. status is 0 when no response arrived.
+// do sends req, over a fresh connection or, with a pool, a kept-alive
+// one. For AdmissionReview calls (wantBody) only 200 is acceptable and the
+// body is returned; otherwise any 2xx is. status is 0 when no response
+// arrived.
 func (ep endpoint) do(req *http.Request, wantBody bool) (status int, body []byte, err error) {
-	c, tr := ep.client()
-	defer tr.CloseIdleConnections()
-
-	resp, err := c.Do(req)
+	var resp *http.Response
+	if ep.pool == nil {
+		c, tr := ep.client()
+		defer tr.CloseIdleConnections()
+		resp, err = c.Do(req)
+	} else {
+		resp, err = ep.doPooled(req)
+	}
 	if err != nil {
 		return 0, nil, err
 	}
-	defer resp.Body.Close()
+	defer func() {
+		// Drain a little so that the connection can be kept.
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		_ = resp.Body.Close()
+	}()
 	status = resp.StatusCode
 
 	if !wantBody {
@@ -316,6 +333,31 @@ func (ep endpoint) do(req *http.Request, wantBody bool) (status int, body []byte
 		return status, nil, badResponsef("body exceeds %d bytes", maxResponseBytes)
 	}
 	return status, body, nil
+}
+
+// doPooled sends req on the pool's connection for ep. If that connection
+// was a kept-alive one and failed before any answer (the server closed or
+// reset it, as a restarted or dead server does), it sends req once more on
+// a fresh connection within the same deadline: only that answer counts.
+func (ep endpoint) doPooled(req *http.Request) (*http.Response, error) {
+	tr := ep.pool.transport(ep, ep.rootsKey)
+	c := &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	reused := false
+	trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) { reused = info.Reused }}
+	resp, err := c.Do(req.WithContext(httptrace.WithClientTrace(req.Context(), trace)))
+	if err == nil || !reused || req.Context().Err() != nil {
+		return resp, err
+	}
+	tr.CloseIdleConnections()
+	retry := req.Clone(req.Context())
+	if req.GetBody != nil {
+		body, gerr := req.GetBody()
+		if gerr != nil {
+			return nil, err
+		}
+		retry.Body = body
+	}
+	return c.Do(retry)
 }
 
 // callFailed classifies a call error; if the caller's own context ended,
