@@ -15,6 +15,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -360,6 +361,10 @@ func (r *TargetReconciler) SetupWithManager(mgr ctrl.Manager, trigger <-chan eve
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named(name).
+		// Configurations are independent (one is never reconciled twice
+		// at once), and an opening may wait for its marking policy: many
+		// configurations failing together must not queue behind one worker.
+		WithOptions(controller.Options{MaxConcurrentReconciles: MaxConcurrentReconciles}).
 		For(r.Kind.New(), builder.WithPredicates(isTarget)).
 		WatchesRawSource(source.Channel(trigger, &handler.EnqueueRequestForObject{}))
 	if r.Marker != nil {
@@ -379,6 +384,10 @@ func (r *TargetReconciler) SetupWithManager(mgr ctrl.Manager, trigger <-chan eve
 	}
 	return b.Complete(r)
 }
+
+// MaxConcurrentReconciles is how many configurations of one kind the
+// breaker writes at once.
+const MaxConcurrentReconciles = 16
 
 // now reads c, or the real clock when c is nil.
 func now(c clock.PassiveClock) time.Time {

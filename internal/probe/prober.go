@@ -36,7 +36,8 @@ const defaultServicePort int32 = 443
 
 // Prober sends probes to webhooks. The zero value is usable for url
 // references; service references need a Resolver. A Prober is safe for
-// concurrent use and keeps no connections between probes.
+// concurrent use; with a Pool it keeps connections between probes,
+// without one it opens a fresh connection for every probe.
 type Prober struct {
 	// Resolver resolves service references to host:port. Required for
 	// webhooks using clientConfig.service; nil makes such probes Unknown.
