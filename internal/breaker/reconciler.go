@@ -113,8 +113,13 @@ func (r *TargetReconciler) reconcileOnce(ctx context.Context, reader client.Read
 		return r.syncMarks(ctx, name, view)
 	}
 	// A new marking policy needs time to take effect, and the object may
-	// change meanwhile: after waiting, decide again from a fresh read.
-	for settled := true; settled; {
+	// change meanwhile: after waiting, decide again from a fresh read. (A
+	// policy that keeps being changed under it ends the loop with an
+	// error after three waits; the reconcile is retried.)
+	for settled, waits := true, 0; settled; waits++ {
+		if waits == 3 {
+			return fmt.Errorf("the marking policy of %s kept changing while webhook-guard waited for it to take effect", name)
+		}
 		if settled, err = r.markBeforeOpening(ctx, cur, name, next, changes); err != nil || !settled {
 			break
 		}
