@@ -69,9 +69,13 @@ fuzz: ## Run every fuzz target for FUZZTIME each (default 2m); seed corpora are 
 	@for t in $(FUZZ); do pkg=$${t%%:*}; name=$${t##*:}; echo "fuzz: $$name in $$pkg for $(FUZZTIME)"; \
 		go test $(GOFLAGS_BUILD) -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; done
 
+BENCH_SAMPLES ?= 50
+
 .PHONY: bench
-bench: ## Run the benchmarks.
+bench: tools ## Run the Go benchmarks, then the request-latency table (BENCH_SAMPLES creates per case, default 50) against a real control plane, also written to bin/bench-latency.json.
 	go test $(GOFLAGS_BUILD) -run '^$$' -bench . -benchmem ./internal/...
+	@mkdir -p $(BIN)
+	KUBEBUILDER_ASSETS="$$(hack/tools/install.sh)" go run $(GOFLAGS_BUILD) ./hack/demo -samples $(BENCH_SAMPLES) -json $(BIN)/bench-latency.json
 
 .PHONY: lint
 lint: ## gofmt and go vet.

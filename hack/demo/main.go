@@ -7,6 +7,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -35,11 +37,20 @@ const (
 	webhook   = "slow-mutator.example.com"
 	path      = "/mutate"
 	delay     = 2 * time.Second
-	samples   = 5
 	guardNS   = "webhook-guard-system"
 )
 
+// samples is the number of creates per case (-samples); jsonOut, when set,
+// receives the table as JSON (-json), for make bench.
+var (
+	samples = 5
+	jsonOut string
+)
+
 func main() {
+	flag.IntVar(&samples, "samples", samples, "ConfigMap creates per case.")
+	flag.StringVar(&jsonOut, "json", "", "Write the latency table as JSON to this file.")
+	flag.Parse()
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	if err := run(ctx); err != nil {
@@ -79,6 +90,9 @@ func run(ctx context.Context) error {
 		return err
 	}
 	say("sample webhook %s serves %s behind Service %s/%s (ClusterIP %s, port %d), timeoutSeconds 1", webhook, path, namespace, service, ip, d.wh.Port())
+	if err := d.measure(ctx, "no webhook"); err != nil {
+		return err
+	}
 
 	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: service},
@@ -122,6 +136,17 @@ func run(ctx context.Context) error {
 	if err := d.measure(ctx, "slow, Fail (no guard)"); err != nil {
 		return err
 	}
+	// The static alternative: failurePolicy Ignore set by hand.
+	if err := d.setFailurePolicy(ctx, admissionregistrationv1.Ignore); err != nil {
+		return err
+	}
+	d.settle(ctx, func(err error, _ bool) bool { return err == nil })
+	if err := d.measure(ctx, "slow, static Ignore (no guard)"); err != nil {
+		return err
+	}
+	if err := d.setFailurePolicy(ctx, admissionregistrationv1.Fail); err != nil {
+		return err
+	}
 
 	// With the guard, in each mode.
 	for _, mode := range []string{"Ignore", "Bypass"} {
@@ -157,7 +182,67 @@ func run(ctx context.Context) error {
 		g.Stop()
 	}
 	d.print()
+	if err := d.writeJSON(); err != nil {
+		return err
+	}
 	return d.listUnmutated(ctx)
+}
+
+// setFailurePolicy sets the webhook's failurePolicy by hand, as an
+// administrator would without the guard.
+func (d *demo) setFailurePolicy(ctx context.Context, p admissionregistrationv1.FailurePolicyType) error {
+	m := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	if err := d.env.Client.Get(ctx, client.ObjectKey{Name: service}, m); err != nil {
+		return err
+	}
+	m.Webhooks[0].FailurePolicy = ptr.To(p)
+	return d.env.Client.Update(ctx, m)
+}
+
+// caseResult is one row of the latency table, for -json.
+type caseResult struct {
+	Case          string  `json:"case"`
+	P50Ms         float64 `json:"p50Ms"`
+	P95Ms         float64 `json:"p95Ms"`
+	MaxMs         float64 `json:"maxMs"`
+	RatioToHealth float64 `json:"p50RatioToHealthy"`
+	Created       int     `json:"created"`
+	Rejected      int     `json:"rejected"`
+	WebhookCalls  int     `json:"webhookCalls"`
+}
+
+func (d *demo) results() []caseResult {
+	var healthy float64
+	var out []caseResult
+	for _, r := range d.rows {
+		sorted := append([]time.Duration(nil), r.took...)
+		sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
+		ms := func(q float64) float64 {
+			return float64(sorted[min(len(sorted)-1, int(q*float64(len(sorted))))].Microseconds()) / 1000
+		}
+		c := caseResult{Case: r.label, P50Ms: ms(0.5), P95Ms: ms(0.95), MaxMs: ms(1), Created: len(r.took) - r.rejected, Rejected: r.rejected, WebhookCalls: r.called}
+		if r.label == "healthy, Fail" {
+			healthy = c.P50Ms
+		}
+		out = append(out, c)
+	}
+	for i := range out {
+		if healthy > 0 {
+			out[i].RatioToHealth = out[i].P50Ms / healthy
+		}
+	}
+	return out
+}
+
+func (d *demo) writeJSON() error {
+	if jsonOut == "" {
+		return nil
+	}
+	data, err := json.MarshalIndent(d.results(), "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(jsonOut, append(data, '\n'), 0o644)
 }
 
 // listUnmutated runs "guard unmutated" as the administrator: the
@@ -302,15 +387,13 @@ type row struct {
 func (d *demo) print() {
 	fmt.Printf("\nConfigMap create through the Go client, %d samples per case; the webhook sleeps %s against timeoutSeconds 1 when slow.\n\n", samples, delay)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "case\tmedian\toutcome\twebhook calls by the apiserver")
-	for _, r := range d.rows {
-		sorted := append([]time.Duration(nil), r.took...)
-		sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
-		outcome := fmt.Sprintf("%d/%d created", len(r.took)-r.rejected, len(r.took))
-		if r.rejected == len(r.took) {
-			outcome = fmt.Sprintf("%d/%d rejected", r.rejected, len(r.took))
+	fmt.Fprintln(tw, "case\tp50\tp95\tmax\tp50/healthy\toutcome\twebhook calls by the apiserver")
+	for _, c := range d.results() {
+		outcome := fmt.Sprintf("%d/%d created", c.Created, c.Created+c.Rejected)
+		if c.Created == 0 {
+			outcome = fmt.Sprintf("%d/%d rejected", c.Rejected, c.Rejected)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", r.label, sorted[len(sorted)/2].Round(time.Millisecond), outcome, r.called)
+		fmt.Fprintf(tw, "%s\t%.1fms\t%.1fms\t%.1fms\t%.2f\t%s\t%d\n", c.Case, c.P50Ms, c.P95Ms, c.MaxMs, c.RatioToHealth, outcome, c.WebhookCalls)
 	}
 	tw.Flush()
 	fmt.Println("\nTransitions observed (every write to the configuration, from a watch):")
