@@ -85,7 +85,7 @@ func unmutatedCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 		return err
 	}
 	if len(objs) == 0 {
-		fmt.Fprintln(stdout, "No object carries the mark "+marking.Label+": nothing was admitted without a mutation, or it was repaired and cleared.")
+		fmt.Fprintln(stdout, "No object carries the mark "+circuit.UnmutatedLabel+": nothing was admitted without a mutation, or it was repaired and cleared.")
 		return nil
 	}
 	printUnmutated(stdout, objs)
@@ -93,7 +93,7 @@ func unmutatedCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 		fmt.Fprintf(stdout, "\nAfter repairing them, remove the marks with: guard unmutated --clear\n")
 		return nil
 	}
-	patch := []byte(fmt.Sprintf(`{"metadata":{"labels":{%q:null},"annotations":{%q:null}}}`, marking.Label, marking.Annotation))
+	patch := []byte(fmt.Sprintf(`{"metadata":{"labels":{%q:null},"annotations":{%q:null}}}`, circuit.UnmutatedLabel, circuit.UnmutatedAnnotation))
 	for _, o := range objs {
 		res := mc.Resource(o.gvr)
 		var err error
@@ -133,7 +133,7 @@ func listUnmutated(ctx context.Context, c client.Reader, mc metadata.Interface, 
 	if len(ids) == 0 {
 		return nil, errors.New("unmutated: the configuration has no mutating target")
 	}
-	req, err := labels.NewRequirement(marking.Label, selection.In, ids)
+	req, err := labels.NewRequirement(circuit.UnmutatedLabel, selection.In, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -158,7 +158,7 @@ func listUnmutated(ctx context.Context, c client.Reader, mc metadata.Interface, 
 				return nil, fmt.Errorf("listing %s: %w", gvr, err)
 			}
 			for _, it := range items.Items {
-				u := unmarked{gvr: gvr, kind: r.Kind, namespace: it.Namespace, name: it.Name, note: it.Annotations[marking.Annotation]}
+				u := unmarked{gvr: gvr, kind: r.Kind, namespace: it.Namespace, name: it.Name, note: it.Annotations[circuit.UnmutatedAnnotation]}
 				u.ownerKind, u.ownerNamespace, u.ownerName = topOwner(ctx, mc, dc, r.Kind, it.Namespace, it.Name, it.OwnerReferences)
 				out = append(out, u)
 			}

@@ -283,7 +283,7 @@ func admittedNote(t config.Target, entry circuit.Entry, in Inputs) string {
 	note := fmt.Sprintf("; the apiserver admitted %.0f requests without the %s while open (%s), as counted from its /metrics",
 		n, without, in.Now.Sub(entry.OpenedAt.Time).Round(time.Second))
 	if m := in.Marked[t.Webhook]; m > 0 {
-		note += fmt.Sprintf("; %.0f objects were marked %s=%s (guard unmutated lists them)", m, marking.Label, marking.ID(t.Configuration, t.Webhook))
+		note += fmt.Sprintf("; %.0f objects were marked %s=%s (guard unmutated lists them)", m, circuit.UnmutatedLabel, marking.ID(t.Configuration, t.Webhook))
 	}
 	return note
 }

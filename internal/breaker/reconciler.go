@@ -378,8 +378,8 @@ func (r *TargetReconciler) SetupWithManager(mgr ctrl.Manager, trigger <-chan eve
 		// removes it.
 		toConfiguration := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []ctrl.Request {
 			a := o.GetAnnotations()
-			configuration, _, ok := strings.Cut(a[marking.TargetAnnotation], "/")
-			if !ok || a[marking.ByAnnotation] != r.Marker.Breaker {
+			configuration, _, ok := strings.Cut(a[circuit.MarksAnnotation], "/")
+			if !ok || a[circuit.MarkedByAnnotation] != r.Marker.Breaker {
 				return nil
 			}
 			return []ctrl.Request{{NamespacedName: types.NamespacedName{Name: configuration}}}

@@ -19,6 +19,30 @@ const (
 	FieldManager = "webhook-guard"
 )
 
+// The names webhook-guard puts on objects admitted while a mutating
+// webhook's circuit is open, and on the MutatingAdmissionPolicies that put
+// them there (internal/marking). Also a contract with users: kubectl
+// selectors and scripts use them.
+const (
+	// UnmutatedLabel marks an object admitted while a circuit was open;
+	// its value is the circuit's ID, so "kubectl get -l
+	// webhook-guard.io/unmutated" finds every marked object and
+	// "-l webhook-guard.io/unmutated=<id>" those of one webhook.
+	UnmutatedLabel = "webhook-guard.io/unmutated"
+	// UnmutatedAnnotation says which webhook was skipped, and since when:
+	// "<configuration>/<webhook> since <openedAt>".
+	UnmutatedAnnotation = "webhook-guard.io/unmutated-by"
+	// MarkingPolicyPrefix begins the name of every marking policy and
+	// binding.
+	MarkingPolicyPrefix = "webhook-guard-unmutated-"
+	// MarksAnnotation on a marking policy names its circuit:
+	// "<configuration>/<webhook>".
+	MarksAnnotation = "webhook-guard.io/marks"
+	// MarkedByAnnotation on a marking policy names the breaker that keeps
+	// it; a policy without it, or by another breaker, is never touched.
+	MarkedByAnnotation = "webhook-guard.io/by"
+)
+
 // The default installation's identity.
 const (
 	// DefaultNamespace is the namespace of the default installation.

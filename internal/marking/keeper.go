@@ -23,8 +23,8 @@ type Open struct {
 }
 
 // Keeper keeps the marking policies of one breaker in line with the open
-// circuits. It only ever changes or deletes policies whose ByAnnotation is
-// its Breaker.
+// circuits. It only ever changes or deletes policies whose "by"
+// annotation (circuit.MarkedByAnnotation) is its Breaker.
 type Keeper struct {
 	// Client reads (the manager's cache) and writes the policies.
 	Client client.Client
@@ -93,9 +93,9 @@ func (k *Keeper) apply(ctx context.Context, want client.Object) (bool, error) {
 	case err != nil:
 		return false, fmt.Errorf("reading %s %s: %w", kind, want.GetName(), err)
 	}
-	if live.GetAnnotations()[ByAnnotation] != k.Breaker {
+	if live.GetAnnotations()[circuit.MarkedByAnnotation] != k.Breaker {
 		return false, fmt.Errorf("%s %s exists and is not kept by this breaker (%s=%q); webhook-guard leaves it alone",
-			kind, want.GetName(), ByAnnotation, live.GetAnnotations()[ByAnnotation])
+			kind, want.GetName(), circuit.MarkedByAnnotation, live.GetAnnotations()[circuit.MarkedByAnnotation])
 	}
 	if sameSpec(live, want) && equality.Semantic.DeepEqual(live.GetAnnotations(), want.GetAnnotations()) {
 		return false, nil
@@ -153,7 +153,7 @@ func (k *Keeper) Sync(ctx context.Context, configuration string, open map[string
 	}
 	stale = slices.DeleteFunc(stale, func(obj client.Object) bool {
 		a := obj.GetAnnotations()
-		return a[ByAnnotation] != k.Breaker || keep[obj.GetName()] || !isOf(a[TargetAnnotation], configuration)
+		return a[circuit.MarkedByAnnotation] != k.Breaker || keep[obj.GetName()] || !isOf(a[circuit.MarksAnnotation], configuration)
 	})
 	if len(stale) == 0 {
 		return 0, nil

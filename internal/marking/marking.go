@@ -13,26 +13,6 @@ import (
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 )
 
-// The marks on objects, and the names of the marking policies.
-const (
-	// Label marks an object admitted while a circuit was open; its value
-	// is the circuit's ID, so "kubectl get -l webhook-guard.io/unmutated"
-	// finds every marked object and "-l webhook-guard.io/unmutated=<id>"
-	// those of one webhook.
-	Label = "webhook-guard.io/unmutated"
-	// Annotation says which webhook was skipped, and since when:
-	// "<configuration>/<webhook> since <openedAt>".
-	Annotation = "webhook-guard.io/unmutated-by"
-	// NamePrefix begins the name of every marking policy and binding.
-	NamePrefix = "webhook-guard-unmutated-"
-	// TargetAnnotation on a marking policy names its circuit:
-	// "<configuration>/<webhook>".
-	TargetAnnotation = "webhook-guard.io/marks"
-	// ByAnnotation on a marking policy names the breaker that keeps it;
-	// a policy without it, or by another breaker, is never touched.
-	ByAnnotation = "webhook-guard.io/by"
-)
-
 // ID is the short stable ID of a mutating webhook's circuit: 10 hex
 // characters of the SHA-256 of "<configuration>/<webhook>", within label
 // value limits whatever the names.
@@ -42,7 +22,9 @@ func ID(configuration, webhook string) string {
 }
 
 // Name is the name of the circuit's marking policy and binding.
-func Name(configuration, webhook string) string { return NamePrefix + ID(configuration, webhook) }
+func Name(configuration, webhook string) string {
+	return circuit.MarkingPolicyPrefix + ID(configuration, webhook)
+}
 
 // Labels are put on every marking policy and binding.
 func Labels() map[string]string {
@@ -59,8 +41,8 @@ func Note(configuration, webhook string, openedAt time.Time) string {
 // policy mirrors wh's match criteria exactly: its rules (for CREATE and
 // UPDATE, the operations a mutation applies to), selectors, matchPolicy
 // and its own matchConditions without the bypass marker. It only adds
-// the Label and the Annotation; failurePolicy Ignore and reinvocation
-// Never. nil when the webhook matches no CREATE or UPDATE.
+// the unmutated label and annotation; failurePolicy Ignore and
+// reinvocation Never. nil when the webhook matches no CREATE or UPDATE.
 func Render(configuration string, wh admissionregistrationv1.MutatingWebhook, openedAt time.Time, breaker string) (*admissionregistrationv1.MutatingAdmissionPolicy, *admissionregistrationv1.MutatingAdmissionPolicyBinding) {
 	var rules []admissionregistrationv1.NamedRuleWithOperations
 	for _, r := range wh.Rules {
@@ -95,12 +77,12 @@ func Render(configuration string, wh admissionregistrationv1.MutatingWebhook, op
 	meta := metav1.ObjectMeta{
 		Name:        name,
 		Labels:      Labels(),
-		Annotations: map[string]string{TargetAnnotation: configuration + "/" + wh.Name, ByAnnotation: breaker},
+		Annotations: map[string]string{circuit.MarksAnnotation: configuration + "/" + wh.Name, circuit.MarkedByAnnotation: breaker},
 	}
 	failurePolicy := admissionregistrationv1.Ignore
 	expression := fmt.Sprintf("Object{metadata: Object.metadata{labels: {%s: %s}, annotations: {%s: %s}}}",
-		circuit.QuoteCEL(Label), circuit.QuoteCEL(ID(configuration, wh.Name)),
-		circuit.QuoteCEL(Annotation), circuit.QuoteCEL(Note(configuration, wh.Name, openedAt)))
+		circuit.QuoteCEL(circuit.UnmutatedLabel), circuit.QuoteCEL(ID(configuration, wh.Name)),
+		circuit.QuoteCEL(circuit.UnmutatedAnnotation), circuit.QuoteCEL(Note(configuration, wh.Name, openedAt)))
 	policy := &admissionregistrationv1.MutatingAdmissionPolicy{
 		TypeMeta:   metav1.TypeMeta{APIVersion: admissionregistrationv1.SchemeGroupVersion.String(), Kind: "MutatingAdmissionPolicy"},
 		ObjectMeta: meta,

@@ -44,7 +44,7 @@ func TestRender_mirrorsTheWebhooksMatchCriteria(t *testing.T) {
 	p, b := Render("sidecar-injector", wh, opened, "system:serviceaccount:webhook-guard-system:webhook-guard")
 	require.NotNil(t, p)
 	assert.Equal(t, Name("sidecar-injector", wh.Name), p.Name)
-	assert.Equal(t, "sidecar-injector/inject.example.com", p.Annotations[TargetAnnotation])
+	assert.Equal(t, "sidecar-injector/inject.example.com", p.Annotations[circuit.MarksAnnotation])
 	assert.Equal(t, admissionregistrationv1.Ignore, *p.Spec.FailurePolicy)
 	assert.Equal(t, admissionregistrationv1.NeverReinvocationPolicy, p.Spec.ReinvocationPolicy)
 	require.Len(t, p.Spec.MatchConstraints.ResourceRules, 1, "DELETE only: a mutation never applies to it")

@@ -29,7 +29,6 @@ import (
 
 	"github.com/webhook-guard/webhook-guard/internal/breaker"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
-	"github.com/webhook-guard/webhook-guard/internal/marking"
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
 )
 
@@ -613,6 +612,6 @@ func TestBreaker_missingTargetIsReportedAndPickedUp(t *testing.T) {
 
 // marked returns the value of the marking label on obj, if any.
 func marked(obj client.Object) (string, bool) {
-	v, ok := obj.GetLabels()[marking.Label]
+	v, ok := obj.GetLabels()[circuit.UnmutatedLabel]
 	return v, ok
 }

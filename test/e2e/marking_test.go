@@ -124,7 +124,7 @@ func TestMarking_bypassMarksWhatWasAdmittedWithoutTheMutation(t *testing.T) {
 	}, transition, 50*time.Millisecond, "a bypassed create never carried the mark")
 	id, _ := marked(during)
 	assert.Equal(t, marking.ID(s.name, s.hook), id)
-	assert.Equal(t, marking.Note(s.name, s.hook, entry.OpenedAt.Time), during.Annotations[marking.Annotation])
+	assert.Equal(t, marking.Note(s.name, s.hook, entry.OpenedAt.Time), during.Annotations[circuit.UnmutatedAnnotation])
 	skipped := s.createCM("skipped", map[string]string{"skip-slow": "true"})
 	_, ok := marked(skipped)
 	assert.False(t, ok, "outside the webhook's matchConditions: not marked")
@@ -171,7 +171,7 @@ func TestMarking_bypassMarksWhatWasAdmittedWithoutTheMutation(t *testing.T) {
 	t.Logf("%d streamed creates across open and close: %d marked, %d escaped both the mutation and the mark", len(streamed), markedCount, escaped)
 	closing := eventNotes(t, circuit.KindMutating, s.name)[string(breaker.Closed)]
 	t.Logf("CircuitClosed: %s", closing)
-	assert.Contains(t, closing, "objects were marked "+marking.Label+"="+marking.ID(s.name, s.hook)+" (guard unmutated lists them)",
+	assert.Contains(t, closing, "objects were marked "+circuit.UnmutatedLabel+"="+marking.ID(s.name, s.hook)+" (guard unmutated lists them)",
 		"the apiserver's count of the marking policy's applications")
 	assert.Zero(t, escaped)
 	assert.Positive(t, markedCount)
@@ -332,5 +332,5 @@ func TestMarking_guardUnmutatedListsGroupsAndClears(t *testing.T) {
 	require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(pod), pod))
 	_, ok := marked(pod)
 	assert.False(t, ok)
-	assert.NotContains(t, pod.Annotations, marking.Annotation)
+	assert.NotContains(t, pod.Annotations, circuit.UnmutatedAnnotation)
 }

@@ -231,7 +231,7 @@ func Healthy(name string) *admissionregistrationv1.MutatingWebhookConfiguration 
 		},
 		ObjectMeta: metav1.ObjectMeta{
 			Name:   name,
-			Labels: map[string]string{"webhook-guard.io/test": "admission"},
+			Labels: map[string]string{"example.com/test": "admission"},
 		},
 		Webhooks: []admissionregistrationv1.MutatingWebhook{
 			webhook(ManagedWebhook, "/slow"),
@@ -315,7 +315,7 @@ func webhook(name, path string) admissionregistrationv1.MutatingWebhook {
 		}},
 		// Only objects labelled for the test are sent, so a configuration
 		// left behind by a failed e2e run disturbs nothing.
-		ObjectSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"webhook-guard.io/test": "never"}},
+		ObjectSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"example.com/test": "never"}},
 	}
 }
 
