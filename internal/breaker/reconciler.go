@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -60,17 +61,24 @@ type TargetReconciler struct {
 	// that opens the circuit, and removed only after the write that closes
 	// it.
 	Marker *marking.Keeper
+
+	mu      sync.Mutex
+	decided map[string]time.Time
 }
 
 // Reconcile brings one configuration to what Plan wants. A conflict is
-// decided again from a fresh read (retry.RetryOnConflict's backoff).
+// decided again from a fresh read (retry.RetryOnConflict's backoff). An
+// opening that waits for its marking policies to take effect is
+// requeued, so the worker is free meanwhile.
 func (r *TargetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	// A configuration with no target is reconciled too: if it carries a
 	// record (a target removed while its circuit was open), Plan closes it.
 	targets := targetsOf(r.Targets, r.Kind, req.Name)
 	var reader client.Reader = r.Client
+	var wait time.Duration
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		err := r.reconcileOnce(ctx, reader, req.Name, targets)
+		var err error
+		wait, err = r.reconcileOnce(ctx, reader, req.Name, targets)
 		if apierrors.IsConflict(err) {
 			r.Metrics.WriteConflicts.Inc()
 			logf.FromContext(ctx).V(1).Info("Write conflict; reading again and deciding again")
@@ -82,64 +90,57 @@ func (r *TargetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		r.Metrics.Reconciles.WithLabelValues("failed").Inc()
 		return ctrl.Result{}, fmt.Errorf("updating %s %s: %w", r.Kind.ObjectKind(), req.Name, err)
 	}
-	return ctrl.Result{}, nil
+	return ctrl.Result{RequeueAfter: wait}, nil
 }
 
-func (r *TargetReconciler) reconcileOnce(ctx context.Context, reader client.Reader, name string, targets []config.Target) error {
+// reconcileOnce reads, decides and writes once. It returns how long to
+// wait before deciding again when an opening waits for its marking
+// policies.
+func (r *TargetReconciler) reconcileOnce(ctx context.Context, reader client.Reader, name string, targets []config.Target) (time.Duration, error) {
 	cur, view, err := r.read(ctx, reader, name)
 	if err != nil || cur == nil {
 		if cur == nil && err == nil {
 			r.syncGauges(targets, nil)
-			return r.syncMarks(ctx, name, nil)
+			return 0, r.syncMarks(ctx, name, nil)
 		}
-		return err
+		return 0, err
 	}
-	// One decision time for this reconcile: a re-plan after waiting for a
-	// marking policy stamps the same openedAt, which the policy already
-	// carries.
-	decidedAt := now(r.Clock)
+	// One decision time while an opening waits for its marking policies:
+	// each reconcile meanwhile stamps the same openedAt, which the
+	// policies already carry.
+	decidedAt := r.decisionTime(name)
 	in := r.State.Inputs(targets, decidedAt, r.Identity, view.ResourceVersion)
 	next, changes, err := Plan(view, in)
 	if err != nil {
+		r.forgetDecision(name)
 		r.Metrics.Reconciles.WithLabelValues("unreadable").Inc()
 		r.Recorder.Eventf(cur, nil, corev1.EventTypeWarning, "RecordUnreadable", "Reconcile",
 			"webhook-guard changes nothing on this configuration until the record is repaired: %v", err)
 		r.syncGauges(targets, view)
-		return nil // retried when the object changes
+		return 0, nil // retried when the object changes
 	}
 	if len(changes) == 0 {
+		r.forgetDecision(name)
 		r.Metrics.Reconciles.WithLabelValues("unchanged").Inc()
 		r.syncGauges(targets, view)
-		return r.syncMarks(ctx, name, view)
+		return 0, r.syncMarks(ctx, name, view)
 	}
-	// A new marking policy needs time to take effect, and the object may
-	// change meanwhile: after waiting, decide again from a fresh read. (A
-	// policy that keeps being changed under it ends the loop with an
-	// error after three waits; the reconcile is retried.)
-	for settled, waits := true, 0; settled; waits++ {
-		if waits == 3 {
-			return fmt.Errorf("the marking policy of %s kept changing while webhook-guard waited for it to take effect", name)
-		}
-		if settled, err = r.markBeforeOpening(ctx, cur, name, next, changes); err != nil || !settled {
-			break
-		}
-		if cur, view, err = r.read(ctx, r.APIReader, name); err != nil || cur == nil {
-			return err
-		}
-		in = r.State.Inputs(targets, decidedAt, r.Identity, view.ResourceVersion)
-		if next, changes, err = Plan(view, in); err != nil || len(changes) == 0 {
-			return err
-		}
-	}
+	wait, err := r.markBeforeOpening(ctx, cur, name, next, changes)
 	if err != nil {
-		return err
+		return 0, err
+	}
+	if wait > 0 {
+		r.holdDecision(name, decidedAt)
+		logf.FromContext(ctx).V(1).Info("Waiting for marking policies to take effect before opening", "wait", wait)
+		return wait, nil
 	}
 	err = r.write(ctx, cur, view, next, changes, targets)
 	if err == nil {
-		return r.syncMarks(ctx, name, next)
+		r.forgetDecision(name)
+		return 0, r.syncMarks(ctx, name, next)
 	}
 	if !apierrors.IsInvalid(err) {
-		return err
+		return 0, err
 	}
 	// The apiserver refused the change as invalid (for example the bypass
 	// marker would exceed a webhook's matchConditions limit). Retrying it
@@ -152,7 +153,7 @@ func (r *TargetReconciler) reconcileOnce(ctx context.Context, reader client.Read
 		}
 		cur, view, err := r.read(ctx, r.APIReader, name)
 		if err != nil || cur == nil {
-			return err
+			return 0, err
 		}
 		one := in
 		one.Only = c.Webhook
@@ -172,38 +173,72 @@ func (r *TargetReconciler) reconcileOnce(ctx context.Context, reader client.Read
 			r.Recorder.Eventf(cur, nil, corev1.EventTypeWarning, "WriteRefused", "Update",
 				"the apiserver refused %s for %s as invalid; webhook-guard leaves this webhook as it is until the configuration changes: %v", c.Kind, c.Webhook, err)
 		case err != nil:
-			return err
+			return 0, err
 		}
 	}
-	return nil
+	return 0, nil
 }
 
 // markBeforeOpening puts the marking policy of every circuit changes open
 // in place before the write: no object may be admitted unmarked. It
-// reports whether it created or changed one, and so waited for it to
-// take effect.
-func (r *TargetReconciler) markBeforeOpening(ctx context.Context, cur client.Object, name string, next *admissionregistrationv1.MutatingWebhookConfiguration, changes []Change) (bool, error) {
+// returns how long until the last of them takes effect; 0 when they all
+// have.
+func (r *TargetReconciler) markBeforeOpening(ctx context.Context, cur client.Object, name string, next *admissionregistrationv1.MutatingWebhookConfiguration, changes []Change) (time.Duration, error) {
 	if r.Marker == nil {
-		return false, nil
+		return 0, nil
 	}
-	settled := false
+	var ready time.Time
 	open := openCircuits(next, r.Identity)
 	for _, c := range changes {
 		o, ok := open[c.Webhook]
 		if c.Kind != Opened || !ok {
 			continue
 		}
-		changed, err := r.Marker.Ensure(ctx, name, o)
+		at, err := r.Marker.Ensure(ctx, name, o)
 		if err != nil {
 			r.Metrics.WriteErrors.Inc()
 			r.Recorder.Eventf(cur, nil, corev1.EventTypeWarning, "MarkingFailed", "Update",
 				"webhook-guard did not open the circuit on %s: its marking policy, which marks what is admitted without the webhook, could not be put in place: %v", c.Webhook, err)
-			return false, fmt.Errorf("marking before opening %s: %w", c.Webhook, err)
+			return 0, fmt.Errorf("marking before opening %s: %w", c.Webhook, err)
 		}
-		settled = settled || changed
+		if at.After(ready) {
+			ready = at
+		}
 	}
-	return settled, nil
+	return max(time.Until(ready), 0), nil
 }
+
+// holdDecision keeps decidedAt as name's decision time while its opening
+// waits for marking policies, for at most maxHeldDecision.
+func (r *TargetReconciler) holdDecision(name string, decidedAt time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.decided == nil {
+		r.decided = map[string]time.Time{}
+	}
+	r.decided[name] = decidedAt
+}
+
+func (r *TargetReconciler) forgetDecision(name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.decided, name)
+}
+
+// decisionTime is name's held decision time, or now.
+func (r *TargetReconciler) decisionTime(name string) time.Time {
+	now := now(r.Clock)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if at, ok := r.decided[name]; ok && now.Sub(at) < maxHeldDecision {
+		return at
+	}
+	return now
+}
+
+// maxHeldDecision bounds how long an opening keeps its decision time
+// while it waits for its marking policies; after that it decides anew.
+const maxHeldDecision = time.Minute
 
 // syncMarks makes the configuration's marking policies those of its open
 // circuits in view (nil: the configuration is gone).

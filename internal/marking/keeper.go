@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -24,18 +25,22 @@ type Open struct {
 
 // Keeper keeps the marking policies of one breaker in line with the open
 // circuits. It only ever changes or deletes policies whose "by"
-// annotation (circuit.MarkedByAnnotation) is its Breaker.
+// annotation (circuit.MarkedByAnnotation) is its Breaker. It is safe for
+// concurrent use.
 type Keeper struct {
 	// Client reads (the manager's cache) and writes the policies.
 	Client client.Client
 	// Breaker signs the policies, as it signs record entries.
 	Breaker string
-	// Settle is how long Ensure waits after creating a policy: the
-	// apiserver applies a new policy once its informer has it, and the
-	// opening write must not reach the apiserver's webhook informer
-	// first, or a request could be bypassed unmarked. Default
+	// Settle is how long a policy this breaker wrote needs to take
+	// effect: the apiserver applies a new policy once its informer has
+	// it, and the opening write must not reach the apiserver's webhook
+	// informer first, or a request could be bypassed unmarked. Default
 	// DefaultSettle.
 	Settle time.Duration
+
+	mu      sync.Mutex
+	written map[string]time.Time
 }
 
 // DefaultSettle is Keeper.Settle's default. kube-apiserver rebuilds its
@@ -48,64 +53,102 @@ type Keeper struct {
 const DefaultSettle = 1500 * time.Millisecond
 
 // Ensure puts the marking policy and binding of configuration's open
-// circuit in place, creating them or putting back what was changed. It
-// returns only once the apiserver accepted both, and, when it created or
-// changed one, after Settle; it reports whether it did.
-func (k *Keeper) Ensure(ctx context.Context, configuration string, o Open) (bool, error) {
+// circuit in place, creating them or putting back what was changed, and
+// returns when they take effect: Settle after this breaker last wrote
+// either. It never waits itself, so that the caller can wait for many
+// circuits at once without holding a worker. The zero time means now:
+// the webhook matches no CREATE or UPDATE and there is nothing to mark.
+func (k *Keeper) Ensure(ctx context.Context, configuration string, o Open) (time.Time, error) {
 	policy, binding := Render(configuration, o.Webhook, o.OpenedAt, k.Breaker)
 	if policy == nil {
-		return false, nil // the webhook matches no CREATE or UPDATE: nothing to mark
+		return time.Time{}, nil // the webhook matches no CREATE or UPDATE: nothing to mark
 	}
-	created := false
+	var last time.Time
 	for _, want := range []client.Object{policy, binding} {
-		c, err := k.apply(ctx, want)
+		at, err := k.apply(ctx, want)
 		if err != nil {
-			return false, err
+			return time.Time{}, err
 		}
-		created = created || c
-	}
-	if created {
-		settle := k.Settle
-		if settle <= 0 {
-			settle = DefaultSettle
-		}
-		select {
-		case <-ctx.Done():
-			return false, ctx.Err()
-		case <-time.After(settle):
+		if at.After(last) {
+			last = at
 		}
 	}
-	return created, nil
+	if last.IsZero() {
+		return last, nil
+	}
+	return last.Add(k.settle()), nil
 }
 
-// apply makes the live object want; it reports whether it created or
-// changed it.
-func (k *Keeper) apply(ctx context.Context, want client.Object) (bool, error) {
+func (k *Keeper) settle() time.Duration {
+	if k.Settle > 0 {
+		return k.Settle
+	}
+	return DefaultSettle
+}
+
+// apply makes the live object want. It returns when this breaker last
+// wrote it: now when it creates or changes it; otherwise the time this
+// process remembers, or, after a restart, the newest managedFields time
+// of the guard's field manager, rounded up (it has one-second
+// resolution); the zero time when there is none.
+func (k *Keeper) apply(ctx context.Context, want client.Object) (time.Time, error) {
 	kind := want.GetObjectKind().GroupVersionKind().Kind
 	live := want.DeepCopyObject().(client.Object)
 	err := k.Client.Get(ctx, client.ObjectKeyFromObject(want), live)
 	switch {
 	case apierrors.IsNotFound(err):
 		if err := k.Client.Create(ctx, want.DeepCopyObject().(client.Object), client.FieldOwner(circuit.FieldManager)); err != nil {
-			return false, fmt.Errorf("creating %s %s: %w", kind, want.GetName(), err)
+			return time.Time{}, fmt.Errorf("creating %s %s: %w", kind, want.GetName(), err)
 		}
-		return true, nil
+		return k.wrote(kind, want.GetName()), nil
 	case err != nil:
-		return false, fmt.Errorf("reading %s %s: %w", kind, want.GetName(), err)
+		return time.Time{}, fmt.Errorf("reading %s %s: %w", kind, want.GetName(), err)
 	}
 	if live.GetAnnotations()[circuit.MarkedByAnnotation] != k.Breaker {
-		return false, fmt.Errorf("%s %s exists and is not kept by this breaker (%s=%q); webhook-guard leaves it alone",
+		return time.Time{}, fmt.Errorf("%s %s exists and is not kept by this breaker (%s=%q); webhook-guard leaves it alone",
 			kind, want.GetName(), circuit.MarkedByAnnotation, live.GetAnnotations()[circuit.MarkedByAnnotation])
 	}
 	if sameSpec(live, want) && equality.Semantic.DeepEqual(live.GetAnnotations(), want.GetAnnotations()) {
-		return false, nil
+		return k.lastWrite(kind, live), nil
 	}
 	next := want.DeepCopyObject().(client.Object)
 	next.SetResourceVersion(live.GetResourceVersion())
 	if err := k.Client.Update(ctx, next, client.FieldOwner(circuit.FieldManager)); err != nil {
-		return false, fmt.Errorf("restoring %s %s: %w", kind, want.GetName(), err)
+		return time.Time{}, fmt.Errorf("restoring %s %s: %w", kind, want.GetName(), err)
 	}
-	return true, nil
+	return k.wrote(kind, want.GetName()), nil
+}
+
+// wrote remembers that this breaker wrote kind/name now.
+func (k *Keeper) wrote(kind, name string) time.Time {
+	now := time.Now()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.written == nil {
+		k.written = map[string]time.Time{}
+	}
+	k.written[kind+"/"+name] = now
+	return now
+}
+
+// lastWrite is when this breaker last wrote live, as apply returns it.
+func (k *Keeper) lastWrite(kind string, live client.Object) time.Time {
+	k.mu.Lock()
+	at, ok := k.written[kind+"/"+live.GetName()]
+	k.mu.Unlock()
+	if ok {
+		return at
+	}
+	var last time.Time
+	for _, f := range live.GetManagedFields() {
+		if f.Manager == circuit.FieldManager && f.Time != nil && f.Time.After(last) {
+			last = f.Time.Time
+		}
+	}
+	if last.IsZero() {
+		return last
+	}
+	return last.Add(time.Second)
 }
 
 func sameSpec(live, want client.Object) bool {
@@ -128,6 +171,7 @@ func sameSpec(live, want client.Object) bool {
 // many objects it deleted.
 func (k *Keeper) Sync(ctx context.Context, configuration string, open map[string]Open, fresh func(context.Context) (map[string]Open, error)) (int, error) {
 	for _, o := range open {
+		// The circuit is open already: a repaired policy is not waited for.
 		if _, err := k.Ensure(ctx, configuration, o); err != nil {
 			return 0, err
 		}
