@@ -244,7 +244,7 @@ func reportMarkingUnavailable(ctx context.Context, c client.Reader, rec recorder
 	for _, name := range cfg.Names(circuit.KindMutating) {
 		obj := circuit.KindMutating.New()
 		if err := c.Get(ctx, client.ObjectKey{Name: name}, obj); err == nil {
-			rec.Eventf(obj, nil, corev1.EventTypeWarning, "MarkingUnavailable", "Probe", "%s", problem)
+			rec.Eventf(obj, nil, corev1.EventTypeWarning, "MarkingUnavailable", "Probe", "%s", circuit.EventNote("%s", problem))
 		}
 	}
 }

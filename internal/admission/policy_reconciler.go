@@ -94,16 +94,16 @@ func (r *PolicyReconciler) apply(ctx context.Context, want client.Object) error 
 		// The first apply fills in what kustomize could not know: the
 		// breaker's identity and the target names. That is not a repair.
 		logf.FromContext(ctx).Info("Applied the guard policy object", "kind", kind, "name", want.GetName(), "action", action)
-		r.Recorder.Eventf(after, nil, corev1.EventTypeNormal, "GuardPolicyApplied", "Apply",
+		r.Recorder.Eventf(after, nil, corev1.EventTypeNormal, "GuardPolicyApplied", "Apply", "%s", circuit.EventNote(
 			"webhook-guard %s %s %s (%s, breaker: %s)",
-			action, kind, want.GetName(), r.Options.summary(), r.Options.Breaker())
+			action, kind, want.GetName(), r.Options.summary(), r.Options.Breaker()))
 		return nil
 	}
 	r.Repairs.WithLabelValues(kind, action).Inc()
 	logf.FromContext(ctx).Info("Restored the guard policy object", "kind", kind, "name", want.GetName(), "action", action)
-	r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, "GuardPolicyRestored", "Apply",
+	r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, "GuardPolicyRestored", "Apply", "%s", circuit.EventNote(
 		"webhook-guard %s %s %s after it was deleted or changed, to enforce its ownership rule (%s, breaker: %s)",
-		action, kind, want.GetName(), r.Options.summary(), r.Options.Breaker())
+		action, kind, want.GetName(), r.Options.summary(), r.Options.Breaker()))
 	return nil
 }
 
