@@ -7,8 +7,11 @@ import (
 // Metrics are the breaker's Prometheus collectors. Labels are bounded: one
 // series per target, or per reason from a fixed set.
 type Metrics struct {
-	CircuitOpen       *prometheus.GaugeVec
-	ProbeDuration     *prometheus.HistogramVec
+	CircuitOpen   *prometheus.GaugeVec
+	ProbeDuration *prometheus.HistogramVec
+	// ProbeLateness is how much later than due probes start: the guard's
+	// own delay (CPU starvation, throttling), not the webhooks'.
+	ProbeLateness     prometheus.Histogram
 	ProbeFailures     *prometheus.CounterVec
 	ProbeUnknown      *prometheus.CounterVec
 	Transitions       *prometheus.CounterVec
@@ -56,6 +59,10 @@ func NewMetrics() *Metrics {
 			Name: "guard_probe_duration_seconds", Help: "Duration of probes, by target.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, target),
+		ProbeLateness: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "guard_probe_lateness_seconds", Help: "How much later than due probes started, for every target together: the guard's own scheduling delay (CPU starvation or throttling), not the webhooks'.",
+			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}),
 		ProbeFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "guard_probe_failures_total", Help: "Failed probes, by target and reason.",
 		}, append(target, "reason")),
@@ -117,6 +124,6 @@ func NewMetrics() *Metrics {
 // Collectors returns every collector, for registration on
 // controller-runtime's metrics.Registry.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.CircuitOpen, m.ProbeDuration, m.ProbeFailures, m.ProbeUnknown, m.Transitions, m.WriteConflicts, m.WriteErrors, m.TargetMissing, m.TargetUnprobeable, m.Reconciles, m.RecordUnreadable, m.OpeningsHeld,
+	return []prometheus.Collector{m.CircuitOpen, m.ProbeDuration, m.ProbeLateness, m.ProbeFailures, m.ProbeUnknown, m.Transitions, m.WriteConflicts, m.WriteErrors, m.TargetMissing, m.TargetUnprobeable, m.Reconciles, m.RecordUnreadable, m.OpeningsHeld,
 		m.Openings, m.ScrapeDuration, m.ScrapeBytes, m.ScrapeErrors, m.APIServerObservations, m.SignalsDisagree, m.AdmittedWithout, m.MarkingAvailable}
 }
