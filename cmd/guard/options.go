@@ -13,6 +13,9 @@ type runOptions struct {
 	// MetricsAddr serves metrics over HTTPS with authentication and
 	// authorization (--metrics-bind-address). Default "0": off.
 	MetricsAddr string
+	// PprofAddr serves net/http/pprof, for profiling (--pprof-bind-address).
+	// Default "0": off.
+	PprofAddr string
 	// ProbeAddr serves /healthz, /readyz and /status (--health-probe-bind-address).
 	// Default ":8081".
 	ProbeAddr string
@@ -51,6 +54,7 @@ func newRunFlags(o *runOptions) *flag.FlagSet {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.StringVar(&o.ConfigPath, "config", "", "GuardConfiguration file (required).")
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", "0", "Address of the HTTPS metrics endpoint (authenticated and authorized); \"0\" turns it off.")
+	fs.StringVar(&o.PprofAddr, "pprof-bind-address", "0", "Address of net/http/pprof (unauthenticated: bind it to loopback); \"0\" turns it off.")
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "Address of /healthz, /readyz and /status.")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", false, "Elect a leader on a Lease; only the leader probes and writes.")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "webhook-guard-system", "Namespace of the leader-election Lease.")

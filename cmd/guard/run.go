@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -116,6 +117,7 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 			TLSOpts:        serverTLSOpts,
 		},
 		HealthProbeBindAddress:        o.ProbeAddr,
+		PprofBindAddress:              o.PprofAddr,
 		WebhookServer:                 webhookServer,
 		LeaderElection:                o.LeaderElect,
 		LeaderElectionID:              leaderElectionID(cfg.Instance),
@@ -126,6 +128,13 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 		RetryPeriod:                   &o.RetryPeriod,
 		GracefulShutdownTimeout:       &o.GracefulShutdown,
 		Controller:                    ctrlConfig(),
+		// Nothing reads the managedFields of webhook configurations from
+		// the cache; without them every copy a probe or a reconcile makes
+		// is smaller (marking policies keep theirs: the Keeper reads them).
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&admissionregistrationv1.MutatingWebhookConfiguration{}:   {Transform: cache.TransformStripManagedFields()},
+			&admissionregistrationv1.ValidatingWebhookConfiguration{}: {Transform: cache.TransformStripManagedFields()},
+		}},
 	})
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -61,6 +62,14 @@ type ProbeRunner struct {
 	Scraper Scraper
 
 	holding atomic.Bool
+	// byConfiguration holds the targets of each configuration, by kind
+	// and name, so a probe does not search every target.
+	byConfiguration map[configurationKey][]config.Target
+}
+
+type configurationKey struct {
+	kind circuit.Kind
+	name string
 }
 
 var (
@@ -76,8 +85,11 @@ func (r *ProbeRunner) Start(ctx context.Context) error {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
+	r.byConfiguration = map[configurationKey][]config.Target{}
 	for _, t := range r.Targets {
 		r.State.Register(t.Key())
+		k := configurationKey{t.Kind, t.Configuration}
+		r.byConfiguration[k] = append(r.byConfiguration[k], t)
 	}
 	var wg sync.WaitGroup
 	for _, t := range r.Targets {
@@ -94,7 +106,9 @@ func (r *ProbeRunner) loop(ctx context.Context, t config.Target) {
 	ctx = logf.IntoContext(ctx, logf.FromContext(ctx).WithValues("kind", t.Kind, "configuration", t.Configuration, "webhook", t.Webhook))
 	// Spread the targets' probes across the interval instead of starting
 	// them all on the same instant.
-	first := r.Clock.NewTimer(rand.N(t.Probe.Interval))
+	jitter := rand.N(t.Probe.Interval)
+	due := r.Clock.Now().Add(jitter)
+	first := r.Clock.NewTimer(jitter)
 	select {
 	case <-ctx.Done():
 		first.Stop()
@@ -102,7 +116,9 @@ func (r *ProbeRunner) loop(ctx context.Context, t config.Target) {
 	case <-first.C():
 	}
 	for {
+		r.Metrics.ProbeLateness.Observe(max(r.Clock.Since(due), 0).Seconds())
 		r.ProbeOnce(ctx, t)
+		due = r.Clock.Now().Add(t.Probe.Interval)
 		// A timer started after the probe, not a ticker: a ticker keeps a
 		// tick while a probe hangs, and the probes after a recovery would
 		// run back to back, closing sooner than closeAfter intervals.
@@ -122,7 +138,10 @@ func (r *ProbeRunner) loop(ctx context.Context, t config.Target) {
 func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 	log := logf.FromContext(ctx)
 	obj := t.Kind.New()
-	if err := r.Reader.Get(ctx, client.ObjectKey{Name: t.Configuration}, obj); err != nil {
+	// The cache's own object, not a copy: it is only read here (circuit.View
+	// copies it), and a copy per probe was a large part of the guard's CPU
+	// and garbage at a thousand targets.
+	if err := r.Reader.Get(ctx, client.ObjectKey{Name: t.Configuration}, obj, &client.GetOptions{UnsafeDisableDeepCopy: ptr.To(true)}); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.problem(ctx, t, nil, false, t.Kind.ObjectKind()+" not found; it will be picked up when it appears")
 			return
@@ -199,7 +218,11 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 
 // inputs are what Plan decides from for view, a configuration of kind.
 func (r *ProbeRunner) inputs(kind circuit.Kind, view *admissionregistrationv1.MutatingWebhookConfiguration) Inputs {
-	return r.State.Inputs(targetsOf(r.Targets, kind, view.Name), r.Clock.Now(), r.Identity, view.ResourceVersion)
+	targets, ok := r.byConfiguration[configurationKey{kind, view.Name}]
+	if !ok {
+		targets = targetsOf(r.Targets, kind, view.Name) // ProbeOnce without Start, in tests
+	}
+	return r.State.Inputs(targets, r.Clock.Now(), r.Identity, view.ResourceVersion)
 }
 
 // wake triggers a reconcile of obj (whose circuit.View is view) when Plan,

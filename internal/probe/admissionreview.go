@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"time"
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 
@@ -87,7 +89,7 @@ type probeTarget struct {
 // non-"*" entry of each list, falling back to "" / "v1" / "configmaps")
 // and asks mapper for its kind and scope, as the apiserver's discovery
 // knows them.
-func targetFor(wh admissionregistrationv1.MutatingWebhook, mapper meta.RESTMapper) (probeTarget, error) {
+func targetFor(wh admissionregistrationv1.MutatingWebhook, mapper meta.RESTMapper, cache *sync.Map) (probeTarget, error) {
 	gvr := schema.GroupVersionResource{Group: "", Version: "v1", Resource: "configmaps"}
 	if len(wh.Rules) > 0 {
 		rule := wh.Rules[0].Rule
@@ -109,6 +111,11 @@ func targetFor(wh admissionregistrationv1.MutatingWebhook, mapper meta.RESTMappe
 	if mapper == nil {
 		return probeTarget{}, errors.New("the prober has no RESTMapper to find the probed resource's kind")
 	}
+	if cache != nil {
+		if c, ok := cache.Load(gvr); ok && time.Since(c.(cachedTarget).at) < kindCacheTTL {
+			return c.(cachedTarget).target, nil
+		}
+	}
 	gvk, err := mapper.KindFor(gvr)
 	if err != nil {
 		return probeTarget{}, fmt.Errorf("finding the kind of %s: %w", gvr, err)
@@ -121,7 +128,19 @@ func targetFor(wh admissionregistrationv1.MutatingWebhook, mapper meta.RESTMappe
 	if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
 		t.namespace = probeNamespace
 	}
+	if cache != nil {
+		cache.Store(gvr, cachedTarget{target: t, at: time.Now()})
+	}
 	return t, nil
+}
+
+// kindCacheTTL is how long the kind and scope of a probed resource are
+// remembered; a CRD that changes scope is seen within it.
+const kindCacheTTL = 5 * time.Minute
+
+type cachedTarget struct {
+	target probeTarget
+	at     time.Time
 }
 
 func firstConcrete(values []string) (string, bool) {

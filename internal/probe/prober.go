@@ -16,6 +16,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -65,6 +67,36 @@ type Prober struct {
 	// Pool, when set, keeps connections between probes (see
 	// ConnectionPool). Nil opens a fresh connection for every probe.
 	Pool *ConnectionPool
+
+	// roots caches parsed caBundles by rootsKey, and kinds the RESTMapper's
+	// answers by resource: parsing and mapping on every probe were a
+	// visible part of the guard's CPU at a thousand targets.
+	roots sync.Map // [32]byte -> *x509.CertPool
+	kinds sync.Map // schema.GroupVersionResource -> cachedTarget
+
+	rootsCount atomic.Int64
+}
+
+// maxCachedRoots bounds the caBundle cache; it is emptied when full (CA
+// rotations leave old entries behind).
+const maxCachedRoots = 4096
+
+// rootsFor returns the pool of caBundle, whose rootsKey is key; false when
+// it holds no certificate.
+func (p *Prober) rootsFor(key [32]byte, caBundle []byte) (*x509.CertPool, bool) {
+	if pool, ok := p.roots.Load(key); ok {
+		return pool.(*x509.CertPool), true
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caBundle) {
+		return nil, false
+	}
+	if p.rootsCount.Add(1) > maxCachedRoots {
+		p.roots.Clear()
+		p.rootsCount.Store(1)
+	}
+	p.roots.Store(key, pool)
+	return pool, true
 }
 
 // stallShare is the share of a probe's timeout the guard may be stalled
@@ -195,8 +227,8 @@ func (p *Prober) endpoint(ctx, probeCtx context.Context, cc admissionregistratio
 
 	ep.rootsKey = rootsKeyOf(cc.CABundle)
 	if len(cc.CABundle) > 0 {
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(cc.CABundle) {
+		pool, ok := p.rootsFor(ep.rootsKey, cc.CABundle)
+		if !ok {
 			return ep, failed(ReasonTLS, errBadCABundle, 0), false
 		}
 		ep.roots = pool
@@ -234,7 +266,7 @@ func (p *Prober) admissionReview(ctx, probeCtx context.Context, ep endpoint, wh 
 	if username == "" {
 		username = circuit.DefaultUsername
 	}
-	target, err := targetFor(wh, p.Mapper)
+	target, err := targetFor(wh, p.Mapper, &p.kinds)
 	if err != nil {
 		return unknown(err)
 	}

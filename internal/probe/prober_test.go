@@ -630,7 +630,7 @@ func TestTargetFor_kindAndScopeFromTheRESTMapper(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got, err := targetFor(admissionregistrationv1.MutatingWebhook{Rules: tc.rules}, testMapper())
+			got, err := targetFor(admissionregistrationv1.MutatingWebhook{Rules: tc.rules}, testMapper(), nil)
 			require.NoError(t, err)
 			assert.Equal(t, tc.want, got)
 		})
