@@ -19,6 +19,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/go-logr/logr"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
 )
 
@@ -93,6 +96,7 @@ func main() {
 	only := flag.String("only", "", "Comma-separated sections to run (default all): "+names())
 	jsonOut := flag.String("json", "", "Also write the table as JSON to this file.")
 	flag.Parse()
+	logf.SetLogger(logr.Discard())
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	b := &Bench{Runs: *runs}
@@ -171,14 +175,23 @@ func (r Row) measured() string {
 		return "-"
 	}
 	s := slices.Sorted(slices.Values(r.Runs))
-	med := s[len(s)/2]
-	if len(s)%2 == 0 {
-		med = (s[len(s)/2-1] + s[len(s)/2]) / 2
-	}
+	med := median(s)
 	if len(s) == 1 {
 		return format(med) + r.Unit
 	}
 	return fmt.Sprintf("%s%s [%s–%s]", format(med), r.Unit, format(s[0]), format(s[len(s)-1]))
+}
+
+// median of v; 0 when empty.
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(v))
+	if len(s)%2 == 0 {
+		return (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return s[len(s)/2]
 }
 
 // format prints v with three significant digits.

@@ -274,3 +274,7 @@ func (e *Env) GrantGuard(ctx context.Context, namespace string, id *Identity, na
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// Pid is the guard process's ID, for measuring it (CPU, memory) or
+// putting it in a cgroup.
+func (g *Guard) Pid() int { return g.cmd.Process.Pid }

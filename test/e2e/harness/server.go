@@ -60,3 +60,6 @@ func (s *TLSServer) URL(path string) string { return "https://" + s.Addr() + pat
 
 // Close stops serving.
 func (s *TLSServer) Close() { _ = s.srv.Close() }
+
+// Port is the port it listens on.
+func (s *TLSServer) Port() int { return s.listener.Addr().(*net.TCPAddr).Port }

@@ -1,0 +1,429 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
+)
+
+// perConfiguration is how many webhooks each configuration of a fleet has.
+const perConfiguration = 10
+
+// fleet is n healthy webhooks, each its own TLS endpoint with its own CA,
+// in n/10 MutatingWebhookConfigurations, reached by clientConfig.url or
+// through a Service (one per configuration, one port per webhook). Their
+// rules match ConfigMaps in no namespace, so only the guard calls them.
+type fleet struct {
+	kind    string // "url" or "service"
+	n       int
+	ns      string
+	configs []string
+	servers []*harness.TLSServer
+	failing atomic.Bool
+}
+
+// newFleet starts the webhooks and creates their configurations.
+func newFleet(ctx context.Context, env *harness.Env, kind string, n int) (*fleet, error) {
+	f := &fleet{kind: kind, n: n, ns: fmt.Sprintf("bench-%s-%d-%d", kind, n, time.Now().UnixNano()%100000)}
+	if err := env.EnsureNamespace(ctx, f.ns); err != nil {
+		return nil, err
+	}
+	for i := 0; i < max(n/perConfiguration, 1); i++ {
+		name := fmt.Sprintf("%s-%d", f.ns, i)
+		host, svc := "127.0.0.1", ""
+		if kind == "service" {
+			host, svc = harness.NextServiceIP(), fmt.Sprintf("webhooks-%d", i)
+		}
+		mwc := &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"bench": f.ns}}}
+		var ports []corev1.ServicePort
+		for j := 0; j < min(n, perConfiguration); j++ {
+			srv, err := harness.StartTLSServer(harness.WebhookOptions{Host: host, DNSNames: []string{svc + "." + f.ns + ".svc"}}, f)
+			if err != nil {
+				f.close()
+				return nil, err
+			}
+			f.servers = append(f.servers, srv)
+			cc := admissionregistrationv1.WebhookClientConfig{CABundle: srv.CA.CertPEM}
+			if kind == "service" {
+				port := int32(srv.Port())
+				ports = append(ports, corev1.ServicePort{Name: fmt.Sprintf("w%d", j), Port: port, Protocol: corev1.ProtocolTCP})
+				cc.Service = &admissionregistrationv1.ServiceReference{Namespace: f.ns, Name: svc, Port: ptr.To(port), Path: ptr.To("/review")}
+			} else {
+				cc.URL = ptr.To(srv.URL("/review"))
+			}
+			mwc.Webhooks = append(mwc.Webhooks, admissionregistrationv1.MutatingWebhook{
+				Name:                    webhookName(j, name),
+				ClientConfig:            cc,
+				AdmissionReviewVersions: []string{"v1"},
+				SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+				FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+				TimeoutSeconds:          ptr.To[int32](1),
+				NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"bench.example.com/never": "true"}},
+				Rules: []admissionregistrationv1.RuleWithOperations{{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}},
+				}},
+			})
+		}
+		if kind == "service" {
+			s := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: svc}, Spec: corev1.ServiceSpec{ClusterIP: host, Ports: ports}}
+			if err := env.Client.Create(ctx, s); err != nil {
+				f.close()
+				return nil, fmt.Errorf("creating Service %s/%s: %w", f.ns, svc, err)
+			}
+		}
+		if err := env.Client.Create(ctx, mwc); err != nil {
+			f.close()
+			return nil, fmt.Errorf("creating %s: %w", name, err)
+		}
+		f.configs = append(f.configs, name)
+	}
+	return f, nil
+}
+
+func webhookName(j int, configuration string) string {
+	return fmt.Sprintf("w%d.%s.bench.example.com", j, configuration)
+}
+
+// ServeHTTP answers an AdmissionReview: allowed, or HTTP 500 while the
+// fleet is failing.
+func (f *fleet) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if f.failing.Load() {
+		http.Error(w, "failing on purpose", http.StatusInternalServerError)
+		return
+	}
+	var review admissionv1.AdmissionReview
+	if err := json.NewDecoder(r.Body).Decode(&review); err != nil || review.Request == nil {
+		http.Error(w, "not an AdmissionReview", http.StatusBadRequest)
+		return
+	}
+	review.Response = &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: true}
+	review.Request = nil
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(&review)
+}
+
+// config is the guard's configuration for every webhook of the fleet:
+// probes every second with a 1 s timeout, open after 3 failures, close
+// after 5 successes.
+func (f *fleet) config(mode string, hold int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "apiVersion: config.webhook-guard.io/v1alpha1\nkind: GuardConfiguration\nholdWhenAllFail: %d\ntargets:\n", hold)
+	for _, c := range f.configs {
+		for j := 0; j < min(f.n, perConfiguration); j++ {
+			fmt.Fprintf(&b, "- configuration: %s\n  webhook: %s\n  allowAdmissionWithoutMutation: true\n  mode: %s\n  openAfter: 3\n  closeAfter: 5\n  probe:\n    interval: 1s\n    timeout: 1s\n", c, webhookName(j, c), mode)
+		}
+	}
+	return b.String()
+}
+
+func (f *fleet) close() {
+	for _, s := range f.servers {
+		s.Close()
+	}
+}
+
+// delete removes the configurations (and with the namespace the Services).
+func (f *fleet) delete(ctx context.Context, env *harness.Env) {
+	f.close()
+	_ = env.Client.DeleteAllOf(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{}, client.MatchingLabels{"bench": f.ns})
+	_ = env.Client.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.ns}})
+}
+
+// guardRun is one guard process over a fleet, optionally inside a CPU
+// limit, with what it takes to measure it.
+type guardRun struct {
+	g          *harness.Guard
+	pprofAddr  string
+	metricsURL string
+	token      string
+	cg         *cgroup
+}
+
+// startGuard runs the real guard binary for f as its own ServiceAccount,
+// with leader election as the Deployment runs it, logging at info level,
+// inside a CPU limit of quota cores when quota > 0.
+func startGuard(ctx context.Context, env *harness.Env, f *fleet, mode string, hold int, quota float64) (*guardRun, error) {
+	id, err := env.ServiceAccount(ctx, f.ns, "webhook-guard")
+	if err != nil {
+		return nil, err
+	}
+	if err := env.GrantGuard(ctx, f.ns, id, f.configs); err != nil {
+		return nil, err
+	}
+	scraper, err := metricsReader(ctx, env, f.ns)
+	if err != nil {
+		return nil, err
+	}
+	addr, err := harness.FreeLoopbackAddr()
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"--leader-elect", "--leader-election-namespace", f.ns, "--zap-log-level", "info", "--metrics-bind-address", addr}
+	pprofAddr := ""
+	if *profileDir != "" {
+		if pprofAddr, err = harness.FreeLoopbackAddr(); err != nil {
+			return nil, err
+		}
+		args = append(args, "--pprof-bind-address", pprofAddr)
+	}
+	g, err := env.StartGuard(harness.GuardOptions{Name: f.ns, Kubeconfig: id.KubeconfigPath, Config: f.config(mode, hold), Args: args})
+	if err != nil {
+		return nil, err
+	}
+	r := &guardRun{g: g, pprofAddr: pprofAddr, metricsURL: "https://" + addr + "/metrics", token: scraper}
+	if quota > 0 {
+		if r.cg, err = newCgroup(quota); err != nil {
+			say("no CPU limit: %v", err)
+		} else if err := r.cg.add(g.Pid()); err != nil {
+			g.Stop()
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// profileDir, when set (-profile), receives a CPU profile and a heap
+// profile of the guard for every measured window.
+var profileDir = flag.String("profile", "", "Write the guard's CPU and heap profiles of each scale window to this folder.")
+
+// profile saves the guard's CPU profile over d and then its heap profile
+// to profileDir, named after name.
+func (r *guardRun) profile(ctx context.Context, name string, d time.Duration) error {
+	if r.pprofAddr == "" {
+		return nil
+	}
+	for _, p := range []struct{ path, file string }{
+		{fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(d.Seconds())), name + ".cpu.pprof"},
+		{"/debug/pprof/heap", name + ".heap.pprof"},
+	} {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+r.pprofAddr+p.path, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		data, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(*profileDir, p.file), data, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *guardRun) stop() {
+	r.g.Stop()
+	if r.cg != nil {
+		r.cg.remove()
+	}
+}
+
+// metricsReader returns the token of a ServiceAccount allowed to read the
+// guard's metrics endpoint, as Prometheus would be.
+func metricsReader(ctx context.Context, env *harness.Env, ns string) (string, error) {
+	role := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "bench-metrics-reader"},
+		Rules:      []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}},
+	}
+	if err := env.Client.Create(ctx, role); err != nil && !strings.Contains(err.Error(), "already exists") {
+		return "", err
+	}
+	id, err := env.ServiceAccount(ctx, ns, "metrics-reader")
+	if err != nil {
+		return "", err
+	}
+	if err := env.Bind(ctx, "bench-metrics-reader-"+ns, role.Name, ns, "metrics-reader"); err != nil {
+		return "", err
+	}
+	return id.Token, nil
+}
+
+// metrics reads the guard's metrics endpoint. Its serving certificate is
+// self-signed (controller-runtime's default without a cert dir), so the
+// bench does not verify it; it only ever dials loopback.
+func (r *guardRun) metrics(ctx context.Context) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.metricsURL, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+r.token)
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // loopback, self-signed
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return nil, fmt.Errorf("guard metrics: %s: %s", resp.Status, body)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for name, mf := range families {
+		for _, m := range mf.Metric {
+			switch {
+			case m.Counter != nil:
+				out[name] += m.Counter.GetValue()
+			case m.Gauge != nil:
+				out[name] += m.Gauge.GetValue()
+			case m.Histogram != nil:
+				out[name+"_count"] += float64(m.Histogram.GetSampleCount())
+				for _, b := range m.Histogram.Bucket {
+					out[name+"_bucket_le_"+strconv.FormatFloat(b.GetUpperBound(), 'g', -1, 64)] += float64(b.GetCumulativeCount())
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// cpuSeconds is the CPU time pid has used, user and system, all threads.
+func cpuSeconds(pid int) (float64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name may hold spaces; fields start after its ")".
+	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
+	utime, _ := strconv.ParseFloat(fields[11], 64)
+	stime, _ := strconv.ParseFloat(fields[12], 64)
+	return (utime + stime) / 100, nil // USER_HZ is 100 on Linux
+}
+
+// rssMiB is pid's resident set size.
+func rssMiB(pid int) (float64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "VmRSS:") {
+			kb, err := strconv.ParseFloat(strings.Fields(line)[1], 64)
+			return kb / 1024, err
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS for %d", pid)
+}
+
+// cgroup is a CPU limit like the Deployment's: a CFS quota per 100 ms.
+type cgroup struct{ dir string }
+
+// newCgroup creates a cgroup (v1 cpu controller, or v2) limited to quota
+// cores.
+func newCgroup(quota float64) (*cgroup, error) {
+	name := fmt.Sprintf("webhook-guard-bench-%d-%d", os.Getpid(), time.Now().UnixNano())
+	us := strconv.Itoa(int(quota * 100000))
+	if _, err := os.Stat("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"); err == nil {
+		dir := filepath.Join("/sys/fs/cgroup/cpu", name)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(dir, "cpu.cfs_quota_us"), []byte(us), 0o644); err != nil {
+			_ = os.Remove(dir)
+			return nil, err
+		}
+		return &cgroup{dir: dir}, nil
+	}
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		dir := filepath.Join("/sys/fs/cgroup", name)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(dir, "cpu.max"), []byte(us+" 100000"), 0o644); err != nil {
+			_ = os.Remove(dir)
+			return nil, err
+		}
+		return &cgroup{dir: dir}, nil
+	}
+	return nil, fmt.Errorf("no writable cgroup cpu controller")
+}
+
+func (c *cgroup) add(pid int) error {
+	return os.WriteFile(filepath.Join(c.dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644)
+}
+
+// throttled returns the periods so far and those in which the quota ran
+// out.
+func (c *cgroup) throttled() (periods, throttled float64) {
+	data, _ := os.ReadFile(filepath.Join(c.dir, "cpu.stat"))
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			continue
+		}
+		v, _ := strconv.ParseFloat(f[1], 64)
+		switch f[0] {
+		case "nr_periods":
+			periods = v
+		case "nr_throttled":
+			throttled = v
+		}
+	}
+	return periods, throttled
+}
+
+func (c *cgroup) remove() {
+	for range 50 {
+		if err := os.Remove(c.dir); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond) // until the killed process has left it
+	}
+}
+
+// deploymentCPULimit is the guard container's CPU limit in the
+// Deployment the kustomize base installs, in cores.
+func deploymentCPULimit() (float64, error) {
+	root, err := harness.RepoRoot()
+	if err != nil {
+		return 0, err
+	}
+	data, err := os.ReadFile(filepath.Join(root, "deploy/kustomize/base/deployment.yaml"))
+	if err != nil {
+		return 0, err
+	}
+	var d appsv1.Deployment
+	if err := yaml.Unmarshal(data, &d); err != nil {
+		return 0, err
+	}
+	for _, c := range d.Spec.Template.Spec.Containers {
+		if q, ok := c.Resources.Limits[corev1.ResourceCPU]; ok {
+			return q.AsApproximateFloat64(), nil
+		}
+	}
+	return 0, fmt.Errorf("the Deployment sets no CPU limit")
+}

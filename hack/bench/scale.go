@@ -1,0 +1,245 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// sizes are the fleet sizes of the scale table (-sizes).
+var sizes = flag.String("sizes", "10,100,1000", "Comma-separated numbers of targets for the scale table.")
+
+func init() {
+	register("scale", scale)
+	register("starvation", starvation)
+}
+
+// Steady-state windows: the guard starts, its probes spread over the
+// first interval and its caches fill during warmUp; window is measured.
+const (
+	warmUp = 10 * time.Second
+	window = 30 * time.Second
+)
+
+// window is what one steady-state window of a guard measured.
+type steady struct {
+	cores, cpuPerProbeMs, rss, onTime, probes, failures, unknown, openings, requests, throttled float64
+}
+
+// measureWindow measures r over window after warmUp.
+func measureWindow(ctx context.Context, r *guardRun) (steady, error) {
+	select {
+	case <-ctx.Done():
+		return steady{}, ctx.Err()
+	case <-time.After(warmUp):
+	}
+	m0, err := r.metrics(ctx)
+	if err != nil {
+		return steady{}, fmt.Errorf("%w\n%s", err, r.g.Logs())
+	}
+	cpu0, err := cpuSeconds(r.g.Pid())
+	if err != nil {
+		return steady{}, err
+	}
+	var p0, t0 float64
+	if r.cg != nil {
+		p0, t0 = r.cg.throttled()
+	}
+	start := time.Now()
+	if err := r.profile(ctx, r.g.Name, window-time.Second); err != nil {
+		return steady{}, err
+	}
+	select {
+	case <-ctx.Done():
+		return steady{}, ctx.Err()
+	case <-time.After(window - time.Since(start)):
+	}
+	cpu1, err := cpuSeconds(r.g.Pid())
+	if err != nil {
+		return steady{}, err
+	}
+	elapsed := time.Since(start).Seconds()
+	m1, err := r.metrics(ctx)
+	if err != nil {
+		return steady{}, err
+	}
+	rss, err := rssMiB(r.g.Pid())
+	if err != nil {
+		return steady{}, err
+	}
+	d := func(name string) float64 { return m1[name] - m0[name] }
+	s := steady{
+		cores:    (cpu1 - cpu0) / elapsed,
+		rss:      rss,
+		probes:   d("guard_probe_duration_seconds_count"),
+		failures: d("guard_probe_failures_total"),
+		unknown:  d("guard_probe_unknown_total"),
+		openings: m1["guard_circuit_openings_total"],
+		requests: d("rest_client_requests_total") / elapsed,
+	}
+	if n := d("guard_probe_lateness_seconds_count"); n > 0 {
+		s.onTime = 100 * d("guard_probe_lateness_seconds_bucket_le_0.1") / n
+	}
+	if s.probes > 0 {
+		s.cpuPerProbeMs = 1000 * (cpu1 - cpu0) / s.probes
+	}
+	if r.cg != nil {
+		p1, t1 := r.cg.throttled()
+		if p1 > p0 {
+			s.throttled = 100 * (t1 - t0) / (p1 - p0)
+		}
+	}
+	return s, nil
+}
+
+// scale runs the guard over 10, 100 and 1,000 healthy webhooks, by URL
+// and by Service, inside the Deployment's CPU limit, and at 1,000 by URL
+// once more against a competing load of one busy core.
+func scale(ctx context.Context, b *Bench) ([]Row, error) {
+	env, err := b.Env()
+	if err != nil {
+		return nil, err
+	}
+	limit, err := deploymentCPULimit()
+	if err != nil {
+		return nil, err
+	}
+	type cell struct {
+		kind string
+		n    int
+		load bool
+	}
+	var cells []cell
+	for _, kind := range []string{"url", "service"} {
+		for _, v := range strings.Split(*sizes, ",") {
+			n, err := strconv.Atoi(v)
+			if err != nil || n <= 0 {
+				return nil, fmt.Errorf("-sizes: %q is not a number of targets", v)
+			}
+			cells = append(cells, cell{kind, n, false})
+			if kind == "url" && n >= 1000 {
+				cells = append(cells, cell{kind, n, true})
+			}
+		}
+	}
+	var rows []Row
+	for _, c := range cells {
+		name := fmt.Sprintf("%d %s targets", c.n, c.kind)
+		if c.load {
+			name += ", 1 core busy elsewhere"
+		}
+		say("scale: %s", name)
+		f, err := newFleet(ctx, env, c.kind, c.n)
+		if err != nil {
+			return rows, err
+		}
+		var runs []steady
+		for range b.Runs {
+			var stopLoad func()
+			if c.load {
+				stopLoad = busyCore()
+			}
+			r, err := startGuard(ctx, env, f, "Ignore", 3, limit)
+			if err != nil {
+				f.delete(ctx, env)
+				return rows, err
+			}
+			s, err := measureWindow(ctx, r)
+			r.stop()
+			if stopLoad != nil {
+				stopLoad()
+			}
+			if err != nil {
+				f.delete(ctx, env)
+				return rows, err
+			}
+			runs = append(runs, s)
+		}
+		f.delete(ctx, env)
+		col := func(get func(steady) float64) []float64 {
+			var out []float64
+			for _, s := range runs {
+				out = append(out, get(s))
+			}
+			return out
+		}
+		row := func(metric, unit string, get func(steady) float64) Row {
+			return Row{Section: "scale", Case: name, Metric: metric, Unit: unit, Runs: col(get)}
+		}
+		cores := row("guard CPU (cores)", "", func(s steady) float64 { return s.cores })
+		rss := row("guard RSS (MiB)", "", func(s steady) float64 { return s.rss })
+		if c.n == 1000 {
+			cores = cores.AtMost(0.1)
+			rss = rss.AtMost(100)
+		}
+		cores.Note = fmt.Sprintf("inside a %.2g-core CFS quota (the Deployment's limit); throttled in %s%% of periods", limit, format(median(col(func(s steady) float64 { return s.throttled }))))
+		rows = append(rows,
+			cores,
+			row("CPU per probe (ms)", "", func(s steady) float64 { return s.cpuPerProbeMs }),
+			rss,
+			row("probes on time (%, ≤ 100 ms late)", "", func(s steady) float64 { return s.onTime }).AtLeast(99),
+			row("failed or unknown probes, circuits opened", "", func(s steady) float64 { return s.failures + s.unknown + s.openings }).AtMost(0),
+			Row{Section: "scale", Case: name, Metric: "apiserver requests/s from the guard, all targets", Runs: col(func(s steady) float64 { return s.requests }),
+				Note: "Lease renewals and one read of kube-apiserver's /metrics per interval; none per probe (one GET per service-backed probe would add the probe rate)"}.AtMost(2),
+		)
+	}
+	return rows, nil
+}
+
+// starvation runs 1,000 healthy webhooks with a 1 s probe timeout inside a
+// CPU limit far below what they need: probes start late and run slowly,
+// and none of that may open a circuit.
+func starvation(ctx context.Context, b *Bench) ([]Row, error) {
+	env, err := b.Env()
+	if err != nil {
+		return nil, err
+	}
+	const quota = 0.02
+	f, err := newFleet(ctx, env, "url", 1000)
+	if err != nil {
+		return nil, err
+	}
+	defer f.delete(ctx, env)
+	var opened, late, unknown []float64
+	for range b.Runs {
+		r, err := startGuard(ctx, env, f, "Ignore", 3, quota)
+		if err != nil {
+			return nil, err
+		}
+		if r.cg == nil {
+			r.stop()
+			return nil, fmt.Errorf("the starvation case needs a CPU limit")
+		}
+		s, err := measureWindow(ctx, r)
+		r.stop()
+		if err != nil {
+			return nil, err
+		}
+		opened = append(opened, s.openings)
+		late = append(late, 100-s.onTime)
+		unknown = append(unknown, s.unknown)
+	}
+	name := fmt.Sprintf("1000 url targets in a %.2g-core limit", quota)
+	return []Row{
+		{Section: "starvation", Case: name, Metric: "probes late (%)", Runs: late},
+		{Section: "starvation", Case: name, Metric: "probes Unknown (guard too slow)", Runs: unknown},
+		Row{Section: "starvation", Case: name, Metric: "circuits opened", Runs: opened}.AtMost(0),
+	}, nil
+}
+
+// busyCore keeps one core busy in another process until stopped.
+func busyCore() func() {
+	cmd := exec.Command("sh", "-c", "while :; do :; done")
+	if err := cmd.Start(); err != nil {
+		say("no competing load: %v", err)
+		return func() {}
+	}
+	return func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}
+}
