@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -154,10 +155,11 @@ func (r *ProbeRunner) observeAPIServer(ctx context.Context, t config.Target, res
 	log := logf.FromContext(ctx).WithValues("kind", t.Kind, "configuration", t.Configuration, "webhook", t.Webhook)
 	labels := []string{string(t.Kind), t.Configuration, t.Webhook}
 	obj := t.Kind.New()
-	if err := r.Reader.Get(ctx, client.ObjectKey{Name: t.Configuration}, obj); err != nil {
+	// Read only, like the probe loop's: no copy.
+	if err := r.Reader.Get(ctx, client.ObjectKey{Name: t.Configuration}, obj, &client.GetOptions{UnsafeDisableDeepCopy: ptr.To(true)}); err != nil {
 		return // the probe loop reports a missing configuration
 	}
-	view, err := circuit.View(obj)
+	view, err := circuit.ReadView(obj)
 	if err != nil {
 		return
 	}

@@ -2,6 +2,8 @@ package breaker
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -86,7 +88,8 @@ type Inputs struct {
 
 // Plan computes the configuration the breaker wants from the current one.
 // It returns a modified deep copy and the changes it made; no changes
-// means no write. Plan is pure: the reconciler writes its result in one
+// means no write, and then the result is cur itself (Plan runs on every
+// probe, so it copies in full only what it changes). Plan is pure: the reconciler writes its result in one
 // Update, so the record and the policy change together or not at all.
 func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) (*admissionregistrationv1.MutatingWebhookConfiguration, []Change, error) {
 	rec, err := circuit.Decode(cur.Annotations)
@@ -99,7 +102,7 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 		// reconciler reports the record.
 		return nil, nil, err
 	}
-	next := cur.DeepCopy()
+	next := planCopy(cur)
 	var changes []Change
 
 	if cur.Annotations[circuit.OverrideAnnotation] != "" {
@@ -115,7 +118,7 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 				"administrator override %q: webhook-guard released %s and keeps its hands off this configuration; failurePolicy stays as it is now; remove the annotation to hand it back",
 				cur.Annotations[circuit.OverrideAnnotation], name)})
 		}
-		return finish(next, rec, changes)
+		return finish(cur, next, rec, changes)
 	}
 
 	targets := map[string]config.Target{}
@@ -225,7 +228,7 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 				admittedNote(t, entry, in)+trialNote(t, entry))})
 		}
 	}
-	return finish(next, rec, changes)
+	return finish(cur, next, rec, changes)
 }
 
 // openedBecause returns the record's reason and the Event's explanation of
@@ -303,16 +306,29 @@ func handOffUnreadable(cur *admissionregistrationv1.MutatingWebhookConfiguration
 		reason)}}, nil
 }
 
-func finish(next *admissionregistrationv1.MutatingWebhookConfiguration, rec circuit.Record, changes []Change) (*admissionregistrationv1.MutatingWebhookConfiguration, []Change, error) {
+// planCopy copies of cur what Plan changes: the annotations, and each
+// webhook's struct, whose failurePolicy and matchConditions Plan replaces
+// (it never writes through a pointer or into a slice it did not make).
+// The rest is shared with cur until finish.
+func planCopy(cur *admissionregistrationv1.MutatingWebhookConfiguration) *admissionregistrationv1.MutatingWebhookConfiguration {
+	next := *cur
+	next.Annotations = maps.Clone(cur.Annotations)
+	next.Webhooks = slices.Clone(cur.Webhooks)
+	return &next
+}
+
+// finish returns cur when nothing changed, and otherwise a deep copy of
+// next, which shares nothing with cur, with rec encoded.
+func finish(cur, next *admissionregistrationv1.MutatingWebhookConfiguration, rec circuit.Record, changes []Change) (*admissionregistrationv1.MutatingWebhookConfiguration, []Change, error) {
 	if len(changes) == 0 {
-		return next, nil, nil
+		return cur, nil, nil
 	}
 	annotations, err := circuit.Encode(next.Annotations, rec)
 	if err != nil {
 		return nil, nil, err
 	}
 	next.Annotations = annotations
-	return next, changes, nil
+	return next.DeepCopy(), changes, nil
 }
 
 // openWebhook applies mode to wh and reports whether anything changed.
@@ -323,7 +339,7 @@ func openWebhook(wh *admissionregistrationv1.MutatingWebhook, mode circuit.Mode)
 		changed = true
 	}
 	if mode == circuit.ModeBypass && bypassIndex(wh) < 0 {
-		wh.MatchConditions = append(wh.MatchConditions, admissionregistrationv1.MatchCondition{Name: circuit.BypassCondition, Expression: circuit.BypassExpression})
+		wh.MatchConditions = append(slices.Clip(wh.MatchConditions), admissionregistrationv1.MatchCondition{Name: circuit.BypassCondition, Expression: circuit.BypassExpression})
 		changed = true
 	}
 	return changed

@@ -138,9 +138,9 @@ func (r *ProbeRunner) loop(ctx context.Context, t config.Target) {
 func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 	log := logf.FromContext(ctx)
 	obj := t.Kind.New()
-	// The cache's own object, not a copy: it is only read here (circuit.View
-	// copies it), and a copy per probe was a large part of the guard's CPU
-	// and garbage at a thousand targets.
+	// The cache's own object, not a copy: it is only read here, and a copy
+	// per probe was a large part of the guard's CPU and garbage at a
+	// thousand targets.
 	if err := r.Reader.Get(ctx, client.ObjectKey{Name: t.Configuration}, obj, &client.GetOptions{UnsafeDisableDeepCopy: ptr.To(true)}); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.problem(ctx, t, nil, false, t.Kind.ObjectKind()+" not found; it will be picked up when it appears")
@@ -149,7 +149,7 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 		log.Error(err, "Reading the target configuration failed; nothing counted")
 		return
 	}
-	view, err := circuit.View(obj)
+	view, err := circuit.ReadView(obj)
 	if err != nil {
 		log.Error(err, "Reading the target configuration failed; nothing counted")
 		return

@@ -19,11 +19,27 @@ import (
 // field (a validating webhook has every field of a mutating one but
 // reinvocationPolicy).
 func View(obj client.Object) (*admissionregistrationv1.MutatingWebhookConfiguration, error) {
+	return view(obj, true)
+}
+
+// ReadView is View without the copy: the view shares obj's memory, so
+// neither may be changed while the other is used. It is for readers that
+// look at every configuration on every probe, such as the probe runner.
+func ReadView(obj client.Object) (*admissionregistrationv1.MutatingWebhookConfiguration, error) {
+	return view(obj, false)
+}
+
+func view(obj client.Object, deep bool) (*admissionregistrationv1.MutatingWebhookConfiguration, error) {
 	switch o := obj.(type) {
 	case *admissionregistrationv1.MutatingWebhookConfiguration:
+		if !deep {
+			return o, nil
+		}
 		return o.DeepCopy(), nil
 	case *admissionregistrationv1.ValidatingWebhookConfiguration:
-		o = o.DeepCopy()
+		if deep {
+			o = o.DeepCopy()
+		}
 		v := &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: o.ObjectMeta}
 		for _, w := range o.Webhooks {
 			v.Webhooks = append(v.Webhooks, admissionregistrationv1.MutatingWebhook{
