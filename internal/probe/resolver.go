@@ -91,17 +91,17 @@ type CachingResolver struct {
 	// TTL bounds how long a resolution is trusted. Default
 	// DefaultResolutionTTL.
 	TTL time.Duration
+	// Recheck is how soon after it was read a resolution may be dropped
+	// by Forget. Default DefaultRecheck.
+	Recheck time.Duration
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 
 	mu      sync.Mutex
-	entries map[resolutionKey]resolution
+	entries map[serviceKey]map[int32]resolution
 }
 
-type resolutionKey struct {
-	namespace, name string
-	port            int32
-}
+type serviceKey struct{ namespace, name string }
 
 type resolution struct {
 	hostPort string
@@ -120,34 +120,51 @@ func (c *CachingResolver) Resolve(ctx context.Context, namespace, name string, p
 	if ttl <= 0 {
 		ttl = DefaultResolutionTTL
 	}
-	key := resolutionKey{namespace, name, port}
+	key := serviceKey{namespace, name}
 	c.mu.Lock()
-	r, ok := c.entries[key]
+	r, ok := c.entries[key][port]
 	c.mu.Unlock()
 	if ok && now().Sub(r.at) < ttl {
 		return r.hostPort, nil
 	}
 	hostPort, err := c.Next.Resolve(ctx, namespace, name, port)
-	if err != nil {
-		c.Forget(namespace, name)
-		return "", err
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.entries == nil {
-		c.entries = map[resolutionKey]resolution{}
+	if err != nil {
+		delete(c.entries[key], port)
+		return "", err
 	}
-	c.entries[key] = resolution{hostPort: hostPort, at: now()}
+	if c.entries == nil {
+		c.entries = map[serviceKey]map[int32]resolution{}
+	}
+	if c.entries[key] == nil {
+		c.entries[key] = map[int32]resolution{}
+	}
+	c.entries[key][port] = resolution{hostPort: hostPort, at: now()}
 	return hostPort, nil
 }
 
-// Forget drops every remembered resolution of the Service.
+// DefaultRecheck is CachingResolver.Recheck's default.
+const DefaultRecheck = 5 * time.Second
+
+// Forget drops the Service's remembered resolutions that are at least
+// Recheck old: however many of its webhooks' probes fail, the Service is
+// read again at most once per Recheck, so a mass failure does not turn
+// into one apiserver request per probe.
 func (c *CachingResolver) Forget(namespace, name string) {
+	now := time.Now
+	if c.Now != nil {
+		now = c.Now
+	}
+	recheck := c.Recheck
+	if recheck <= 0 {
+		recheck = DefaultRecheck
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for k := range c.entries {
-		if k.namespace == namespace && k.name == name {
-			delete(c.entries, k)
+	for port, r := range c.entries[serviceKey{namespace, name}] {
+		if now().Sub(r.at) >= recheck {
+			delete(c.entries[serviceKey{namespace, name}], port)
 		}
 	}
 }

@@ -147,16 +147,19 @@ func TestCachingResolver_noLookupPerProbeUntilAProbeFails(t *testing.T) {
 		answer(t, nil)(w, r)
 	})
 	next := &countingResolver{fakeResolver: fakeResolver{addr: srv.Listener.Addr().String()}}
-	p := &Prober{Mapper: testMapper(), Resolver: &CachingResolver{Next: next}}
+	now := time.Now()
+	p := &Prober{Mapper: testMapper(), Resolver: &CachingResolver{Next: next, Now: func() time.Time { return now }}}
 	wh := serviceWebhook("team", "hook", ptr.To[int32](8443), "/mutate", ca.pem)
 	for range 50 {
 		require.Equal(t, OutcomeHealthy, p.Probe(t.Context(), wh, Spec{}).Outcome)
 	}
 	assert.Equal(t, 1, next.calls, "50 healthy probes, one lookup")
+	now = now.Add(DefaultRecheck)
 	fail.Store(true)
-	require.Equal(t, OutcomeFailed, p.Probe(t.Context(), wh, Spec{}).Outcome)
-	require.Equal(t, OutcomeFailed, p.Probe(t.Context(), wh, Spec{}).Outcome)
-	assert.Equal(t, 2, next.calls, "the probe after a failure reads the Service again")
+	for range 3 {
+		require.Equal(t, OutcomeFailed, p.Probe(t.Context(), wh, Spec{}).Outcome)
+	}
+	assert.Equal(t, 2, next.calls, "the probe after a failure reads the Service again, and only once per Recheck")
 }
 
 func TestCachingResolver_expiresAndNeverRemembersErrors(t *testing.T) {
@@ -172,10 +175,36 @@ func TestCachingResolver_expiresAndNeverRemembersErrors(t *testing.T) {
 	_, _ = c.Resolve(t.Context(), "team", "hook", 443)
 	assert.Equal(t, 2, next.calls, "after the TTL")
 	next.err = errors.New("apiserver down")
+	now = now.Add(DefaultRecheck)
 	c.Forget("team", "hook")
 	for range 3 {
 		_, err := c.Resolve(t.Context(), "team", "hook", 443)
 		require.Error(t, err)
 	}
 	assert.Equal(t, 5, next.calls, "an error is not remembered")
+}
+
+// However many probes of a Service's webhooks fail at once, the Service
+// is read again at most once per Recheck.
+func TestCachingResolver_forgetsAtMostOncePerRecheck(t *testing.T) {
+	now := time.Unix(1000, 0)
+	next := &countingResolver{fakeResolver: fakeResolver{addr: "10.0.0.1:443"}}
+	c := &CachingResolver{Next: next, Recheck: 5 * time.Second, Now: func() time.Time { return now }}
+	for range 100 {
+		c.Forget("team", "hook") // nothing remembered yet: nothing to drop
+		_, err := c.Resolve(t.Context(), "team", "hook", 443)
+		require.NoError(t, err)
+	}
+	assert.Equal(t, 1, next.calls, "failures within Recheck of the read keep it")
+	now = now.Add(5 * time.Second)
+	for range 100 {
+		c.Forget("team", "hook")
+		_, err := c.Resolve(t.Context(), "team", "hook", 443)
+		require.NoError(t, err)
+	}
+	assert.Equal(t, 2, next.calls, "one read again after Recheck")
+	_, err := c.Resolve(t.Context(), "team", "other", 443)
+	require.NoError(t, err)
+	c.Forget("team", "hook")
+	assert.Equal(t, 3, next.calls, "another Service is remembered apart")
 }
