@@ -197,8 +197,9 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 		log.V(1).Info("Probe healthy", "duration", res.Duration)
 	}
 	counts := r.State.Observe(t.Key(), res, r.Clock.Now())
-	in := r.inputs(t.Kind, view)
-	if holding := in.HoldOpen; r.holding.Swap(holding) != holding {
+	holding := r.State.HoldOpen()
+	holdChanged := r.holding.Swap(holding) != holding
+	if holdChanged {
 		r.Metrics.OpeningsHeld.Set(boolGauge(holding))
 		if holding {
 			log.Info("Every probed target is failing at once; holding every opening until one is healthy again")
@@ -213,7 +214,15 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 		log.Info("TLS probe failure diagnosed", "diagnosis", diagnosis)
 		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, "ProbeTLSFailure", "Probe", "%s: %s", t.Webhook, diagnosis)
 	}
-	r.wake(ctx, t.Kind, obj, view, in)
+	if res.Outcome == probe.OutcomeHealthy && view.Annotations[circuit.Annotation] == "" && !holdChanged {
+		// The common case, skipped because it runs for every target every
+		// interval: with no circuit open in the configuration, a healthy
+		// probe gives Plan nothing to close and nothing to open (an
+		// apiserver observation wakes the reconciler itself). Only the end
+		// of a hold could release other openings.
+		return
+	}
+	r.wake(ctx, t.Kind, obj, view, r.inputs(t.Kind, view))
 }
 
 // inputs are what Plan decides from for view, a configuration of kind.

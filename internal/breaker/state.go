@@ -213,6 +213,14 @@ func (s *State) Register(key string) {
 // failing, at least HoldWhenAllFail are failing or not yet probed, and
 // none is healthy. Targets that cannot be probed, and those
 // whose probes could only say Unknown, do not count.
+// HoldOpen reports whether every probed target is failing at once, so
+// openings are held (Inputs.HoldOpen).
+func (s *State) HoldOpen() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.allFailingLocked()
+}
+
 func (s *State) allFailingLocked() bool {
 	if s.HoldWhenAllFail < 2 {
 		return false

@@ -153,7 +153,7 @@ func firstConcrete(values []string) (string, bool) {
 }
 
 // newAdmissionReview builds the dry-run CREATE review sent to the webhook.
-func newAdmissionReview(wh admissionregistrationv1.MutatingWebhook, t probeTarget, username string) (*admissionv1.AdmissionReview, error) {
+func newAdmissionReview(t probeTarget, username string) (*admissionv1.AdmissionReview, error) {
 	apiVersion := t.gvr.Version
 	if t.gvr.Group != "" {
 		apiVersion = t.gvr.Group + "/" + t.gvr.Version

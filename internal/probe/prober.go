@@ -23,6 +23,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
 
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 )
@@ -73,6 +74,8 @@ type Prober struct {
 	// visible part of the guard's CPU at a thousand targets.
 	roots sync.Map // [32]byte -> *x509.CertPool
 	kinds sync.Map // schema.GroupVersionResource -> cachedTarget
+	// bodies caches encoded AdmissionReviews by bodyKey.
+	bodies sync.Map
 
 	rootsCount atomic.Int64
 }
@@ -270,13 +273,9 @@ func (p *Prober) admissionReview(ctx, probeCtx context.Context, ep endpoint, wh 
 	if err != nil {
 		return unknown(err)
 	}
-	review, err := newAdmissionReview(wh, target, username)
+	body, uid, err := p.reviewBody(target, username)
 	if err != nil {
-		return unknown(fmt.Errorf("building AdmissionReview: %w", err))
-	}
-	body, err := json.Marshal(review)
-	if err != nil {
-		return unknown(fmt.Errorf("encoding AdmissionReview: %w", err))
+		return unknown(err)
 	}
 
 	u := *ep.url
@@ -296,10 +295,45 @@ func (p *Prober) admissionReview(ctx, probeCtx context.Context, ep endpoint, wh 
 	if err != nil {
 		return p.callFailed(ctx, err, status)
 	}
-	if err := verifyAdmissionResponse(types.UID(review.Request.UID), mutating, respBody); err != nil {
+	if err := verifyAdmissionResponse(uid, mutating, respBody); err != nil {
 		return failed(ReasonBadResponse, err, status)
 	}
 	return Result{Outcome: OutcomeHealthy, HTTPStatus: status}
+}
+
+// reviewBody returns the encoded AdmissionReview for target, with a fresh
+// request UID. The encoding is the same for every probe of a resource but
+// for the UID, so it is made once (an encoding per probe was a visible
+// part of the guard's CPU) and the UID put in its place.
+func (p *Prober) reviewBody(target probeTarget, username string) ([]byte, types.UID, error) {
+	key := bodyKey{target, username}
+	tmpl, ok := p.bodies.Load(key)
+	if !ok {
+		review, err := newAdmissionReview(target, username)
+		if err != nil {
+			return nil, "", fmt.Errorf("building AdmissionReview: %w", err)
+		}
+		review.Request.UID = placeholderUID
+		data, err := json.Marshal(review)
+		if err != nil {
+			return nil, "", fmt.Errorf("encoding AdmissionReview: %w", err)
+		}
+		if bytes.Count(data, []byte(placeholderUID)) != 1 {
+			return nil, "", fmt.Errorf("encoding AdmissionReview: the request UID is not unique in it")
+		}
+		tmpl, _ = p.bodies.LoadOrStore(key, data)
+	}
+	uid := uuid.NewUUID()
+	return bytes.Replace(tmpl.([]byte), []byte(placeholderUID), []byte(uid), 1), uid, nil
+}
+
+// placeholderUID stands for the request UID in a cached AdmissionReview;
+// a real UID has the same length.
+const placeholderUID = "00000000-0000-0000-0000-000000000000"
+
+type bodyKey struct {
+	target   probeTarget
+	username string
 }
 
 func (p *Prober) httpGet(ctx, probeCtx context.Context, ep endpoint, path string) Result {
