@@ -152,8 +152,9 @@ func (r *ProbeRunner) ScrapeOnce(ctx context.Context, s *apiserverSignal) {
 
 // observeAPIServer records one apiserver observation of t.
 func (r *ProbeRunner) observeAPIServer(ctx context.Context, t config.Target, res apimetrics.Result) {
-	log := logf.FromContext(ctx).WithValues("kind", t.Kind, "configuration", t.Configuration, "webhook", t.Webhook)
+	log := logf.FromContext(ctx)
 	labels := []string{string(t.Kind), t.Configuration, t.Webhook}
+	target := []any{"kind", t.Kind, "configuration", t.Configuration, "webhook", t.Webhook}
 	obj := t.Kind.New()
 	// Read only, like the probe loop's: no copy.
 	if err := r.Reader.Get(ctx, client.ObjectKey{Name: t.Configuration}, obj, &client.GetOptions{UnsafeDisableDeepCopy: ptr.To(true)}); err != nil {
@@ -182,15 +183,22 @@ func (r *ProbeRunner) observeAPIServer(ctx context.Context, t config.Target, res
 		r.Metrics.AdmittedWithout.WithLabelValues(labels...).Add(res.Admitted)
 	}
 	st := r.State.ObserveAPIServer(t.Key(), pr, res.Admitted, res.Marked, open)
-	log.V(1).Info("Apiserver signal observed", "verdict", res.Verdict, "observation", res.String())
+	if log.V(1).Enabled() {
+		log.V(1).Info("Apiserver signal observed", append(target, "verdict", res.Verdict, "observation", res.String())...)
+	}
 
 	for _, side := range []string{SignalAPIServer, SignalProbe} {
 		r.Metrics.SignalsDisagree.WithLabelValues(append(labels, side)...).Set(boolGauge(st.Disagree == side && st.DisagreeFor >= DisagreeAfter))
 	}
 	if st.DisagreeFor == DisagreeAfter && pr.Outcome != probe.OutcomeUnknown {
 		msg := disagreementMessage(t, st)
-		log.Info("The direct probe and the apiserver's own calls disagree", "failing", st.Disagree, "detail", msg)
+		log.Info("The direct probe and the apiserver's own calls disagree", append(target, "failing", st.Disagree, "detail", msg)...)
 		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, "SignalsDisagree", "Probe", "%s", msg)
+	}
+	if pr.Outcome != probe.OutcomeFailed && view.Annotations[circuit.Annotation] == "" {
+		// As in ProbeOnce: an observation that is not failing gives Plan
+		// nothing to do on a configuration with no open circuit.
+		return
 	}
 	r.wake(ctx, t.Kind, obj, view, r.inputs(t.Kind, view))
 }
