@@ -8,6 +8,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -128,22 +129,42 @@ func names() string {
 	return strings.Join(n, ",")
 }
 
+// order is the table's order of sections, as the README's "Performance"
+// lists them.
+var order = []string{"latency", "cycles", "massfailure", "scale", "starvation", "probecpu", "policy"}
+
 func runSections(ctx context.Context, b *Bench, only string) ([]Row, error) {
+	slices.SortStableFunc(sections, func(a, b section) int {
+		return cmpIndex(a.name) - cmpIndex(b.name)
+	})
 	var rows []Row
+	var errs []error
 	for _, s := range sections {
 		if only != "" && !slices.Contains(strings.Split(only, ","), s.name) {
 			continue
+		}
+		if ctx.Err() != nil {
+			break
 		}
 		say("section %s", s.name)
 		start := time.Now()
 		r, err := s.run(ctx, b)
 		rows = append(rows, r...)
 		if err != nil {
-			return rows, fmt.Errorf("%s: %w", s.name, err)
+			// The other sections still run; the bench fails at the end.
+			say("section %s failed: %v", s.name, err)
+			errs = append(errs, fmt.Errorf("%s: %w", s.name, err))
 		}
 		say("section %s took %s", s.name, time.Since(start).Round(time.Second))
 	}
-	return rows, nil
+	return rows, errors.Join(errs...)
+}
+
+func cmpIndex(name string) int {
+	if i := slices.Index(order, name); i >= 0 {
+		return i
+	}
+	return len(order)
 }
 
 func machine() string {

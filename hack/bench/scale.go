@@ -11,7 +11,10 @@ import (
 )
 
 // sizes are the fleet sizes of the scale table (-sizes).
-var sizes = flag.String("sizes", "10,100,1000", "Comma-separated numbers of targets for the scale table.")
+var (
+	sizes    = flag.String("sizes", "10,100,1000", "Comma-separated numbers of targets for the scale table.")
+	withLoad = flag.Bool("load", true, "Also measure the largest url fleet with one core busy elsewhere.")
+)
 
 func init() {
 	register("scale", scale)
@@ -121,7 +124,7 @@ func scale(ctx context.Context, b *Bench) ([]Row, error) {
 				return nil, fmt.Errorf("-sizes: %q is not a number of targets", v)
 			}
 			cells = append(cells, cell{kind, n, false})
-			if kind == "url" && n >= 1000 {
+			if kind == "url" && n >= 1000 && *withLoad {
 				cells = append(cells, cell{kind, n, true})
 			}
 		}
