@@ -214,12 +214,12 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 		log.Info("TLS probe failure diagnosed", "diagnosis", diagnosis)
 		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, "ProbeTLSFailure", "Probe", "%s: %s", t.Webhook, diagnosis)
 	}
-	if res.Outcome == probe.OutcomeHealthy && view.Annotations[circuit.Annotation] == "" && !holdChanged {
+	if view.Annotations[circuit.Annotation] == "" && !holdChanged && (res.Outcome != probe.OutcomeFailed || counts.Failures < t.OpenAfter) {
 		// The common case, skipped because it runs for every target every
-		// interval: with no circuit open in the configuration, a healthy
-		// probe gives Plan nothing to close and nothing to open (an
-		// apiserver observation wakes the reconciler itself). Only the end
-		// of a hold could release other openings.
+		// interval: with no circuit open in the configuration there is
+		// nothing to close, and this probe cannot have opened one below its
+		// threshold (an apiserver observation wakes the reconciler itself).
+		// Only the end of a hold could release other openings.
 		return
 	}
 	r.wake(ctx, t.Kind, obj, view, r.inputs(t.Kind, view))
