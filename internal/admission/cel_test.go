@@ -3,6 +3,7 @@ package admission_test
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -31,7 +32,7 @@ type compiledPolicy struct {
 	validator validating.Validator
 }
 
-func compile(t *testing.T, opts admission.Options) compiledPolicy {
+func compile(t testing.TB, opts admission.Options) compiledPolicy {
 	t.Helper()
 	policy, _ := admission.RenderPolicy(opts)
 	compiler, err := cel.NewCompositedCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
@@ -59,7 +60,42 @@ func compile(t *testing.T, opts admission.Options) compiledPolicy {
 
 // decide evaluates the policy on one request. A CEL error fails the test:
 // the policy must decide every request, not fall back to its failurePolicy.
+//
+// The request is evaluated twice: as built, without metadata.generation,
+// and with the generations kube-apiserver would give the objects
+// (withGenerations), which let the policy skip walking the webhooks when
+// they are kept. Both must decide alike, with the same message.
 func (p compiledPolicy) decide(t *testing.T, kind circuit.Kind, op admissionv1.Operation, old, new *admissionregistrationv1.MutatingWebhookConfiguration, u authenticationv1.UserInfo) (bool, string) {
+	t.Helper()
+	allowed, message := p.decideOnce(t, kind, op, old, new, u)
+	gOld, gNew := withGenerations(old, new)
+	gAllowed, gMessage := p.decideOnce(t, kind, op, gOld, gNew, u)
+	require.Equal(t, allowed, gAllowed, "with generations as kube-apiserver sets them: %s", gMessage)
+	require.Equal(t, message, gMessage, "with generations as kube-apiserver sets them")
+	return allowed, message
+}
+
+// withGenerations returns copies of old and new with metadata.generation as
+// kube-apiserver sets it before validating admission: 1 on create; on
+// update the stored generation (here 7), plus one when the webhooks differ
+// (the configuration strategies' PrepareForUpdate compares them with
+// reflect.DeepEqual).
+func withGenerations(old, new *admissionregistrationv1.MutatingWebhookConfiguration) (*admissionregistrationv1.MutatingWebhookConfiguration, *admissionregistrationv1.MutatingWebhookConfiguration) {
+	new = new.DeepCopy()
+	if old == nil {
+		new.Generation = 1
+		return nil, new
+	}
+	old = old.DeepCopy()
+	old.Generation = 7
+	new.Generation = old.Generation
+	if !reflect.DeepEqual(old.Webhooks, new.Webhooks) {
+		new.Generation++
+	}
+	return old, new
+}
+
+func (p compiledPolicy) decideOnce(t *testing.T, kind circuit.Kind, op admissionv1.Operation, old, new *admissionregistrationv1.MutatingWebhookConfiguration, u authenticationv1.UserInfo) (bool, string) {
 	t.Helper()
 	gvr := schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: kind.Resource()}
 	gvk := schema.GroupVersionKind{Group: "admissionregistration.k8s.io", Version: "v1", Kind: kind.ObjectKind()}

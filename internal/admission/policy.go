@@ -86,12 +86,12 @@ func RenderPolicy(opts Options) (*admissionregistrationv1.ValidatingAdmissionPol
 			Variables: policyVariables(opts),
 			Validations: []admissionregistrationv1.Validation{{
 				Expression:        breakerValidationExpression,
-				MessageExpression: breakerDenialCEL(opts.Breaker()),
+				MessageExpression: onDenial(breakerValidationExpression, breakerDenialCEL(opts.Breaker())),
 				Message:           fmt.Sprintf("webhook-guard's own identity (%s) may change only the fields it owns", opts.Breaker()),
 				Reason:            ptrTo(metav1.StatusReasonForbidden),
 			}, {
 				Expression:        validationExpression,
-				MessageExpression: messageCEL(opts.Breaker()),
+				MessageExpression: onDenial(validationExpression, messageCEL(opts.Breaker())),
 				Message: fmt.Sprintf("fields owned by webhook-guard (%s) may not be changed; to hand the configuration over, run: %s",
 					opts.Breaker(), AnnotateCommand("<kind>", "<name>", false)),
 				Reason: ptrTo(metav1.StatusReasonForbidden),
@@ -114,9 +114,21 @@ func RenderPolicy(opts Options) (*admissionregistrationv1.ValidatingAdmissionPol
 
 func ptrTo[T any](v T) *T { return &v }
 
+// onDenial renders a messageExpression that builds message only when
+// validation denies, and is the empty string otherwise. kube-apiserver
+// evaluates every messageExpression of a policy on every request it
+// matches, admitted or not, and uses the result only on denial; without
+// the guard, each admitted write would also pay for the message's
+// variables (the open circuits' notes, the breaker's other changes).
+func onDenial(validation, message string) string {
+	return "(" + validation + ") ? '' : " + message
+}
+
 // validationExpression admits the request unless it changes owned fields of
 // a managed configuration without being the breaker or carrying an override.
-const validationExpression = `!variables.isManaged || variables.isBreaker || variables.override || size(variables.ownedChanges) == 0`
+// sameOwned with the same circuit record is the common case of no owned
+// change, decided without listing the changes.
+const validationExpression = `!variables.isManaged || variables.isBreaker || variables.override || variables.sameOwned && variables.circuit == variables.oldCircuit || size(variables.ownedChanges) == 0`
 
 // managedVariable names the policy variable that holds the targets: the
 // only part of the policy, with the resourceNames, that depends on them.
@@ -135,12 +147,21 @@ func policyVariables(opts Options) []admissionregistrationv1.Variable {
 	policyOf := func(w string) string {
 		return fmt.Sprintf(`(has(%s.failurePolicy) && %s.failurePolicy != '' ? %s.failurePolicy : %s)`, w, w, w, circuit.QuoteCEL(circuit.Unset))
 	}
-	markersOf := func(list string) string {
-		return fmt.Sprintf(`%s.filter(w, has(w.matchConditions) && w.matchConditions.exists(c, c.name == %s)).map(w, w.name + ' ' + w.matchConditions.filter(c, c.name == %s)[0].expression)`,
-			list, marker, marker)
+	// markerOf renders the bypass marker of webhook w as a list of zero or
+	// one expression (the first matchCondition so named).
+	markerOf := func(w string) string {
+		return fmt.Sprintf(`(has(%s.matchConditions) && %s.matchConditions.exists(c, c.name == %s) ? [%s.matchConditions.filter(c, c.name == %s)[0].expression] : [])`,
+			w, w, marker, w, marker)
 	}
-	markerOf := func(list, n string) string {
-		return fmt.Sprintf(`%s.filter(m, m.startsWith(%s + ' '))`, list, n)
+	// at renders the element of the aligned list that belongs to the first
+	// webhook named n in names: a native lookup, not a comprehension.
+	at := func(list, names, n string) string {
+		return fmt.Sprintf(`%s[%s.indexOf(%s)]`, list, names, n)
+	}
+	// markerNamed renders the bypass marker of the first webhook named n on
+	// one side, [] when there is none.
+	markerNamed := func(side, n string) string {
+		return fmt.Sprintf(`(%s in variables.%sNames ? %s : [])`, n, side, at("variables."+side+"Markers", "variables."+side+"Names", n))
 	}
 	vars := []struct{ name, expr string }{
 		// managed webhook names by resource and configuration name, rendered from Options.
@@ -156,15 +177,38 @@ func policyVariables(opts Options) []admissionregistrationv1.Variable {
 		{"override", fmt.Sprintf(`%s in variables.annotations && variables.annotations[%s] != ''`, override, override)},
 		{"newWebhooks", `has(object.webhooks) ? object.webhooks : []`},
 		{"oldWebhooks", `oldObject != null && has(oldObject.webhooks) ? oldObject.webhooks : []`},
-		// managed webhooks, present on both sides, whose failurePolicy differs.
-		{"failurePolicyChanges", fmt.Sprintf(`variables.oldWebhooks.filter(o, o.name in variables.managed && variables.newWebhooks.exists(w, w.name == o.name && %s != %s)).map(o, 'webhooks[name=' + o.name + '].failurePolicy (' + %s + ' -> ' + variables.newWebhooks.filter(w, w.name == o.name).map(w, %s)[0] + ')')`,
-			policyOf("w"), policyOf("o"), policyOf("o"), policyOf("w"))},
-		// "<webhook name> <expression>" of each bypass marker; names contain no space.
-		{"newMarkers", markersOf("variables.newWebhooks")},
-		{"oldMarkers", markersOf("variables.oldWebhooks")},
+		// Whether kube-apiserver found the webhooks unchanged. It sets
+		// metadata.generation to 1 on create and, on update, keeps the stored
+		// one unless the webhooks differ (rest.BeforeUpdate, then the
+		// configuration strategy's PrepareForUpdate, both before validating
+		// admission). Equal generations therefore mean equal webhooks: no
+		// webhook field changed, owned or not, and nothing below needs to walk
+		// the lists. That is most writes by others (labels, annotations) and
+		// the breaker's own record updates. An object without a generation
+		// (as offline evaluations build them) takes the comparisons below.
+		{"webhooksKept", `oldObject != null && has(object.metadata.generation) && has(oldObject.metadata.generation) && object.metadata.generation == oldObject.metadata.generation`},
+		// the webhooks' names and owned fields, in list order: the webhook
+		// named n is at names.indexOf(n), the first one so named, as the Go
+		// rule's findHook finds it.
+		{"newNames", `variables.newWebhooks.map(w, w.name)`},
+		{"oldNames", `variables.oldWebhooks.map(o, o.name)`},
+		{"newPolicies", fmt.Sprintf(`variables.newWebhooks.map(w, %s)`, policyOf("w"))},
+		{"oldPolicies", fmt.Sprintf(`variables.oldWebhooks.map(o, %s)`, policyOf("o"))},
+		// each webhook's bypass marker, as a list of zero or one expression.
+		{"newMarkers", fmt.Sprintf(`variables.newWebhooks.map(w, %s)`, markerOf("w"))},
+		{"oldMarkers", fmt.Sprintf(`variables.oldWebhooks.map(o, %s)`, markerOf("o"))},
+		// Whether no owned field of a webhook changed: the webhooks are kept,
+		// or have the same names in the same order with the same
+		// failurePolicies and markers (a caBundle rotation, say). Then the
+		// lookups by name below are skipped. Comparing these lists of strings
+		// is cheaper than comparing the webhooks themselves.
+		{"sameOwned", `variables.webhooksKept || variables.oldNames == variables.newNames && variables.oldPolicies == variables.newPolicies && variables.oldMarkers == variables.newMarkers`},
+		// managed webhooks, present on both sides, whose failurePolicy differs, in old order.
+		{"failurePolicyChanges", fmt.Sprintf(`variables.sameOwned ? [] : variables.oldWebhooks.filter(o, o.name in variables.managed && o.name in variables.newNames && %s != %s).map(o, 'webhooks[name=' + o.name + '].failurePolicy (' + %s + ' -> ' + %s + ')')`,
+			at("variables.newPolicies", "variables.newNames", "o.name"), policyOf("o"), policyOf("o"), at("variables.newPolicies", "variables.newNames", "o.name"))},
 		// webhooks (new ones, then removed ones) whose bypass marker was added, removed or altered.
-		{"bypassChanges", fmt.Sprintf(`(variables.newWebhooks.map(w, w.name) + variables.oldWebhooks.filter(o, !variables.newWebhooks.exists(w, w.name == o.name)).map(o, o.name)).filter(n, %s != %s).map(n, 'webhooks[name=' + n + '].matchConditions[name=' + %s + '] (' + (size(%s) == 0 ? 'added' : size(%s) == 0 ? 'removed' : 'changed') + ')')`,
-			markerOf("variables.newMarkers", "n"), markerOf("variables.oldMarkers", "n"), marker, markerOf("variables.oldMarkers", "n"), markerOf("variables.newMarkers", "n"))},
+		{"bypassChanges", fmt.Sprintf(`variables.sameOwned ? [] : (variables.newNames + variables.oldNames.filter(n, !(n in variables.newNames))).filter(n, %s != %s).map(n, 'webhooks[name=' + n + '].matchConditions[name=' + %s + '] (' + (size(%s) == 0 ? 'added' : size(%s) == 0 ? 'removed' : 'changed') + ')')`,
+			markerNamed("new", "n"), markerNamed("old", "n"), marker, markerNamed("old", "n"), markerNamed("new", "n"))},
 		// the circuit record as a list of zero or one value.
 		{"circuit", fmt.Sprintf(`%s in variables.annotations ? [variables.annotations[%s]] : []`, annotation, annotation)},
 		{"oldCircuit", fmt.Sprintf(`%s in variables.oldAnnotations ? [variables.oldAnnotations[%s]] : []`, annotation, annotation)},
@@ -174,8 +218,11 @@ func policyVariables(opts Options) []admissionregistrationv1.Variable {
 		// what else changes, as unownedChanges lists it in Go.
 		{"labelsChanged", `(has(object.metadata.labels) ? object.metadata.labels : {}) != (oldObject != null && has(oldObject.metadata.labels) ? oldObject.metadata.labels : {})`},
 		{"annotationsChanged", fmt.Sprintf(`variables.annotations.filter(k, k != %s).exists(k, !(k in variables.oldAnnotations) || variables.oldAnnotations[k] != variables.annotations[k]) || variables.oldAnnotations.filter(k, k != %s).exists(k, !(k in variables.annotations))`, annotation, annotation)},
-		{"webhookSetChanged", `variables.oldWebhooks.map(o, o.name) != variables.newWebhooks.map(w, w.name)`},
-		{"webhooksChanged", fmt.Sprintf(`variables.newWebhooks.filter(w, variables.oldWebhooks.exists(o, o.name == w.name && !(%s))).map(w, 'webhooks[name=' + w.name + ']')`, sameUnowned(marker))},
+		{"webhookSetChanged", `!variables.webhooksKept && variables.oldNames != variables.newNames`},
+		// each new webhook whose unowned fields differ from the first old one
+		// of its name (o, bound by a comprehension over one element).
+		{"webhooksChanged", fmt.Sprintf(`variables.webhooksKept ? [] : variables.newWebhooks.filter(w, w.name in variables.oldNames && [%s].exists(o, !(o == w || %s))).map(w, 'webhooks[name=' + w.name + ']')`,
+			at("variables.oldWebhooks", "variables.oldNames", "w.name"), sameUnowned(marker))},
 		{"unownedChanges", `(variables.labelsChanged ? ['metadata.labels'] : []) + (variables.annotationsChanged ? ['metadata.annotations'] : []) + (variables.webhookSetChanged ? ['webhooks (added, removed or reordered)'] : []) + variables.webhooksChanged`},
 		// the stored record's text, '' when there is none.
 		{"oldRecord", `size(variables.oldCircuit) == 0 ? '' : variables.oldCircuit[0]`},
