@@ -77,6 +77,10 @@ func RenderPolicy(opts Options) (*admissionregistrationv1.ValidatingAdmissionPol
 		ObjectMeta: metav1.ObjectMeta{Name: opts.Policy(), Labels: Labels()},
 		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
 			FailurePolicy: &failurePolicy,
+			MatchConditions: []admissionregistrationv1.MatchCondition{{
+				Name:       ownedMayChangeCondition,
+				Expression: ownedMayChangeCEL(opts.Breaker()),
+			}},
 			MatchConstraints: &admissionregistrationv1.MatchResources{
 				NamespaceSelector: &metav1.LabelSelector{},
 				ObjectSelector:    &metav1.LabelSelector{},
@@ -122,6 +126,30 @@ func ptrTo[T any](v T) *T { return &v }
 // variables (the open circuits' notes, the breaker's other changes).
 func onDenial(validation, message string) string {
 	return "(" + validation + ") ? '' : " + message
+}
+
+// ownedMayChangeCondition names the policy's matchCondition.
+const ownedMayChangeCondition = "owned-fields-may-change"
+
+// ownedMayChangeCEL renders the policy's matchCondition: false, so that
+// kube-apiserver skips the policy (no variable, validation or message is
+// evaluated), only for a request the rule always admits: an UPDATE, not by
+// the breaker, that keeps the webhooks (equal metadata.generation, see the
+// webhooksKept variable) and the circuit record. Then no owned field
+// changes, and only the breaker's identity is limited to owned fields.
+// These are most writes to a managed configuration (labels, annotations).
+func ownedMayChangeCEL(breaker string) string {
+	annotation := circuit.QuoteCEL(circuit.Annotation)
+	hasRecord := func(obj string) string {
+		return fmt.Sprintf(`(has(%s.metadata.annotations) && %s in %s.metadata.annotations)`, obj, annotation, obj)
+	}
+	return strings.Join([]string{
+		`oldObject == null`,
+		`has(request.userInfo.username) && request.userInfo.username == ` + circuit.QuoteCEL(breaker),
+		`!has(object.metadata.generation) || !has(oldObject.metadata.generation) || object.metadata.generation != oldObject.metadata.generation`,
+		hasRecord("object") + ` != ` + hasRecord("oldObject"),
+		fmt.Sprintf(`%s && object.metadata.annotations[%s] != oldObject.metadata.annotations[%s]`, hasRecord("object"), annotation, annotation),
+	}, " || ")
 }
 
 // validationExpression admits the request unless it changes owned fields of
