@@ -1,6 +1,9 @@
 package admission
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -102,6 +105,7 @@ func RenderPolicy(opts Options) (*admissionregistrationv1.ValidatingAdmissionPol
 			}},
 		},
 	}
+	policy.Annotations = map[string]string{circuit.PolicyDigestAnnotation: ruleDigest(policy.Spec)}
 	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
 		TypeMeta: metav1.TypeMeta{
 			APIVersion: admissionregistrationv1.SchemeGroupVersion.String(),
@@ -117,6 +121,29 @@ func RenderPolicy(opts Options) (*admissionregistrationv1.ValidatingAdmissionPol
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// ruleDigest is a digest of spec without its targets (the resource names
+// and the managed-names variable): the same for every guard that renders
+// the same rule.
+func ruleDigest(spec admissionregistrationv1.ValidatingAdmissionPolicySpec) string {
+	spec = *spec.DeepCopy()
+	if spec.MatchConstraints != nil {
+		for i := range spec.MatchConstraints.ResourceRules {
+			spec.MatchConstraints.ResourceRules[i].ResourceNames = nil
+		}
+	}
+	for i := range spec.Variables {
+		if spec.Variables[i].Name == managedVariable {
+			spec.Variables[i].Expression = ""
+		}
+	}
+	data, err := json.Marshal(spec)
+	if err != nil {
+		return "" // a spec always encodes; an empty digest matches nothing
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:16])
+}
 
 // onDenial renders a messageExpression that builds message only when
 // validation denies, and is the empty string otherwise. kube-apiserver

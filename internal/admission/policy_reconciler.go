@@ -81,7 +81,7 @@ func (r *PolicyReconciler) apply(ctx context.Context, want client.Object) error 
 			return fmt.Errorf("creating %s %s: %w", kind, want.GetName(), err)
 		}
 	} else {
-		if inPlace(live, want) && hasLabels(live, want.GetLabels()) {
+		if inPlace(live, want) && hasAll(live.GetLabels(), want.GetLabels()) && hasAll(live.GetAnnotations(), want.GetAnnotations()) {
 			return nil
 		}
 		action = "updated"
@@ -107,8 +107,8 @@ func (r *PolicyReconciler) apply(ctx context.Context, want client.Object) error 
 	return nil
 }
 
-// withSpec returns live with want's spec and labels, keeping live's other
-// metadata (resourceVersion, annotations, others' labels).
+// withSpec returns live with want's spec, labels and annotations, keeping
+// live's other metadata (resourceVersion, others' labels and annotations).
 func withSpec(live, want client.Object) client.Object {
 	out := live.DeepCopyObject().(client.Object)
 	switch o := out.(type) {
@@ -125,6 +125,16 @@ func withSpec(live, want client.Object) client.Object {
 		labels[k] = v
 	}
 	out.SetLabels(labels)
+	if len(want.GetAnnotations()) > 0 {
+		annotations := out.GetAnnotations()
+		if annotations == nil {
+			annotations = map[string]string{}
+		}
+		for k, v := range want.GetAnnotations() {
+			annotations[k] = v
+		}
+		out.SetAnnotations(annotations)
+	}
 	return out
 }
 
@@ -145,9 +155,33 @@ func inPlace(live, want client.Object) bool {
 	return false
 }
 
-func hasLabels(o client.Object, want map[string]string) bool {
+// earlierRule reports whether live, a policy without a rule digest, is
+// the rule of a guard from before digests that nothing switched off: only
+// its CEL may differ from want's; its failurePolicy, matchConditions (it
+// had none), match constraints but for the targets, and number of
+// validations must be want's or those versions'.
+func earlierRule(live, want admissionregistrationv1.ValidatingAdmissionPolicySpec) bool {
+	if live.FailurePolicy == nil || *live.FailurePolicy != admissionregistrationv1.Fail || len(live.MatchConditions) > 0 ||
+		len(live.Validations) != len(want.Validations) || live.MatchConstraints == nil || want.MatchConstraints == nil ||
+		len(live.MatchConstraints.ResourceRules) != len(want.MatchConstraints.ResourceRules) {
+		return false
+	}
+	constraints := want.MatchConstraints.DeepCopy()
+	for i := range constraints.ResourceRules {
+		constraints.ResourceRules[i].ResourceNames = live.MatchConstraints.ResourceRules[i].ResourceNames
+	}
+	for _, v := range live.Validations {
+		if v.Reason == nil || *v.Reason != metav1.StatusReasonForbidden {
+			return false
+		}
+	}
+	return equality.Semantic.DeepEqual(live.MatchConstraints, constraints)
+}
+
+// hasAll reports whether have holds every key of want with its value.
+func hasAll(have, want map[string]string) bool {
 	for k, v := range want {
-		if o.GetLabels()[k] != v {
+		if have[k] != v {
 			return false
 		}
 	}
@@ -208,31 +242,46 @@ func PolicyInPlace(ctx context.Context, c client.Reader, opts Options) error {
 // targets they name. Only the leader writes the policy, for its own
 // configuration; during a rollout that changes the targets, a new replica
 // must be ready while the old leader's policy stands, or the rollout never
-// completes. Anything else that differs (an added matchCondition, an
-// exclusion, a narrowed binding) is not in place.
+// completes. The same holds for a rollout to a version with another rule:
+// a policy whose rule digest (circuit.PolicyDigestAnnotation) matches its
+// own spec is one a guard rendered and nobody changed since, and is
+// accepted whatever version's rule it holds. Anything else that differs
+// (an added matchCondition, an exclusion, a narrowed binding) is not in
+// place.
 func PolicyEnforced(ctx context.Context, c client.Reader, opts Options) error {
 	policy, binding := RenderPolicy(opts)
 	live := &admissionregistrationv1.ValidatingAdmissionPolicy{}
 	if err := c.Get(ctx, client.ObjectKeyFromObject(policy), live); err != nil {
 		return fmt.Errorf("ValidatingAdmissionPolicy %s: %w", policy.Name, err)
 	}
-	// Take the targets from the live policy, then require the rest equal.
-	if mc := live.Spec.MatchConstraints; mc != nil && len(mc.ResourceRules) == len(policy.Spec.MatchConstraints.ResourceRules) {
-		for i := range mc.ResourceRules {
-			policy.Spec.MatchConstraints.ResourceRules[i].ResourceNames = mc.ResourceRules[i].ResourceNames
+	digest := live.Annotations[circuit.PolicyDigestAnnotation]
+	otherRule := digest != "" && digest != policy.Annotations[circuit.PolicyDigestAnnotation]
+	switch {
+	case otherRule && ruleDigest(live.Spec) == digest:
+		// Another version's rule, as that version rendered it.
+	case otherRule:
+		return fmt.Errorf("ValidatingAdmissionPolicy %s was changed after a guard rendered it (its %s does not match its rule)", policy.Name, circuit.PolicyDigestAnnotation)
+	case digest == "" && earlierRule(live.Spec, policy.Spec):
+		// A version from before rule digests.
+	default:
+		// Take the targets from the live policy, then require the rest equal.
+		if mc := live.Spec.MatchConstraints; mc != nil && len(mc.ResourceRules) == len(policy.Spec.MatchConstraints.ResourceRules) {
+			for i := range mc.ResourceRules {
+				policy.Spec.MatchConstraints.ResourceRules[i].ResourceNames = mc.ResourceRules[i].ResourceNames
+			}
 		}
-	}
-	for i, v := range policy.Spec.Variables {
-		if v.Name == managedVariable {
-			for _, lv := range live.Spec.Variables {
-				if lv.Name == managedVariable {
-					policy.Spec.Variables[i].Expression = lv.Expression
+		for i, v := range policy.Spec.Variables {
+			if v.Name == managedVariable {
+				for _, lv := range live.Spec.Variables {
+					if lv.Name == managedVariable {
+						policy.Spec.Variables[i].Expression = lv.Expression
+					}
 				}
 			}
 		}
-	}
-	if !inPlace(live, policy) {
-		return fmt.Errorf("ValidatingAdmissionPolicy %s differs from the rendered guard beyond its targets", policy.Name)
+		if !inPlace(live, policy) {
+			return fmt.Errorf("ValidatingAdmissionPolicy %s differs from the rendered guard beyond its targets", policy.Name)
+		}
 	}
 	liveBinding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
 	if err := c.Get(ctx, client.ObjectKeyFromObject(binding), liveBinding); err != nil {

@@ -19,6 +19,13 @@ const (
 	FieldManager = "webhook-guard"
 )
 
+// PolicyDigestAnnotation is on the guard's ValidatingAdmissionPolicy: a
+// digest of its rule as the guard that wrote it rendered it, targets
+// aside. A replica of another version can tell that policy, untouched,
+// from one someone changed, and so be ready during a rollout that changes
+// the rule (the old leader keeps its own rule in place until it goes).
+const PolicyDigestAnnotation = "webhook-guard.io/rule-digest"
+
 // The names webhook-guard puts on objects admitted while a mutating
 // webhook's circuit is open, and on the MutatingAdmissionPolicies that put
 // them there (internal/marking). Also a contract with users: kubectl
