@@ -44,6 +44,11 @@ type fleet struct {
 	configs []string
 	servers []*harness.TLSServer
 	failing atomic.Bool
+
+	// The guard's identity and the metrics reader's token, made once per
+	// fleet and shared by its guards' runs.
+	id      *harness.Identity
+	scraper string
 }
 
 // newFleet starts the webhooks and creates their configurations.
@@ -168,17 +173,20 @@ type guardRun struct {
 // with leader election as the Deployment runs it, logging at info level,
 // inside a CPU limit of quota cores when quota > 0.
 func startGuard(ctx context.Context, env *harness.Env, f *fleet, mode string, hold int, quota float64) (*guardRun, error) {
-	id, err := env.ServiceAccount(ctx, f.ns, "webhook-guard")
-	if err != nil {
-		return nil, err
+	if f.id == nil {
+		id, err := env.ServiceAccount(ctx, f.ns, "webhook-guard")
+		if err != nil {
+			return nil, err
+		}
+		if err := env.GrantGuard(ctx, f.ns, id, f.configs); err != nil {
+			return nil, err
+		}
+		if f.scraper, err = metricsReader(ctx, env, f.ns); err != nil {
+			return nil, err
+		}
+		f.id = id
 	}
-	if err := env.GrantGuard(ctx, f.ns, id, f.configs); err != nil {
-		return nil, err
-	}
-	scraper, err := metricsReader(ctx, env, f.ns)
-	if err != nil {
-		return nil, err
-	}
+	id, scraper := f.id, f.scraper
 	addr, err := harness.FreeLoopbackAddr()
 	if err != nil {
 		return nil, err
@@ -309,6 +317,29 @@ func (r *guardRun) metrics(ctx context.Context) (map[string]float64, error) {
 		}
 	}
 	return out, nil
+}
+
+// waitServing waits until the guard's metrics endpoint answers: a guard in
+// a small CPU limit takes a while to start.
+func (r *guardRun) waitServing(ctx context.Context) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		_, err := r.metrics(ctx)
+		if err == nil {
+			return nil
+		}
+		if exited, code := r.g.Exited(); exited {
+			return fmt.Errorf("the guard exited with %d before serving its metrics\n%s", code, r.g.Logs())
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the guard's metrics did not answer in 2 minutes: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 // cpuSeconds is the CPU time pid has used, user and system, all threads.

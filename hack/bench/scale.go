@@ -35,6 +35,9 @@ type steady struct {
 
 // measureWindow measures r over window after warmUp.
 func measureWindow(ctx context.Context, r *guardRun) (steady, error) {
+	if err := r.waitServing(ctx); err != nil {
+		return steady{}, err
+	}
 	select {
 	case <-ctx.Done():
 		return steady{}, ctx.Err()
@@ -201,7 +204,7 @@ func starvation(ctx context.Context, b *Bench) ([]Row, error) {
 	if err != nil {
 		return nil, err
 	}
-	const quota = 0.02
+	const quota = 0.05
 	f, err := newFleet(ctx, env, "url", 1000)
 	if err != nil {
 		return nil, err

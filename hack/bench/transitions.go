@@ -156,6 +156,10 @@ func cycles(ctx context.Context, b *Bench) ([]Row, error) {
 		if err != nil {
 			return nil, err
 		}
+		if err := r.waitServing(ctx); err != nil {
+			r.stop()
+			return nil, err
+		}
 		o, err := observe(ctx, env, f)
 		if err != nil {
 			r.stop()
@@ -248,6 +252,9 @@ func massFailure(ctx context.Context, b *Bench) ([]Row, error) {
 // seconds to all open, to all closed, writes for each, and conflicts.
 func massRun(ctx context.Context, env *harness.Env, f *fleet, r *guardRun) ([5]float64, error) {
 	var out [5]float64
+	if err := r.waitServing(ctx); err != nil {
+		return out, err
+	}
 	time.Sleep(warmUp)
 	m0, err := r.metrics(ctx)
 	if err != nil {
