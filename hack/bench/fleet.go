@@ -170,9 +170,10 @@ type guardRun struct {
 }
 
 // startGuard runs the real guard binary for f as its own ServiceAccount,
-// with leader election as the Deployment runs it, logging at info level,
-// inside a CPU limit of quota cores when quota > 0.
-func startGuard(ctx context.Context, env *harness.Env, f *fleet, mode string, hold int, quota float64) (*guardRun, error) {
+// with leader election as the Deployment runs it (unless leaderElect is
+// false), logging at info level, inside a CPU limit of quota cores when
+// quota > 0.
+func startGuard(ctx context.Context, env *harness.Env, f *fleet, mode string, hold int, quota float64, leaderElect bool) (*guardRun, error) {
 	if f.id == nil {
 		id, err := env.ServiceAccount(ctx, f.ns, "webhook-guard")
 		if err != nil {
@@ -191,7 +192,10 @@ func startGuard(ctx context.Context, env *harness.Env, f *fleet, mode string, ho
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"--leader-elect", "--leader-election-namespace", f.ns, "--zap-log-level", "info", "--metrics-bind-address", addr}
+	args := []string{"--zap-log-level", "info", "--metrics-bind-address", addr}
+	if leaderElect {
+		args = append(args, "--leader-elect", "--leader-election-namespace", f.ns)
+	}
 	pprofAddr := ""
 	if *profileDir != "" {
 		if pprofAddr, err = harness.FreeLoopbackAddr(); err != nil {

@@ -152,7 +152,7 @@ func cycles(ctx context.Context, b *Bench) ([]Row, error) {
 	defer f.delete(ctx, env)
 	var openS, closeS, openW, closeW []float64
 	for range b.Runs {
-		r, err := startGuard(ctx, env, f, "Bypass", 3, 0)
+		r, err := startGuard(ctx, env, f, "Bypass", 3, 0, true)
 		if err != nil {
 			return nil, err
 		}
@@ -220,7 +220,7 @@ func massFailure(ctx context.Context, b *Bench) ([]Row, error) {
 			// holdWhenAllFail 0: every target of the guard fails at once
 			// here, which the default hold would take for the guard's own
 			// network.
-			r, err := startGuard(ctx, env, f, "Ignore", 0, limit)
+			r, err := startGuard(ctx, env, f, "Ignore", 0, limit, true)
 			if err != nil {
 				f.delete(ctx, env)
 				return rows, err
