@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
 )
 
@@ -150,6 +151,28 @@ func (f *fleet) close() {
 	for _, s := range f.servers {
 		s.Close()
 	}
+}
+
+// opened counts the fleet's webhooks whose failurePolicy is no longer
+// Fail, or that have a circuit record: any opening shows on the objects.
+func (f *fleet) opened(ctx context.Context, env *harness.Env) (int, error) {
+	list := &admissionregistrationv1.MutatingWebhookConfigurationList{}
+	if err := env.Client.List(ctx, list, client.MatchingLabels{"bench": f.ns}); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, m := range list.Items {
+		if m.Annotations[circuit.Annotation] != "" {
+			n++
+			continue
+		}
+		for _, w := range m.Webhooks {
+			if *w.FailurePolicy != admissionregistrationv1.Fail {
+				n++
+			}
+		}
+	}
+	return n, nil
 }
 
 // delete removes the configurations (and with the namespace the Services).
