@@ -155,6 +155,16 @@ func inPlace(live, want client.Object) bool {
 	return false
 }
 
+// variable is the expression of spec's variable name; "" when it has none.
+func variable(spec admissionregistrationv1.ValidatingAdmissionPolicySpec, name string) string {
+	for _, v := range spec.Variables {
+		if v.Name == name {
+			return v.Expression
+		}
+	}
+	return ""
+}
+
 // earlierRule reports whether live, a policy without a rule digest, is
 // the rule of a guard from before digests that nothing switched off: only
 // its CEL may differ from want's; its failurePolicy, matchConditions (it
@@ -164,6 +174,9 @@ func earlierRule(live, want admissionregistrationv1.ValidatingAdmissionPolicySpe
 	if live.FailurePolicy == nil || *live.FailurePolicy != admissionregistrationv1.Fail || len(live.MatchConditions) > 0 ||
 		len(live.Validations) != len(want.Validations) || live.MatchConstraints == nil || want.MatchConstraints == nil ||
 		len(live.MatchConstraints.ResourceRules) != len(want.MatchConstraints.ResourceRules) {
+		return false
+	}
+	if variable(live, "isBreaker") != variable(want, "isBreaker") {
 		return false
 	}
 	constraints := want.MatchConstraints.DeepCopy()
@@ -257,8 +270,11 @@ func PolicyEnforced(ctx context.Context, c client.Reader, opts Options) error {
 	digest := live.Annotations[circuit.PolicyDigestAnnotation]
 	otherRule := digest != "" && digest != policy.Annotations[circuit.PolicyDigestAnnotation]
 	switch {
+	case otherRule && variable(live.Spec, "isBreaker") != variable(policy.Spec, "isBreaker"):
+		return fmt.Errorf("ValidatingAdmissionPolicy %s holds another breaker's rule", policy.Name)
 	case otherRule && ruleDigest(live.Spec) == digest:
-		// Another version's rule, as that version rendered it.
+		// Another version's rule for this breaker, as that version
+		// rendered it.
 	case otherRule:
 		return fmt.Errorf("ValidatingAdmissionPolicy %s was changed after a guard rendered it (its %s does not match its rule)", policy.Name, circuit.PolicyDigestAnnotation)
 	case digest == "" && earlierRule(live.Spec, policy.Spec):

@@ -272,6 +272,13 @@ func TestPolicyEnforced_anotherVersionsRuleUntouched(t *testing.T) {
 		p.Annotations[circuit.PolicyDigestAnnotation] = admission.RuleDigest(p.Spec)
 	}
 	require.NoError(t, enforced(otherVersion), "another version's rule, untouched")
+	other := admission.Options{Managed: opts.Managed, BreakerUsername: "system:serviceaccount:elsewhere:webhook-guard"}
+	assert.ErrorContains(t, enforced(func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
+		q, _ := admission.RenderPolicy(other)
+		q.Spec.Validations[0].Expression += " || false"
+		p.Spec = q.Spec
+		p.Annotations[circuit.PolicyDigestAnnotation] = admission.RuleDigest(p.Spec)
+	}), "another breaker's rule")
 	assert.ErrorContains(t, enforced(func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
 		otherVersion(p)
 		p.Spec.MatchConditions = append(p.Spec.MatchConditions, admissionregistrationv1.MatchCondition{Name: "off", Expression: "false"})
@@ -286,6 +293,11 @@ func TestPolicyEnforced_anotherVersionsRuleUntouched(t *testing.T) {
 		p.Spec.Validations[1].MessageExpression = "'an earlier message'"
 	}
 	require.NoError(t, enforced(earlier), "a rule from before digests")
+	assert.Error(t, enforced(func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
+		q, _ := admission.RenderPolicy(other)
+		p.Spec = q.Spec
+		earlier(p)
+	}), "a rule from before digests, for another breaker")
 	for name, off := range map[string]func(*admissionregistrationv1.ValidatingAdmissionPolicy){
 		"a matchCondition": func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
 			p.Spec.MatchConditions = []admissionregistrationv1.MatchCondition{{Name: "off", Expression: "false"}}
