@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 
+	latencytable "github.com/webhook-guard/webhook-guard/hack/latency"
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
 )
 
@@ -19,17 +20,6 @@ func init() {
 
 // samples is the number of creates per latency case (-samples).
 var samples = flag.Int("samples", 50, "ConfigMap creates per case of the latency table.")
-
-// latencyCase is one case of hack/demo's JSON table.
-type latencyCase struct {
-	Case          string  `json:"case"`
-	P50Ms         float64 `json:"p50Ms"`
-	P95Ms         float64 `json:"p95Ms"`
-	MaxMs         float64 `json:"maxMs"`
-	RatioToHealth float64 `json:"p50RatioToHealthy"`
-	Created       int     `json:"created"`
-	Rejected      int     `json:"rejected"`
-}
 
 // latency runs the demo (its own control plane, the sample slow webhook
 // behind a Service, the real guard in both modes) once per run and takes
@@ -65,7 +55,7 @@ func latency(ctx context.Context, b *Bench) ([]Row, error) {
 		if err != nil {
 			return nil, err
 		}
-		var cases []latencyCase
+		var cases []latencytable.Case
 		if err := json.Unmarshal(data, &cases); err != nil {
 			return nil, err
 		}

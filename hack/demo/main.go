@@ -27,6 +27,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/webhook-guard/webhook-guard/hack/latency"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
 )
@@ -199,28 +200,16 @@ func (d *demo) setFailurePolicy(ctx context.Context, p admissionregistrationv1.F
 	return d.env.Client.Update(ctx, m)
 }
 
-// caseResult is one row of the latency table, for -json.
-type caseResult struct {
-	Case          string  `json:"case"`
-	P50Ms         float64 `json:"p50Ms"`
-	P95Ms         float64 `json:"p95Ms"`
-	MaxMs         float64 `json:"maxMs"`
-	RatioToHealth float64 `json:"p50RatioToHealthy"`
-	Created       int     `json:"created"`
-	Rejected      int     `json:"rejected"`
-	WebhookCalls  int     `json:"webhookCalls"`
-}
-
-func (d *demo) results() []caseResult {
+func (d *demo) results() []latency.Case {
 	var healthy float64
-	var out []caseResult
+	var out []latency.Case
 	for _, r := range d.rows {
 		sorted := append([]time.Duration(nil), r.took...)
 		sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
 		ms := func(q float64) float64 {
 			return float64(sorted[min(len(sorted)-1, int(q*float64(len(sorted))))].Microseconds()) / 1000
 		}
-		c := caseResult{Case: r.label, P50Ms: ms(0.5), P95Ms: ms(0.95), MaxMs: ms(1), Created: len(r.took) - r.rejected, Rejected: r.rejected, WebhookCalls: r.called}
+		c := latency.Case{Case: r.label, P50Ms: ms(0.5), P95Ms: ms(0.95), MaxMs: ms(1), Created: len(r.took) - r.rejected, Rejected: r.rejected, WebhookCalls: r.called}
 		if r.label == "healthy, Fail" {
 			healthy = c.P50Ms
 		}
