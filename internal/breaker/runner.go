@@ -63,8 +63,10 @@ type ProbeRunner struct {
 
 	holding atomic.Bool
 	// byConfiguration holds the targets of each configuration, by kind
-	// and name, so a probe does not search every target.
+	// and name, so a probe does not search every target; built once, on
+	// first use.
 	byConfiguration map[configurationKey][]config.Target
+	indexOnce       sync.Once
 }
 
 type configurationKey struct {
@@ -85,11 +87,8 @@ func (r *ProbeRunner) Start(ctx context.Context) error {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
-	r.byConfiguration = map[configurationKey][]config.Target{}
 	for _, t := range r.Targets {
 		r.State.Register(t.Key())
-		k := configurationKey{t.Kind, t.Configuration}
-		r.byConfiguration[k] = append(r.byConfiguration[k], t)
 	}
 	var wg sync.WaitGroup
 	for _, t := range r.Targets {
@@ -227,11 +226,14 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 
 // inputs are what Plan decides from for view, a configuration of kind.
 func (r *ProbeRunner) inputs(kind circuit.Kind, view *admissionregistrationv1.MutatingWebhookConfiguration) Inputs {
-	targets, ok := r.byConfiguration[configurationKey{kind, view.Name}]
-	if !ok {
-		targets = targetsOf(r.Targets, kind, view.Name) // ProbeOnce without Start, in tests
-	}
-	return r.State.Inputs(targets, r.Clock.Now(), r.Identity, view.ResourceVersion)
+	r.indexOnce.Do(func() {
+		r.byConfiguration = map[configurationKey][]config.Target{}
+		for _, t := range r.Targets {
+			k := configurationKey{t.Kind, t.Configuration}
+			r.byConfiguration[k] = append(r.byConfiguration[k], t)
+		}
+	})
+	return r.State.Inputs(r.byConfiguration[configurationKey{kind, view.Name}], r.Clock.Now(), r.Identity, view.ResourceVersion)
 }
 
 // wake triggers a reconcile of obj (whose circuit.View is view) when Plan,
