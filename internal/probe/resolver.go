@@ -112,10 +112,6 @@ var _ Resolver = (*CachingResolver)(nil)
 
 // Resolve returns the remembered resolution, or asks Next.
 func (c *CachingResolver) Resolve(ctx context.Context, namespace, name string, port int32) (string, error) {
-	now := time.Now
-	if c.Now != nil {
-		now = c.Now
-	}
 	ttl := c.TTL
 	if ttl <= 0 {
 		ttl = DefaultResolutionTTL
@@ -124,7 +120,7 @@ func (c *CachingResolver) Resolve(ctx context.Context, namespace, name string, p
 	c.mu.Lock()
 	r, ok := c.entries[key][port]
 	c.mu.Unlock()
-	if ok && now().Sub(r.at) < ttl {
+	if ok && c.now().Sub(r.at) < ttl {
 		return r.hostPort, nil
 	}
 	hostPort, err := c.Next.Resolve(ctx, namespace, name, port)
@@ -140,7 +136,7 @@ func (c *CachingResolver) Resolve(ctx context.Context, namespace, name string, p
 	if c.entries[key] == nil {
 		c.entries[key] = map[int32]resolution{}
 	}
-	c.entries[key][port] = resolution{hostPort: hostPort, at: now()}
+	c.entries[key][port] = resolution{hostPort: hostPort, at: c.now()}
 	return hostPort, nil
 }
 
@@ -152,10 +148,6 @@ const DefaultRecheck = 5 * time.Second
 // read again at most once per Recheck, so a mass failure does not turn
 // into one apiserver request per probe.
 func (c *CachingResolver) Forget(namespace, name string) {
-	now := time.Now
-	if c.Now != nil {
-		now = c.Now
-	}
 	recheck := c.Recheck
 	if recheck <= 0 {
 		recheck = DefaultRecheck
@@ -163,8 +155,15 @@ func (c *CachingResolver) Forget(namespace, name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for port, r := range c.entries[serviceKey{namespace, name}] {
-		if now().Sub(r.at) >= recheck {
+		if c.now().Sub(r.at) >= recheck {
 			delete(c.entries[serviceKey{namespace, name}], port)
 		}
 	}
+}
+
+func (c *CachingResolver) now() time.Time {
+	if c.Now != nil {
+		return c.Now()
+	}
+	return time.Now()
 }
