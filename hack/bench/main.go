@@ -80,6 +80,17 @@ func (b *Bench) Env() (*harness.Env, error) {
 	return env, nil
 }
 
+// LimitedEnv returns the shared control plane and the Deployment's CPU
+// limit, for the sections that run the guard inside it.
+func (b *Bench) LimitedEnv() (*harness.Env, float64, error) {
+	limit, err := deploymentCPULimit()
+	if err != nil {
+		return nil, 0, err
+	}
+	env, err := b.Env()
+	return env, limit, err
+}
+
 // section measures one part of the table.
 type section struct {
 	name string

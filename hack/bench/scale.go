@@ -106,11 +106,7 @@ func measureWindow(ctx context.Context, r *guardRun) (steady, error) {
 // and by Service, inside the Deployment's CPU limit, and at 1,000 by URL
 // once more against a competing load of one busy core.
 func scale(ctx context.Context, b *Bench) ([]Row, error) {
-	env, err := b.Env()
-	if err != nil {
-		return nil, err
-	}
-	limit, err := deploymentCPULimit()
+	env, limit, err := b.LimitedEnv()
 	if err != nil {
 		return nil, err
 	}

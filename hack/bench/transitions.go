@@ -198,11 +198,7 @@ func cycles(ctx context.Context, b *Bench) ([]Row, error) {
 // massFailure makes every webhook of a fleet fail at once, then recover,
 // inside the Deployment's CPU limit.
 func massFailure(ctx context.Context, b *Bench) ([]Row, error) {
-	env, err := b.Env()
-	if err != nil {
-		return nil, err
-	}
-	limit, err := deploymentCPULimit()
+	env, limit, err := b.LimitedEnv()
 	if err != nil {
 		return nil, err
 	}
