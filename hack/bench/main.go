@@ -215,7 +215,7 @@ func (r Row) measured() string {
 }
 
 // median of v; 0 when empty.
-func median(v []float64) float64 {
+func median[T ~int64 | ~float64](v []T) T {
 	if len(v) == 0 {
 		return 0
 	}

@@ -84,7 +84,7 @@ func policyOverhead(ctx context.Context, b *Bench) ([]Row, error) {
 				lat[i] = append(lat[i], l...)
 				plugin[i] = plugin[i].add(p)
 			}
-			with, without := policyMedian(lat[1]), policyMedian(lat[0])
+			with, without := median(lat[1]), median(lat[0])
 			ratio[n] = append(ratio[n], with.Seconds()/without.Seconds())
 			withP50[n] = append(withP50[n], policyMS(with))
 			withoutP50[n] = append(withoutP50[n], policyMS(without))
@@ -346,18 +346,6 @@ func (s *policyBench) scrape(ctx context.Context) (pluginTime, error) {
 		return pluginTime{}, errors.New("no " + family + ` series for name="` + policyPlugin + `", operation UPDATE, admitted`)
 	}
 	return p, nil
-}
-
-func policyMedian(d []time.Duration) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	if len(s) == 0 {
-		return 0
-	}
-	if len(s)%2 == 0 {
-		return (s[len(s)/2-1] + s[len(s)/2]) / 2
-	}
-	return s[len(s)/2]
 }
 
 func policyMS(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
