@@ -2,6 +2,9 @@ package main
 
 import (
 	"flag"
+	"fmt"
+	"net"
+	"strconv"
 	"time"
 )
 
@@ -77,4 +80,31 @@ func addKubeconfigFlag(fs *flag.FlagSet) {
 	if f := flag.CommandLine.Lookup("kubeconfig"); f != nil {
 		fs.Var(f.Value, f.Name, f.Usage)
 	}
+}
+
+// checkPorts binds, and releases at once, every address the service will
+// serve on, so that a port in use fails the start before anything else
+// happens, naming the flag and the address (the servers start only after
+// the caches sync, and would report it last).
+func checkPorts(o runOptions) error {
+	addrs := []struct{ flag, addr string }{
+		{"--metrics-bind-address", o.MetricsAddr},
+		{"--pprof-bind-address", o.PprofAddr},
+		{"--health-probe-bind-address", o.ProbeAddr},
+		{"--status-bind-address", o.StatusAddr},
+	}
+	if o.WebhookCertDir != "" {
+		addrs = append(addrs, struct{ flag, addr string }{"--webhook-port", net.JoinHostPort(o.WebhookHost, strconv.Itoa(o.WebhookPort))})
+	}
+	for _, a := range addrs {
+		if a.addr == "" || a.addr == "0" {
+			continue
+		}
+		l, err := net.Listen("tcp", a.addr)
+		if err != nil {
+			return fmt.Errorf("%s %s: cannot listen: %w", a.flag, a.addr, err)
+		}
+		_ = l.Close()
+	}
+	return nil
 }

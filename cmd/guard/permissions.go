@@ -8,6 +8,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -17,6 +18,7 @@ import (
 	"github.com/webhook-guard/webhook-guard/internal/admission"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
+	"github.com/webhook-guard/webhook-guard/internal/probe"
 )
 
 // checkTargetPermissions asks the apiserver, with SelfSubjectAccessReviews,
@@ -179,6 +181,49 @@ func checkOtherInstances(ctx context.Context, rc *rest.Config, cfg *config.Confi
 		return fmt.Errorf("another webhook-guard installation manages %s; two installations must not manage one configuration. "+
 			"Remove it from one of them, or give this one another instance name, or, if that installation is gone, delete its policy with "+
 			"kubectl delete validatingadmissionpolicy,validatingadmissionpolicybinding <name>", strings.Join(clashes, "; "))
+	}
+	return nil
+}
+
+// checkTargetRules refuses to start when a target probed with an
+// AdmissionReview has rules that match no request the probe can send (a
+// CREATE of a resource): only subresources, or only other operations. No
+// probe could ever judge such a webhook, so it names the rule and the
+// remedy. Targets whose configuration or webhook does not exist yet are
+// left to the breaker, which reports them when they appear.
+func checkTargetRules(ctx context.Context, rc *rest.Config, cfg *config.Configuration) error {
+	c, err := client.New(rc, client.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	var problems []string
+	for _, t := range cfg.Targets {
+		if t.Probe.Kind != config.ProbeAdmissionReview {
+			continue
+		}
+		obj := t.Kind.New()
+		if err := c.Get(ctx, client.ObjectKey{Name: t.Configuration}, obj); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return fmt.Errorf("reading %s %s: %w", t.Kind.Singular(), t.Configuration, err)
+		}
+		view, err := circuit.ReadView(obj)
+		if err != nil {
+			return err
+		}
+		for _, wh := range view.Webhooks {
+			if wh.Name != t.Webhook {
+				continue
+			}
+			if err := probe.RulesProbeable(wh.Rules); err != nil {
+				problems = append(problems, fmt.Sprintf("%s %s webhook %s: %v", t.Kind.Singular(), t.Configuration, t.Webhook, err))
+			}
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("these targets cannot be probed with an AdmissionReview: %s. Give each one probe.kind: HTTPGet with a health path, or remove it",
+			strings.Join(problems, "; "))
 	}
 	return nil
 }

@@ -65,6 +65,9 @@ func runCommand(ctx context.Context, args []string, stderr io.Writer, restConfig
 	if err != nil {
 		return err
 	}
+	if err := checkPorts(o); err != nil {
+		return err
+	}
 	rc, err := restConfig()
 	if err != nil {
 		return fmt.Errorf("loading kubeconfig: %w", err)
@@ -78,6 +81,9 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 		return err
 	}
 	if err := checkTargetPermissions(ctx, rc, cfg); err != nil {
+		return err
+	}
+	if err := checkTargetRules(ctx, rc, cfg); err != nil {
 		return err
 	}
 	// Entries are signed by the identity and, for a named instance, the
@@ -169,7 +175,7 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 		setupLog.Info("Marking unavailable", "reason", markingProblem)
 		m.MarkingAvailable.Set(0)
 	} else {
-		marker = &marking.Keeper{Client: mgr.GetClient(), Breaker: signer}
+		marker = &marking.Keeper{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Breaker: signer}
 		m.MarkingAvailable.Set(1)
 	}
 	for _, kind := range []circuit.Kind{circuit.KindMutating, circuit.KindValidating} {
@@ -201,9 +207,10 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 	runner := &breaker.ProbeRunner{
 		Scraper: &apimetrics.Scraper{Client: clientset.Discovery().RESTClient()},
 		Reader:  mgr.GetClient(), Targets: cfg.Targets, State: state, Metrics: m, Recorder: recorder, Triggers: triggers, Identity: signer,
-		Prober: &probe.Prober{Resolver: &probe.CachingResolver{Next: probe.NewServiceResolver(mgr.GetAPIReader())}, Mapper: mgr.GetRESTMapper(), Username: identity, Stalls: stalls,
-			// Connections are kept between probes, as kube-apiserver keeps
-			// its connections to webhooks, and re-dialled every 30 s.
+		Prober: &probe.Prober{Resolver: &probe.CachingResolver{Next: probe.NewServiceResolver(mgr.GetAPIReader())}, Discovery: clientset.Discovery(), Username: identity, Stalls: stalls,
+			// HTTPGet probes keep their connections between probes and
+			// re-dial every probe.DefaultRedial; AdmissionReview probes use
+			// kube-apiserver's own webhook clients, which keep theirs.
 			Pool: &probe.ConnectionPool{}},
 		DiagnoseTLS: func(ctx context.Context, annotations map[string]string) string {
 			return certs.DiagnoseInjectedCA(ctx, reader, annotations, time.Now())

@@ -37,8 +37,7 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/runtime/schema"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/webhook-guard/webhook-guard/certs"
 	"github.com/webhook-guard/webhook-guard/internal/probe"
@@ -250,9 +249,7 @@ func probeCPU(ctx context.Context, b *Bench) ([]Row, error) {
 	if !roots.AppendCertsFromPEM(srv.caPEM) {
 		return nil, errors.New("the server's CA is not PEM")
 	}
-	mapper := meta.NewDefaultRESTMapper(nil)
-	deployments := schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}
-	mapper.Add(deployments, meta.RESTScopeNamespace)
+	mapper := deploymentsOnly{}
 	hooks := make([]admissionregistrationv1.MutatingWebhook, probeCPUWorkers)
 	for i, addr := range srv.addrs {
 		hooks[i] = probeCPUWebhook(i, "https://"+addr+"/mutate", srv.caPEM)
@@ -263,7 +260,7 @@ func probeCPU(ctx context.Context, b *Bench) ([]Row, error) {
 	}
 
 	newProber := func(pool *probe.ConnectionPool) *probe.Prober {
-		return &probe.Prober{Mapper: mapper, Username: "system:serviceaccount:webhook-guard:webhook-guard", Pool: pool}
+		return &probe.Prober{Discovery: mapper, Username: "system:serviceaccount:webhook-guard:webhook-guard", Pool: pool}
 	}
 	probeWith := func(ctx context.Context, p *probe.Prober, wh admissionregistrationv1.MutatingWebhook) error {
 		if res := p.Probe(ctx, wh, probe.Spec{}); res.Outcome != probe.OutcomeHealthy {
@@ -493,7 +490,7 @@ func probeCPUWebhook(i int, url string, caBundle []byte) admissionregistrationv1
 
 // capturedProbe sends one probe to an in-process server and returns the
 // request URI and body the prober sent, for the bare POSTs to repeat.
-func capturedProbe(mapper meta.RESTMapper) (uri string, body []byte, err error) {
+func capturedProbe(mapper probe.Discovery) (uri string, body []byte, err error) {
 	var mu sync.Mutex
 	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		data, _ := io.ReadAll(r.Body)
@@ -507,7 +504,7 @@ func capturedProbe(mapper meta.RESTMapper) (uri string, body []byte, err error) 
 	ts.StartTLS()
 	defer ts.Close()
 	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw})
-	p := &probe.Prober{Mapper: mapper}
+	p := &probe.Prober{Discovery: mapper}
 	if res := p.Probe(context.Background(), probeCPUWebhook(0, ts.URL+"/mutate", caPEM), probe.Spec{}); res.Outcome != probe.OutcomeHealthy {
 		return "", nil, fmt.Errorf("probe %s: %v", res.Outcome, res.Err)
 	}
@@ -517,4 +514,16 @@ func capturedProbe(mapper meta.RESTMapper) (uri string, body []byte, err error) 
 		return "", nil, errors.New("no body captured")
 	}
 	return uri, body, nil
+}
+
+// deploymentsOnly is discovery that serves apps/v1 deployments only, the
+// resource the probe-CPU section's webhooks match.
+type deploymentsOnly struct{}
+
+func (deploymentsOnly) ServerGroupsAndResources() ([]*metav1.APIGroup, []*metav1.APIResourceList, error) {
+	gv := metav1.GroupVersionForDiscovery{GroupVersion: "apps/v1", Version: "v1"}
+	return []*metav1.APIGroup{{Name: "apps", Versions: []metav1.GroupVersionForDiscovery{gv}, PreferredVersion: gv}},
+		[]*metav1.APIResourceList{{GroupVersion: "apps/v1", APIResources: []metav1.APIResource{
+			{Name: "deployments", Namespaced: true, Kind: "Deployment", Verbs: metav1.Verbs{"create", "get"}},
+		}}}, nil
 }

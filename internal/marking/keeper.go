@@ -30,6 +30,10 @@ type Open struct {
 type Keeper struct {
 	// Client reads (the manager's cache) and writes the policies.
 	Client client.Client
+	// APIReader reads the policies from the apiserver when the cache
+	// lags it: a policy the cache does not have yet, or no longer, may
+	// still exist. Nil means Client.
+	APIReader client.Reader
 	// Breaker signs the policies, as it signs record entries.
 	Breaker string
 	// Settle is how long a policy this breaker wrote needs to take
@@ -79,6 +83,13 @@ func (k *Keeper) Ensure(ctx context.Context, configuration string, o Open) (time
 	return last.Add(k.settle()), nil
 }
 
+func (k *Keeper) apiReader() client.Reader {
+	if k.APIReader != nil {
+		return k.APIReader
+	}
+	return k.Client
+}
+
 func (k *Keeper) settle() time.Duration {
 	if k.Settle > 0 {
 		return k.Settle
@@ -95,13 +106,20 @@ func (k *Keeper) apply(ctx context.Context, want client.Object) (time.Time, erro
 	kind := want.GetObjectKind().GroupVersionKind().Kind
 	live := want.DeepCopyObject().(client.Object)
 	err := k.Client.Get(ctx, client.ObjectKeyFromObject(want), live)
-	switch {
-	case apierrors.IsNotFound(err):
-		if err := k.Client.Create(ctx, want.DeepCopyObject().(client.Object), client.FieldOwner(circuit.FieldManager)); err != nil {
+	if apierrors.IsNotFound(err) {
+		err = k.Client.Create(ctx, want.DeepCopyObject().(client.Object), client.FieldOwner(circuit.FieldManager))
+		if err == nil {
+			return k.wrote(kind, want.GetName()), nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
 			return time.Time{}, fmt.Errorf("creating %s %s: %w", kind, want.GetName(), err)
 		}
-		return k.wrote(kind, want.GetName()), nil
-	case err != nil:
+		// The cache lags the apiserver (a quick re-opening finds the
+		// object a close just deleted, or one it has not seen yet): read
+		// it there, and go on as if the cache had had it.
+		err = k.apiReader().Get(ctx, client.ObjectKeyFromObject(want), live)
+	}
+	if err != nil {
 		return time.Time{}, fmt.Errorf("reading %s %s: %w", kind, want.GetName(), err)
 	}
 	if live.GetAnnotations()[circuit.MarkedByAnnotation] != k.Breaker {

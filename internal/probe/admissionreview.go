@@ -1,25 +1,24 @@
 package probe
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
-	"strings"
-	"sync"
-	"time"
+	"slices"
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	admissionv1beta1 "k8s.io/api/admission/v1beta1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	authenticationv1 "k8s.io/api/authentication/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/admission/plugin/webhook"
+	"k8s.io/apiserver/pkg/admission/plugin/webhook/generic"
 	"k8s.io/apiserver/pkg/admission/plugin/webhook/request"
+	"k8s.io/apiserver/pkg/authentication/user"
 )
 
 // probeObjectName is metadata.name of the synthetic object sent in
@@ -29,9 +28,6 @@ const probeObjectName = "webhook-guard-probe"
 // probeNamespace is the namespace of a namespaced probe object: one that
 // exists in every cluster, so a webhook that looks it up finds it.
 const probeNamespace = "default"
-
-// admissionReviewVersion is the only AdmissionReview version this package sends.
-const admissionReviewVersion = "v1"
 
 // DryRunSafe reports whether a webhook with these sideEffects may receive a
 // dry-run AdmissionReview probe: only None and NoneOnDryRun are safe.
@@ -49,146 +45,47 @@ func DryRunSafe(sideEffects *admissionregistrationv1.SideEffectClass) bool {
 }
 
 // AdmissionReviewProbeable returns why wh cannot be probed with an
-// AdmissionReview, or nil: its sideEffects must allow a dry run, and it must
-// accept admission.k8s.io/v1 reviews.
+// AdmissionReview, or nil: its sideEffects must allow a dry run, it must
+// accept an AdmissionReview version kube-apiserver sends (v1 or v1beta1),
+// and one of its rules must match a CREATE of a resource (RulesProbeable).
 func AdmissionReviewProbeable(wh admissionregistrationv1.MutatingWebhook) error {
 	if !DryRunSafe(wh.SideEffects) {
 		return fmt.Errorf("webhook %q cannot be probed with an AdmissionReview: sideEffects %s is neither None nor NoneOnDryRun, so a dry-run probe is not safe",
 			wh.Name, sideEffectsString(wh.SideEffects))
 	}
-	if !acceptsV1(wh.AdmissionReviewVersions) {
-		return fmt.Errorf("webhook %q cannot be probed with an AdmissionReview: admissionReviewVersions %v lack %q",
-			wh.Name, wh.AdmissionReviewVersions, admissionReviewVersion)
+	if !slices.ContainsFunc(wh.AdmissionReviewVersions, func(v string) bool {
+		return v == admissionv1.SchemeGroupVersion.Version || v == admissionv1beta1.SchemeGroupVersion.Version
+	}) {
+		return fmt.Errorf("webhook %q cannot be probed with an AdmissionReview: admissionReviewVersions %v name neither v1 nor v1beta1, so kube-apiserver cannot call it either",
+			wh.Name, wh.AdmissionReviewVersions)
+	}
+	if err := RulesProbeable(wh.Rules); err != nil {
+		return fmt.Errorf("webhook %q cannot be probed with an AdmissionReview: %w", wh.Name, err)
 	}
 	return nil
 }
 
-// acceptsV1 reports whether the webhook accepts admission.k8s.io/v1 reviews.
-// An empty list (impossible for a validated v1 object) is treated as yes.
-func acceptsV1(versions []string) bool {
-	if len(versions) == 0 {
-		return true
-	}
-	for _, v := range versions {
-		if v == admissionReviewVersion {
-			return true
-		}
-	}
-	return false
-}
-
-// probeTarget is the group/version/resource and object identity a probe
-// pretends to CREATE.
-type probeTarget struct {
-	gvr       metav1.GroupVersionResource
-	kind      string
-	namespace string // empty for cluster-scoped objects
-}
-
-// targetFor picks the resource from the webhook's first rule (the first
-// non-"*" entry of each list, falling back to "" / "v1" / "configmaps")
-// and asks mapper for its kind and scope, as the apiserver's discovery
-// knows them.
-func targetFor(wh admissionregistrationv1.MutatingWebhook, mapper meta.RESTMapper, cache *sync.Map) (probeTarget, error) {
-	gvr := schema.GroupVersionResource{Group: "", Version: "v1", Resource: "configmaps"}
-	if len(wh.Rules) > 0 {
-		rule := wh.Rules[0].Rule
-		if g, ok := firstConcrete(rule.APIGroups); ok {
-			gvr.Group = g
-		}
-		if v, ok := firstConcrete(rule.APIVersions); ok {
-			gvr.Version = v
-		}
-		resources := make([]string, 0, len(rule.Resources))
-		for _, r := range rule.Resources {
-			// "pods/status" -> "pods"; subresources are not probed.
-			resources = append(resources, strings.SplitN(r, "/", 2)[0])
-		}
-		if r, ok := firstConcrete(resources); ok {
-			gvr.Resource = r
-		}
-	}
-	if mapper == nil {
-		return probeTarget{}, errors.New("the prober has no RESTMapper to find the probed resource's kind")
-	}
-	if cache != nil {
-		if c, ok := cache.Load(gvr); ok && time.Since(c.(cachedTarget).at) < kindCacheTTL {
-			return c.(cachedTarget).target, nil
-		}
-	}
-	gvk, err := mapper.KindFor(gvr)
-	if err != nil {
-		return probeTarget{}, fmt.Errorf("finding the kind of %s: %w", gvr, err)
-	}
-	mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-	if err != nil {
-		return probeTarget{}, fmt.Errorf("finding the scope of %s: %w", gvk, err)
-	}
-	t := probeTarget{gvr: metav1.GroupVersionResource(gvr), kind: gvk.Kind}
-	if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
-		t.namespace = probeNamespace
-	}
-	if cache != nil {
-		cache.Store(gvr, cachedTarget{target: t, at: time.Now()})
-	}
-	return t, nil
-}
-
-// kindCacheTTL is how long the kind and scope of a probed resource are
-// remembered; a CRD that changes scope is seen within it.
-const kindCacheTTL = 5 * time.Minute
-
-type cachedTarget struct {
-	target probeTarget
-	at     time.Time
-}
-
-func firstConcrete(values []string) (string, bool) {
-	for _, v := range values {
-		if v != "*" {
-			return v, true
-		}
-	}
-	return "", false
-}
-
-// newAdmissionReview builds the dry-run CREATE review sent to the webhook.
-func newAdmissionReview(t probeTarget, username string) (*admissionv1.AdmissionReview, error) {
+// newAdmissionRequest builds the dry-run CREATE review kube-apiserver
+// would send wh for an object of target, by kube-apiserver's own code
+// (request.CreateAdmissionObjects): the version is the first of the
+// webhook's admissionReviewVersions that kube-apiserver knows, and response
+// is the empty review its answer is decoded into.
+func newAdmissionRequest(wh *admissionregistrationv1.MutatingWebhook, t probeTarget, username string) (uid types.UID, req, response runtime.Object, err error) {
 	apiVersion := t.gvr.Version
 	if t.gvr.Group != "" {
 		apiVersion = t.gvr.Group + "/" + t.gvr.Version
 	}
-	object, err := json.Marshal(probeObject(apiVersion, t))
-	if err != nil {
-		return nil, err
-	}
-	options, err := json.Marshal(&metav1.CreateOptions{
+	gvk := schema.GroupVersionKind{Group: t.gvr.Group, Version: t.gvr.Version, Kind: t.kind}
+	gvr := schema.GroupVersionResource{Group: t.gvr.Group, Version: t.gvr.Version, Resource: t.gvr.Resource}
+	obj := &unstructured.Unstructured{Object: probeObject(apiVersion, t)}
+	options := &metav1.CreateOptions{
 		TypeMeta: metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "CreateOptions"},
 		DryRun:   []string{metav1.DryRunAll},
-	})
-	if err != nil {
-		return nil, err
 	}
-	gvk := metav1.GroupVersionKind{Group: t.gvr.Group, Version: t.gvr.Version, Kind: t.kind}
-	gvr := t.gvr
-	dryRun := true
-	return &admissionv1.AdmissionReview{
-		TypeMeta: metav1.TypeMeta{APIVersion: admissionv1.SchemeGroupVersion.String(), Kind: "AdmissionReview"},
-		Request: &admissionv1.AdmissionRequest{
-			UID:             uuid.NewUUID(),
-			Kind:            gvk,
-			Resource:        gvr,
-			RequestKind:     &gvk,
-			RequestResource: &gvr,
-			Name:            probeObjectName,
-			Namespace:       t.namespace,
-			Operation:       admissionv1.Create,
-			UserInfo:        authenticationv1.UserInfo{Username: username},
-			Object:          runtime.RawExtension{Raw: object},
-			DryRun:          &dryRun,
-			Options:         runtime.RawExtension{Raw: options},
-		},
-	}, nil
+	attrs := admission.NewAttributesRecord(obj, nil, gvk, t.namespace, probeObjectName, gvr, "", admission.Create, options, true, &user.DefaultInfo{Name: username})
+	versioned := &admission.VersionedAttributes{Attributes: attrs, VersionedObject: admission.NewLazyObject(obj), VersionedKind: gvk}
+	invocation := &generic.WebhookInvocation{Webhook: webhook.NewMutatingWebhookAccessor(probeObjectName, "", wh), Resource: gvr, Kind: gvk}
+	return request.CreateAdmissionObjects(versioned, invocation)
 }
 
 // probeImage is the container image of probe Pods and Deployments: the
@@ -232,27 +129,29 @@ func probeObject(apiVersion string, t probeTarget) map[string]any {
 	return obj
 }
 
-// verifyAdmissionResponse checks a 200 body the way kube-apiserver does:
-// request.VerifyAdmissionResponse (which refuses a patch from a validating
-// webhook), then, for a mutating one, the checks the mutating dispatcher
-// makes before it applies a patch (JSONPatch only, and a patch it can
-// decode). allowed:false is a valid answer.
-func verifyAdmissionResponse(uid types.UID, mutating bool, body []byte) error {
-	var review admissionv1.AdmissionReview
-	if err := json.Unmarshal(body, &review); err != nil {
-		return badResponsef("body is not a JSON AdmissionReview: %v", err)
-	}
-	r, err := request.VerifyAdmissionResponse(uid, mutating, &review)
+// verifyAdmissionResponse checks a decoded answer the way kube-apiserver's
+// dispatchers do before they use it: request.VerifyAdmissionResponse
+// (which refuses a patch from a validating webhook and a patch without its
+// type), then, for a mutating webhook, a patch kube-apiserver can decode
+// and a patch type it supports. Each of these is a calling error there,
+// subject to the failurePolicy. allowed:false is a valid answer. A patch
+// that decodes but does not apply to the object is not checked: kube-apiserver
+// rejects that request with an internal error whatever the failurePolicy,
+// so it says nothing about the webhook's health.
+func verifyAdmissionResponse(uid types.UID, mutating bool, review runtime.Object) error {
+	r, err := request.VerifyAdmissionResponse(uid, mutating, review)
 	if err != nil {
 		return badResponsef("%v", err)
 	}
-	if r.PatchType != "" && r.PatchType != admissionv1.PatchTypeJSONPatch {
-		return badResponsef("unsupported response.patchType %q", r.PatchType)
+	if !r.Allowed || len(r.Patch) == 0 {
+		return nil
 	}
-	if len(r.Patch) > 0 {
-		if _, err := jsonpatch.DecodePatch(r.Patch); err != nil {
-			return badResponsef("response.patch is not a JSON patch: %v", err)
-		}
+	patch, err := jsonpatch.DecodePatch(r.Patch)
+	if err != nil {
+		return badResponsef("undecodable patch: %v", err)
+	}
+	if len(patch) > 0 && r.PatchType != admissionv1.PatchTypeJSONPatch {
+		return badResponsef("unsupported patch type %q", r.PatchType)
 	}
 	return nil
 }

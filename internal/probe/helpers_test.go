@@ -16,7 +16,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"strings"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,8 +25,7 @@ import (
 	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/runtime/schema"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // testCA is a throw-away certificate authority for local TLS servers.
@@ -193,25 +192,106 @@ func (f *fakeResolver) Resolve(_ context.Context, namespace, name string, port i
 	return f.addr, f.err
 }
 
-// testMapper knows a few built-in kinds and cert-manager's CRDs, as the
-// manager's RESTMapper would from discovery.
-func testMapper() meta.RESTMapper {
-	m := meta.NewDefaultRESTMapper(nil)
-	for _, k := range []struct {
-		gvk    schema.GroupVersionKind
-		plural string
-		scope  meta.RESTScope
-	}{
-		{schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, "configmaps", meta.RESTScopeNamespace},
-		{schema.GroupVersionKind{Version: "v1", Kind: "Pod"}, "pods", meta.RESTScopeNamespace},
-		{schema.GroupVersionKind{Version: "v1", Kind: "Namespace"}, "namespaces", meta.RESTScopeRoot},
-		{schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}, "deployments", meta.RESTScopeNamespace},
-		{schema.GroupVersionKind{Group: "batch", Version: "v1", Kind: "CronJob"}, "cronjobs", meta.RESTScopeNamespace},
-		{schema.GroupVersionKind{Group: "autoscaling", Version: "v2", Kind: "HorizontalPodAutoscaler"}, "horizontalpodautoscalers", meta.RESTScopeNamespace},
-		{schema.GroupVersionKind{Group: "cert-manager.io", Version: "v1", Kind: "CertificateRequest"}, "certificaterequests", meta.RESTScopeNamespace},
-		{schema.GroupVersionKind{Group: "cert-manager.io", Version: "v1", Kind: "ClusterIssuer"}, "clusterissuers", meta.RESTScopeRoot},
-	} {
-		m.AddSpecific(k.gvk, k.gvk.GroupVersion().WithResource(k.plural), k.gvk.GroupVersion().WithResource(strings.ToLower(k.gvk.Kind)), k.scope)
+// fakeDiscovery serves fixed groups and resources, as kube-apiserver's
+// discovery would, and counts how often it is asked. err, when set, is
+// returned instead; errOnce is returned by the next call only.
+type fakeDiscovery struct {
+	groups  []*metav1.APIGroup
+	lists   []*metav1.APIResourceList
+	err     error
+	errOnce error
+	calls   atomic.Int64
+}
+
+func (d *fakeDiscovery) ServerGroupsAndResources() ([]*metav1.APIGroup, []*metav1.APIResourceList, error) {
+	d.calls.Add(1)
+	if err := d.errOnce; err != nil {
+		d.errOnce = nil
+		return nil, nil, err
 	}
-	return m
+	if d.err != nil {
+		return nil, nil, d.err
+	}
+	return d.groups, d.lists, nil
+}
+
+// served describes one resource for testDiscovery.
+type served struct {
+	groupVersion string
+	name, kind   string
+	namespaced   bool
+	verbs        []string
+}
+
+// crud are the verbs of an ordinary resource.
+var crud = []string{"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}
+
+// newDiscovery builds a fakeDiscovery from groups ({name, preferred
+// version, other versions...}) and resources. A group's versions are
+// listed in name order, so that the preferred one is not always first.
+func newDiscovery(groups [][]string, resources []served) *fakeDiscovery {
+	d := &fakeDiscovery{}
+	for _, g := range groups {
+		name, versions := g[0], slices.Clone(g[1:])
+		group := &metav1.APIGroup{Name: name}
+		gv := func(v string) metav1.GroupVersionForDiscovery {
+			if name == "" {
+				return metav1.GroupVersionForDiscovery{GroupVersion: v, Version: v}
+			}
+			return metav1.GroupVersionForDiscovery{GroupVersion: name + "/" + v, Version: v}
+		}
+		group.PreferredVersion = gv(versions[0])
+		slices.Sort(versions)
+		for _, v := range versions {
+			group.Versions = append(group.Versions, gv(v))
+		}
+		d.groups = append(d.groups, group)
+	}
+	lists := map[string]*metav1.APIResourceList{}
+	for _, r := range resources {
+		l := lists[r.groupVersion]
+		if l == nil {
+			l = &metav1.APIResourceList{GroupVersion: r.groupVersion}
+			lists[r.groupVersion] = l
+			d.lists = append(d.lists, l)
+		}
+		l.APIResources = append(l.APIResources, metav1.APIResource{Name: r.name, Kind: r.kind, Namespaced: r.namespaced, Verbs: r.verbs})
+	}
+	return d
+}
+
+// testDiscovery serves a few built-in resources and cert-manager's CRDs,
+// as kube-apiserver's discovery would: autoscaling in v2 (preferred) and
+// v1, a subresource (pods/status) and a resource that cannot be created
+// (componentstatuses), listed out of order as discovery may.
+func testDiscovery() *fakeDiscovery {
+	return newDiscovery(
+		[][]string{
+			{"", "v1"},
+			{"apps", "v1"},
+			{"batch", "v1"},
+			{"autoscaling", "v2", "v1"},
+			{"cert-manager.io", "v1"},
+			{"acme.cert-manager.io", "v1"},
+		},
+		[]served{
+			{"v1", "pods", "Pod", true, crud},
+			{"v1", "pods/status", "Pod", true, []string{"get", "patch", "update"}},
+			{"v1", "componentstatuses", "ComponentStatus", false, []string{"get", "list"}},
+			{"v1", "namespaces", "Namespace", false, crud},
+			{"v1", "configmaps", "ConfigMap", true, crud},
+			{"apps/v1", "deployments", "Deployment", true, crud},
+			{"apps/v1", "deployments/scale", "Scale", true, []string{"get", "patch", "update"}},
+			{"batch/v1", "cronjobs", "CronJob", true, crud},
+			{"autoscaling/v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", true, crud},
+			{"autoscaling/v1", "horizontalpodautoscalers", "HorizontalPodAutoscaler", true, crud},
+			{"cert-manager.io/v1", "issuers", "Issuer", true, crud},
+			{"cert-manager.io/v1", "clusterissuers", "ClusterIssuer", false, crud},
+			{"cert-manager.io/v1", "certificates", "Certificate", true, crud},
+			{"cert-manager.io/v1", "certificaterequests", "CertificateRequest", true, crud},
+			{"cert-manager.io/v1", "certificaterequests/status", "CertificateRequest", true, []string{"get", "patch", "update"}},
+			{"acme.cert-manager.io/v1", "orders", "Order", true, crud},
+			{"acme.cert-manager.io/v1", "challenges", "Challenge", true, crud},
+		},
+	)
 }

@@ -42,28 +42,67 @@ func startCounting(t *testing.T, ca *testCA, l net.Listener, h http.HandlerFunc)
 	return cs
 }
 
+// healthz is the HTTPGet probe the pool tests send: the ConnectionPool
+// serves HTTPGet probes only; AdmissionReview probes go through
+// kube-apiserver's own client, which keeps its own connections.
+var healthz = Spec{Kind: KindHTTPGet, Path: "/healthz"}
+
+// getOrAnswer answers a GET with 200 "ok" and an AdmissionReview as
+// answer does. (The body matters with Redial = 1ns: net/http puts a
+// connection whose answer has no body back in the idle pool before it
+// hands the answer over, and an IdleConnTimeout of 1ns may close it in
+// between.)
+func getOrAnswer(t testing.TB) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			_, _ = io.WriteString(w, "ok")
+			return
+		}
+		answer(t, nil)(w, r)
+	}
+}
+
 func TestConnectionPool_reusesOneConnectionAndRedials(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	ca := newTestCA(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	cs := startCounting(t, ca, l, getOrAnswer(t))
+	defer cs.srv.Close()
+	wh := urlWebhook(cs.srv.URL+"/mutate", ca.pem)
+
+	pool := &ConnectionPool{}
+	defer pool.Close()
+	p := &Prober{Discovery: testDiscovery(), Pool: pool}
+	for range 20 {
+		require.Equal(t, OutcomeHealthy, p.Probe(context.Background(), wh, healthz).Outcome)
+	}
+	assert.Equal(t, int64(1), cs.conns.Load(), "20 probes, one connection, as the apiserver keeps it")
+
+	pool.Redial = time.Nanosecond
+	for range 3 {
+		res := p.Probe(context.Background(), wh, healthz)
+		require.Equal(t, OutcomeHealthy, res.Outcome, "%v", res.Err)
+	}
+	assert.Equal(t, int64(4), cs.conns.Load(), "past Redial every probe dials again")
+}
+
+// AdmissionReview probes keep one connection too, without a Pool:
+// kube-apiserver's client (one per clientConfig, kept by the Prober) keeps
+// its connections alive.
+func TestProber_Probe_admissionReviewKeepsItsConnection(t *testing.T) {
 	ca := newTestCA(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	cs := startCounting(t, ca, l, answer(t, nil))
 	defer cs.srv.Close()
 	wh := urlWebhook(cs.srv.URL+"/mutate", ca.pem)
-
-	pool := &ConnectionPool{}
-	defer pool.Close()
-	p := &Prober{Mapper: testMapper(), Pool: pool}
+	p := &Prober{Discovery: testDiscovery()}
 	for range 20 {
-		require.Equal(t, OutcomeHealthy, p.Probe(context.Background(), wh, Spec{}).Outcome)
+		res := p.Probe(context.Background(), wh, Spec{})
+		require.Equal(t, OutcomeHealthy, res.Outcome, "%v", res.Err)
 	}
-	assert.Equal(t, int64(1), cs.conns.Load(), "20 probes, one connection, as the apiserver keeps it")
-
-	pool.Redial = time.Nanosecond
-	for range 3 {
-		require.Equal(t, OutcomeHealthy, p.Probe(context.Background(), wh, Spec{}).Outcome)
-	}
-	assert.Equal(t, int64(4), cs.conns.Load(), "past Redial every probe dials again")
+	assert.Equal(t, int64(1), cs.conns.Load(), "20 probes, one connection")
 }
 
 // A restarted server closed the pooled connection: the probe dials again
@@ -74,25 +113,25 @@ func TestConnectionPool_aClosedPooledConnectionIsRedialledWithinTheProbe(t *test
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr := l.Addr().String()
-	first := startCounting(t, ca, l, answer(t, nil))
+	first := startCounting(t, ca, l, getOrAnswer(t))
 	wh := urlWebhook(first.srv.URL+"/mutate", ca.pem)
 	pool := &ConnectionPool{}
 	defer pool.Close()
-	p := &Prober{Mapper: testMapper(), Pool: pool}
-	require.Equal(t, OutcomeHealthy, p.Probe(context.Background(), wh, Spec{}).Outcome)
+	p := &Prober{Discovery: testDiscovery(), Pool: pool}
+	require.Equal(t, OutcomeHealthy, p.Probe(context.Background(), wh, healthz).Outcome)
 
 	first.srv.CloseClientConnections()
 	first.srv.Close()
 	l2, err := net.Listen("tcp", addr)
 	require.NoError(t, err)
-	second := startCounting(t, ca, l2, answer(t, nil))
-	res := p.Probe(context.Background(), wh, Spec{})
+	second := startCounting(t, ca, l2, getOrAnswer(t))
+	res := p.Probe(context.Background(), wh, healthz)
 	assert.Equal(t, OutcomeHealthy, res.Outcome, "%v", res.Err)
 	assert.Equal(t, int64(1), second.conns.Load())
 
 	second.srv.CloseClientConnections()
 	second.srv.Close()
-	res = p.Probe(context.Background(), wh, Spec{})
+	res = p.Probe(context.Background(), wh, healthz)
 	require.Equal(t, OutcomeFailed, res.Outcome)
 	assert.Equal(t, ReasonRefused, res.Reason, "a dead server is refused, pooled connection or not: %v", res.Err)
 }
@@ -108,33 +147,33 @@ func TestConnectionPool_aHungServerStillTimesOut(t *testing.T) {
 			<-r.Context().Done()
 			return
 		}
-		answer(t, nil)(w, r)
+		getOrAnswer(t)(w, r)
 	})
 	defer cs.srv.Close()
 	wh := urlWebhook(cs.srv.URL+"/mutate", ca.pem)
 	pool := &ConnectionPool{}
 	defer pool.Close()
-	p := &Prober{Mapper: testMapper(), Pool: pool}
-	require.Equal(t, OutcomeHealthy, p.Probe(context.Background(), wh, Spec{}).Outcome)
+	p := &Prober{Discovery: testDiscovery(), Pool: pool}
+	require.Equal(t, OutcomeHealthy, p.Probe(context.Background(), wh, healthz).Outcome)
 	hang.Store(true)
-	res := p.Probe(context.Background(), wh, Spec{Timeout: 200 * time.Millisecond})
+	spec := healthz
+	spec.Timeout = 200 * time.Millisecond
+	res := p.Probe(context.Background(), wh, spec)
 	require.Equal(t, OutcomeFailed, res.Outcome)
 	assert.Equal(t, ReasonTimeout, res.Reason)
 }
 
-// The server drops a kept-alive connection when the next request arrives
-// on it (as a server shutting down, or an idle timeout crossing the
-// request, does). The probe is sent again on a fresh connection and the
-// webhook is healthy: the pool hides nothing, and blames nothing on it.
-func TestConnectionPool_aPooledConnectionDroppedMidRequestIsRetriedOnce(t *testing.T) {
-	ca := newTestCA(t)
+// dropSecondRequest is a webhook that drops a kept-alive connection when
+// the next request arrives on it (as a server shutting down, or an idle
+// timeout crossing the request, does), and answers the first request on
+// every connection.
+func dropSecondRequest(t *testing.T, ca *testCA) (cs *countingServer, drop *atomic.Bool, dropped *atomic.Int64) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	var drop atomic.Bool
+	drop, dropped = &atomic.Bool{}, &atomic.Int64{}
 	served := map[string]int{}
-	var dropped atomic.Int64
 	var mu sync.Mutex
-	cs := startCounting(t, ca, l, func(w http.ResponseWriter, r *http.Request) {
+	cs = startCounting(t, ca, l, func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		n := served[r.RemoteAddr]
 		served[r.RemoteAddr]++
@@ -147,33 +186,65 @@ func TestConnectionPool_aPooledConnectionDroppedMidRequestIsRetriedOnce(t *testi
 			}
 			return
 		}
-		answer(t, nil)(w, r)
+		getOrAnswer(t)(w, r)
 	})
-	cs.srv.EnableHTTP2 = false
-	defer cs.srv.Close()
+	t.Cleanup(cs.srv.Close)
+	return cs, drop, dropped
+}
+
+// An HTTPGet probe whose pooled connection is dropped mid-request is sent
+// again on a fresh connection and the webhook is healthy: the pool hides
+// nothing, and blames nothing on it.
+func TestConnectionPool_aPooledConnectionDroppedMidRequestIsRetriedOnce(t *testing.T) {
+	ca := newTestCA(t)
+	cs, drop, dropped := dropSecondRequest(t, ca)
 	wh := urlWebhook(cs.srv.URL+"/mutate", ca.pem)
 	pool := &ConnectionPool{}
 	defer pool.Close()
-	p := &Prober{Mapper: testMapper(), Pool: pool}
-	require.Equal(t, OutcomeHealthy, p.Probe(context.Background(), wh, Spec{}).Outcome)
+	p := &Prober{Discovery: testDiscovery(), Pool: pool}
+	require.Equal(t, OutcomeHealthy, p.Probe(context.Background(), wh, healthz).Outcome)
 	drop.Store(true)
-	res := p.Probe(context.Background(), wh, Spec{})
+	res := p.Probe(context.Background(), wh, healthz)
 	assert.Equal(t, OutcomeHealthy, res.Outcome, "%v", res.Err)
 	assert.Equal(t, int64(1), dropped.Load(), "the pooled connection was dropped once")
 	assert.Equal(t, int64(2), cs.conns.Load(), "and the probe dialled again")
 }
 
-// BenchmarkProber_Probe_admissionReviewPooled is
-// BenchmarkProber_Probe_admissionReview on a kept-alive connection
-// (ConnectionPool), as the service probes. Run them side by side.
-func BenchmarkProber_Probe_admissionReviewPooled(b *testing.B) {
-	wh, _ := localWebhook(b, answer(b, nil))
+// An AdmissionReview probe whose kept-alive connection is dropped after
+// the request was sent is a failure, as kube-apiserver's call is: its
+// client retries only a GET (Request.request's isErrRetryableFunc), and
+// net/http does not resend a POST once it was written (a POST is not
+// replayable). The next probe dials again and is healthy.
+func TestProber_Probe_admissionReviewDroppedMidRequestIsNotRetried(t *testing.T) {
+	ca := newTestCA(t)
+	cs, drop, dropped := dropSecondRequest(t, ca)
+	wh := urlWebhook(cs.srv.URL+"/mutate", ca.pem)
+	p := &Prober{Discovery: testDiscovery()}
+	require.Equal(t, OutcomeHealthy, p.Probe(context.Background(), wh, Spec{}).Outcome)
+	drop.Store(true)
+	res := p.Probe(context.Background(), wh, Spec{})
+	require.Equal(t, OutcomeFailed, res.Outcome, "%v", res.Err)
+	assert.Equal(t, ReasonRefused, res.Reason, "%v", res.Err)
+	assert.Equal(t, int64(1), dropped.Load(), "the kept connection was dropped once")
+	assert.Equal(t, int64(1), cs.conns.Load(), "and the probe was not sent again")
+
+	res = p.Probe(context.Background(), wh, Spec{})
+	assert.Equal(t, OutcomeHealthy, res.Outcome, "%v", res.Err)
+	assert.Equal(t, int64(2), cs.conns.Load(), "the next probe dialled again")
+}
+
+// BenchmarkProber_Probe_httpGetPooled is BenchmarkProber_Probe_httpGet on
+// a kept-alive connection (ConnectionPool), as the service probes, and as
+// BenchmarkProber_Probe_admissionReview keeps its connection. Run them
+// side by side.
+func BenchmarkProber_Probe_httpGetPooled(b *testing.B) {
+	wh, _ := localWebhook(b, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
 	pool := &ConnectionPool{}
 	defer pool.Close()
-	p := &Prober{Mapper: testMapper(), Pool: pool}
+	p := &Prober{Discovery: testDiscovery(), Pool: pool}
 	ctx := context.Background()
 	for b.Loop() {
-		if res := p.Probe(ctx, wh, Spec{}); res.Outcome != OutcomeHealthy {
+		if res := p.Probe(ctx, wh, healthz); res.Outcome != OutcomeHealthy {
 			b.Fatalf("probe not healthy: %v", res.Err)
 		}
 	}

@@ -5,11 +5,10 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/go-logr/logr"
 	"io"
-	"mime"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -20,19 +19,19 @@ import (
 	"sync/atomic"
 	"time"
 
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionv1beta1 "k8s.io/api/admission/v1beta1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
+	webhookutil "k8s.io/apiserver/pkg/util/webhook"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 )
-
-// maxResponseBytes bounds how much of a response body is read; a longer
-// AdmissionReview answer is a bad-response. The answer to a probe of one
-// small object is a few kilobytes; the bound keeps many hostile targets
-// from filling the guard's memory.
-const maxResponseBytes = 1 << 20
 
 // defaultServicePort is the port of a service reference whose port is nil.
 const defaultServicePort int32 = 443
@@ -48,15 +47,15 @@ type Prober struct {
 	// Username is request.userInfo.username in AdmissionReview probes;
 	// empty means circuit.DefaultUsername.
 	Username string
-	// Mapper gives an AdmissionReview probe the kind and scope of the
-	// resource it pretends to create, as discovery serves them (the
-	// manager's RESTMapper). Required for AdmissionReview probes; without
-	// it they are Unknown.
-	Mapper meta.RESTMapper
-	// SystemRoots, when non-nil, replaces the system roots used to verify
-	// webhooks with an empty caBundle (for tests). Nil means the real
+	// Discovery tells an AdmissionReview probe which resources
+	// kube-apiserver serves, so that it pretends to create one that the
+	// webhook's rules match (a discovery client; the answer is cached).
+	// Required for AdmissionReview probes; without it they are Unknown.
+	Discovery Discovery
+	// SystemRootsPEM, when set, replaces the system roots used to verify
+	// webhooks with an empty caBundle (for tests). Empty means the real
 	// system roots.
-	SystemRoots *x509.CertPool
+	SystemRootsPEM []byte
 	// Stalls, when set, tells how long the guard itself did not run
 	// during a probe (a StallMonitor). A probe that timed out while the
 	// guard was stalled for a tenth of its timeout or more is Unknown,
@@ -69,13 +68,15 @@ type Prober struct {
 	// ConnectionPool). Nil opens a fresh connection for every probe.
 	Pool *ConnectionPool
 
-	// roots caches parsed caBundles by rootsKey, and kinds the RESTMapper's
-	// answers by resource: parsing and mapping on every probe were a
-	// visible part of the guard's CPU at a thousand targets.
+	// roots caches parsed caBundles by rootsKey: parsing on every probe
+	// was a visible part of the guard's CPU at a thousand targets.
 	roots sync.Map // [32]byte -> *x509.CertPool
-	kinds sync.Map // schema.GroupVersionResource -> cachedTarget
 	// bodies caches encoded AdmissionReviews by bodyKey.
-	bodies sync.Map
+	bodies sync.Map // bodyKey -> bodyTemplate
+	// catalog caches discovery's answer.
+	catalog catalog
+	// hooks are kube-apiserver's webhook clients, one per clientConfig.
+	hooks hookClients
 
 	rootsCount atomic.Int64
 }
@@ -235,8 +236,12 @@ func (p *Prober) endpoint(ctx, probeCtx context.Context, cc admissionregistratio
 			return ep, failed(ReasonTLS, errBadCABundle, 0), false
 		}
 		ep.roots = pool
-	} else {
-		ep.roots = p.SystemRoots
+	} else if len(p.SystemRootsPEM) > 0 {
+		pool, ok := p.rootsFor(rootsKeyOf(p.SystemRootsPEM), p.SystemRootsPEM)
+		if !ok {
+			return ep, unknown(errors.New("SystemRootsPEM holds no certificate")), false
+		}
+		ep.roots = pool
 	}
 	return ep, Result{}, true
 }
@@ -269,62 +274,136 @@ func (p *Prober) admissionReview(ctx, probeCtx context.Context, ep endpoint, wh 
 	if username == "" {
 		username = circuit.DefaultUsername
 	}
-	target, err := targetFor(wh, p.Mapper, &p.kinds)
+	target, err := targetFor(wh, p.Discovery, &p.catalog)
 	if err != nil {
 		return unknown(err)
 	}
-	body, uid, err := p.reviewBody(target, username)
+	body, uid, response, err := p.reviewBody(&wh, target, username)
 	if err != nil {
 		return unknown(err)
 	}
-
-	u := *ep.url
-	// kube-apiserver's REST client adds the call timeout as a query parameter.
-	q := u.Query()
-	q.Set("timeout", timeout.String())
-	u.RawQuery = q.Encode()
-
-	req, err := http.NewRequestWithContext(probeCtx, http.MethodPost, u.String(), bytes.NewReader(body))
+	c, err := p.hookClient(wh.ClientConfig, ep)
 	if err != nil {
-		return failed(ReasonNoRoute, fmt.Errorf("%w: building request: %v", ErrNoRoute, err), 0)
+		// kube-apiserver cannot build a client for this clientConfig either
+		// ("could not get REST client", a calling error).
+		return failed(Classify(err), err, 0)
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, */*")
 
-	status, respBody, err := ep.do(req, true)
-	if err != nil {
+	// kube-apiserver passes the review as a runtime.Object, for which
+	// client-go sets Content-Type (Request.Body); for the cached bytes it
+	// sets none, so the probe sets the same one.
+	req := c.Post().SetHeader("Content-Type", runtime.ContentTypeJSON).Body(body)
+	// kube-apiserver tells the webhook its deadline, in whole seconds
+	// rounded up.
+	if t := timeout.Truncate(time.Second); t != timeout {
+		req.Timeout(t + time.Second)
+	} else {
+		req.Timeout(timeout)
+	}
+	// client-go logs what it cannot read through the context's logger; the
+	// probe reports it in its Result instead.
+	result := req.Do(klog.NewContext(probeCtx, logr.Discard()))
+	var status int
+	result.StatusCode(&status)
+	if err := result.Error(); err != nil {
+		var statusErr *apierrors.StatusError
+		switch {
+		case status != 0:
+			// A response whose status client-go does not accept (outside
+			// 200-206, transformResponse): a *StatusError, not a network error.
+			return failed(ReasonHTTPStatus, fmt.Errorf("%w: %v", &httpStatusError{code: status}, err), status)
+		case errors.As(err, &statusErr):
+			// A response client-go could not read (an unparsable
+			// Content-Type, transformResponse).
+			return failed(ReasonBadResponse, badResponsef("%v", err), status)
+		}
 		return p.callFailed(ctx, err, status)
 	}
-	if err := verifyAdmissionResponse(uid, mutating, respBody); err != nil {
+	if err := result.Into(response); err != nil {
+		return failed(ReasonBadResponse, badResponsef("%v", err), status)
+	}
+	if err := verifyAdmissionResponse(uid, mutating, response); err != nil {
 		return failed(ReasonBadResponse, err, status)
 	}
 	return Result{Outcome: OutcomeHealthy, HTTPStatus: status}
 }
 
-// reviewBody returns the encoded AdmissionReview for target, with a fresh
-// request UID. The encoding is the same for every probe of a resource but
-// for the UID, so it is made once (an encoding per probe was a visible
-// part of the guard's CPU) and the UID put in its place.
-func (p *Prober) reviewBody(target probeTarget, username string) ([]byte, types.UID, error) {
-	key := bodyKey{target, username}
-	tmpl, ok := p.bodies.Load(key)
-	if !ok {
-		review, err := newAdmissionReview(target, username)
-		if err != nil {
-			return nil, "", fmt.Errorf("building AdmissionReview: %w", err)
-		}
-		review.Request.UID = placeholderUID
-		data, err := json.Marshal(review)
-		if err != nil {
-			return nil, "", fmt.Errorf("encoding AdmissionReview: %w", err)
-		}
-		if bytes.Count(data, []byte(placeholderUID)) != 1 {
-			return nil, "", fmt.Errorf("encoding AdmissionReview: the request UID is not unique in it")
-		}
-		tmpl, _ = p.bodies.LoadOrStore(key, data)
+// hookClient returns kube-apiserver's REST client for cc. A webhook with
+// an empty caBundle is verified against SystemRoots when that is set.
+func (p *Prober) hookClient(cc admissionregistrationv1.WebhookClientConfig, ep endpoint) (*rest.RESTClient, error) {
+	hc := webhookutil.ClientConfig{CABundle: cc.CABundle}
+	if len(hc.CABundle) == 0 {
+		hc.CABundle = p.SystemRootsPEM
 	}
-	uid := uuid.NewUUID()
-	return bytes.Replace(tmpl.([]byte), []byte(placeholderUID), []byte(uid), 1), uid, nil
+	switch {
+	case cc.URL != nil:
+		hc.URL = *cc.URL
+	case cc.Service != nil:
+		hc.Service = &webhookutil.ClientConfigService{Name: cc.Service.Name, Namespace: cc.Service.Namespace, Port: defaultServicePort}
+		if cc.Service.Port != nil {
+			hc.Service.Port = *cc.Service.Port
+		}
+		if cc.Service.Path != nil {
+			hc.Service.Path = *cc.Service.Path
+		}
+	}
+	return p.hooks.client(hc, p.resolve)
+}
+
+// resolve resolves a service reference for kube-apiserver's client.
+func (p *Prober) resolve(ctx context.Context, namespace, name string, port int32) (string, error) {
+	if p.Resolver == nil {
+		return "", errors.New("webhook uses a service reference but the prober has no Resolver")
+	}
+	return p.Resolver.Resolve(ctx, namespace, name, port)
+}
+
+// reviewBody returns the encoded AdmissionReview for target, with a fresh
+// request UID, and the empty review to decode the answer into. The
+// encoding is the same for every probe of a webhook but for the UID, so it
+// is made once (an encoding per probe was a visible part of the guard's
+// CPU) and the UID put in its place.
+func (p *Prober) reviewBody(wh *admissionregistrationv1.MutatingWebhook, target probeTarget, username string) ([]byte, types.UID, runtime.Object, error) {
+	key := bodyKey{target: target, username: username, versions: strings.Join(wh.AdmissionReviewVersions, ",")}
+	if tmpl, ok := p.bodies.Load(key); ok {
+		t := tmpl.(bodyTemplate)
+		uid := uuid.NewUUID()
+		return bytes.Replace(t.data, []byte(placeholderUID), []byte(uid), 1), uid, t.newResponse(), nil
+	}
+	if err := p.hooks.init(p.resolve); err != nil {
+		return nil, "", nil, err
+	}
+	uid, req, response, err := newAdmissionRequest(wh, target, username)
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("building AdmissionReview: %w", err)
+	}
+	data, err := runtime.Encode(p.hooks.codec, req)
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("encoding AdmissionReview: %w", err)
+	}
+	if bytes.Count(data, []byte(uid)) != 1 {
+		return nil, "", nil, fmt.Errorf("encoding AdmissionReview: the request UID is not unique in it")
+	}
+	t := bodyTemplate{data: bytes.Replace(data, []byte(uid), []byte(placeholderUID), 1), newResponse: emptyLike(response)}
+	p.bodies.Store(key, t)
+	return data, uid, response, nil
+}
+
+// bodyTemplate is an encoded AdmissionReview with placeholderUID for its
+// UID, and a constructor of the review its answer is decoded into.
+type bodyTemplate struct {
+	data        []byte
+	newResponse func() runtime.Object
+}
+
+// emptyLike returns a constructor of empty objects of obj's type.
+func emptyLike(obj runtime.Object) func() runtime.Object {
+	switch obj.(type) {
+	case *admissionv1beta1.AdmissionReview:
+		return func() runtime.Object { return &admissionv1beta1.AdmissionReview{} }
+	default:
+		return func() runtime.Object { return &admissionv1.AdmissionReview{} }
+	}
 }
 
 // placeholderUID stands for the request UID in a cached AdmissionReview;
@@ -334,6 +413,7 @@ const placeholderUID = "00000000-0000-0000-0000-000000000000"
 type bodyKey struct {
 	target   probeTarget
 	username string
+	versions string
 }
 
 func (p *Prober) httpGet(ctx, probeCtx context.Context, ep endpoint, path string) Result {
@@ -348,18 +428,17 @@ func (p *Prober) httpGet(ctx, probeCtx context.Context, ep endpoint, path string
 	if err != nil {
 		return failed(ReasonNoRoute, fmt.Errorf("%w: building request: %v", ErrNoRoute, err), 0)
 	}
-	status, _, err := ep.do(req, false)
+	status, err := ep.do(req)
 	if err != nil {
 		return p.callFailed(ctx, err, status)
 	}
 	return Result{Outcome: OutcomeHealthy, HTTPStatus: status}
 }
 
-// do sends req, over a fresh connection or, with a pool, a kept-alive
-// one. For AdmissionReview calls (wantBody) only 200 is acceptable and the
-// body is returned; otherwise any 2xx is. status is 0 when no response
-// arrived.
-func (ep endpoint) do(req *http.Request, wantBody bool) (status int, body []byte, err error) {
+// do sends an HTTPGet probe's req, over a fresh connection or, with a
+// pool, a kept-alive one. Any 2xx status is healthy. status is 0 when no
+// response arrived.
+func (ep endpoint) do(req *http.Request) (status int, err error) {
 	var resp *http.Response
 	if ep.pool == nil {
 		c, tr := ep.client()
@@ -369,7 +448,7 @@ func (ep endpoint) do(req *http.Request, wantBody bool) (status int, body []byte
 		resp, err = ep.doPooled(req)
 	}
 	if err != nil {
-		return 0, nil, err
+		return 0, err
 	}
 	defer func() {
 		// Drain a little so that the connection can be kept.
@@ -377,29 +456,10 @@ func (ep endpoint) do(req *http.Request, wantBody bool) (status int, body []byte
 		_ = resp.Body.Close()
 	}()
 	status = resp.StatusCode
-
-	if !wantBody {
-		if status < 200 || status > 299 {
-			return status, nil, &httpStatusError{code: status}
-		}
-		return status, nil, nil
+	if status < 200 || status > 299 {
+		return status, &httpStatusError{code: status}
 	}
-	if status != http.StatusOK {
-		return status, nil, &httpStatusError{code: status}
-	}
-	// kube-apiserver decodes the answer by its content type; it cannot
-	// read anything but JSON from a webhook.
-	if ct, _, err := mime.ParseMediaType(resp.Header.Get("Content-Type")); err != nil || ct != "application/json" {
-		return status, nil, badResponsef("Content-Type %q is not application/json", resp.Header.Get("Content-Type"))
-	}
-	body, err = io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
-	if err != nil {
-		return status, nil, fmt.Errorf("reading response body: %w", err)
-	}
-	if len(body) > maxResponseBytes {
-		return status, nil, badResponsef("body exceeds %d bytes", maxResponseBytes)
-	}
-	return status, body, nil
+	return status, nil
 }
 
 // doPooled sends req on the pool's connection for ep. If that connection

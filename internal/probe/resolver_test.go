@@ -117,7 +117,7 @@ func TestServiceResolver_Resolve_guardSideErrorsAreNotNoRoute(t *testing.T) {
 
 			// Through the Prober, such an error is Unknown, never a failure.
 			wh := serviceWebhook("team", "hook", nil, "/mutate", newTestCA(t).pem)
-			res := (&Prober{Mapper: testMapper(), Resolver: NewServiceResolver(c)}).Probe(t.Context(), wh, Spec{})
+			res := (&Prober{Discovery: testDiscovery(), Resolver: NewServiceResolver(c)}).Probe(t.Context(), wh, Spec{})
 			assert.Equal(t, OutcomeUnknown, res.Outcome)
 		})
 	}
@@ -148,7 +148,7 @@ func TestCachingResolver_noLookupPerProbeUntilAProbeFails(t *testing.T) {
 	})
 	next := &countingResolver{fakeResolver: fakeResolver{addr: srv.Listener.Addr().String()}}
 	now := time.Now()
-	p := &Prober{Mapper: testMapper(), Resolver: &CachingResolver{Next: next, Now: func() time.Time { return now }}}
+	p := &Prober{Discovery: testDiscovery(), Resolver: &CachingResolver{Next: next, Now: func() time.Time { return now }}}
 	wh := serviceWebhook("team", "hook", ptr.To[int32](8443), "/mutate", ca.pem)
 	for range 50 {
 		require.Equal(t, OutcomeHealthy, p.Probe(t.Context(), wh, Spec{}).Outcome)

@@ -51,7 +51,7 @@ func TestProbe_aTimeoutWhileTheGuardStalledIsUnknown(t *testing.T) {
 		"a few milliseconds of scheduling noise": {stalled: 5 * time.Millisecond, want: OutcomeFailed},
 	} {
 		t.Run(name, func(t *testing.T) {
-			p := &Prober{Mapper: testMapper(), Stalls: fixedStalls(tc.stalled)}
+			p := &Prober{Discovery: testDiscovery(), Stalls: fixedStalls(tc.stalled)}
 			res := p.Probe(context.Background(), wh, spec)
 			require.Equal(t, tc.want, res.Outcome, "%v", res.Err)
 			if tc.want == OutcomeUnknown {
