@@ -124,6 +124,9 @@ func probeRow(t config.Target, state *breaker.State) targetStatus {
 		row.LastProbe = st.LastProbe.UTC().Format(time.RFC3339)
 	}
 	switch {
+	case st.LastUnknown != nil && st.UnknownWhileOpen(t.CloseAfter):
+		row.LastResult = fmt.Sprintf("Unknown for %d probes in a row (%v); if the circuit is open, it closes only when the apiserver's calls to the webhook succeed for %d intervals (Ignore mode), and stays open otherwise",
+			st.Unknowns, st.LastUnknown.Err, t.CloseAfter)
 	case st.LastUnknown != nil:
 		row.LastResult = fmt.Sprintf("Unknown: %v", st.LastUnknown.Err)
 	case st.Last.Outcome == "":

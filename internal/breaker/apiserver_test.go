@@ -39,6 +39,14 @@ func withSignal(t config.Target) config.Target {
 func TestDecideTarget(t *testing.T) {
 	unknownAfterFailing := apiserverFailing(2)
 	unknownAfterFailing.Observe(probe.Result{Outcome: probe.OutcomeUnknown})
+	// An open circuit's probe that failed, then could not run.
+	probeUnknown := func(n int) Counts {
+		c := failing(3, probe.ReasonTimeout)
+		for range n {
+			c.Observe(probe.Result{Outcome: probe.OutcomeUnknown})
+		}
+		return c
+	}
 	cases := map[string]struct {
 		open       bool
 		probe, api Counts
@@ -58,6 +66,16 @@ func TestDecideTarget(t *testing.T) {
 		"Ignore closes once the apiserver's calls succeed":          {open: true, mode: config.ModeIgnore, probe: healthy(2), api: healthy(1), want: Close},
 		"Ignore ignores the apiserver when the signal is disabled":  {open: true, mode: config.ModeIgnore, probe: healthy(2), api: apiserverFailing(1), disabled: true, want: Close},
 		"an open circuit never closes on the apiserver signal only": {open: true, mode: config.ModeIgnore, probe: healthy(1), api: healthy(9), want: Stay},
+		"a probe Unknown for closeAfter intervals closes when the apiserver's calls succeed": {
+			open: true, mode: config.ModeIgnore, probe: probeUnknown(2), api: healthy(2), want: Close, wantSignal: SignalAPIServer},
+		"a probe Unknown for closeAfter intervals holds while the apiserver's calls fail": {
+			open: true, mode: config.ModeIgnore, probe: probeUnknown(2), api: apiserverFailing(5), want: Stay},
+		"a probe Unknown for closeAfter intervals holds without apiserver traffic (Bypass)": {
+			open: true, mode: config.ModeBypass, probe: probeUnknown(5), api: unknownAfterFailing, want: Stay},
+		"a probe Unknown for fewer than closeAfter intervals waits": {
+			open: true, mode: config.ModeIgnore, probe: probeUnknown(1), api: healthy(9), want: Stay},
+		"a probe Unknown holds when the apiserver signal is disabled": {
+			open: true, mode: config.ModeIgnore, probe: probeUnknown(9), api: healthy(9), disabled: true, want: Stay},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -284,4 +302,29 @@ func TestState_minOpenDoublesPerReopeningUntilTheApiserverIsHealthy(t *testing.T
 	}())
 	s.ObserveAPIServer(tgt.Key(), healthyResult(), 0, 0, false)
 	assert.Equal(t, time.Second, minOpenNow(), "a healthy apiserver observation ends the backoff")
+}
+
+// An Ignore circuit whose probe can no longer run closes on the
+// apiserver's successful calls, and the Event says so.
+func TestPlan_closesAnUnknownProbesCircuitOnTheApiserversWord(t *testing.T) {
+	cur := newConfig(newWebhook(whA, policyFail))
+	tgt := withSignal(target(whA, config.ModeIgnore, 3, 2))
+	in := Inputs{
+		Targets: []config.Target{tgt}, Now: testNow, Identity: "breaker",
+		Counts: map[string]Counts{whA: failing(3, probe.ReasonTimeout)}, APIServer: map[string]Counts{whA: healthy(1)},
+	}
+	open, changes, err := Plan(cur, in)
+	require.NoError(t, err)
+	require.Len(t, changes, 1)
+	c := failing(3, probe.ReasonTimeout)
+	for range 2 {
+		c.Observe(probe.Result{Outcome: probe.OutcomeUnknown, Err: errors.New("no resource kube-apiserver serves matches")})
+	}
+	in.Counts[whA], in.APIServer[whA] = c, healthy(2)
+	closed, changes, err := Plan(open, in)
+	require.NoError(t, err)
+	require.Len(t, changes, 1)
+	assert.Equal(t, Closed, changes[0].Kind)
+	assert.Contains(t, changes[0].Message, "after 2 intervals in which the probe could not run (last: no resource kube-apiserver serves matches) while the apiserver's own calls to the webhook succeeded for 2 intervals")
+	assert.Equal(t, policyFail, webhook(closed, whA).FailurePolicy)
 }

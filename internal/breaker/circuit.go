@@ -17,6 +17,8 @@ type Counts struct {
 	Last probe.Result
 	// LastUnknown is the most recent Unknown result, if any came after Last.
 	LastUnknown *probe.Result
+	// Unknowns is the number of consecutive Unknown results.
+	Unknowns int
 }
 
 // Observe adds one probe result. Unknown moves no counter: a probe that
@@ -32,11 +34,19 @@ func (c *Counts) Observe(r probe.Result) {
 		c.Successes = 0
 	default:
 		c.LastUnknown = &r
+		c.Unknowns++
 		return
 	}
 	c.Last = r
 	c.LastUnknown = nil
+	c.Unknowns = 0
 }
+
+// UnknownWhileOpen reports whether an open circuit's probe has said
+// Unknown for closeAfter intervals in a row: long enough that the probe
+// alone could have closed it had it run. From then on the apiserver's own
+// calls decide (DecideTarget), and the guard says so.
+func (c Counts) UnknownWhileOpen(closeAfter int) bool { return c.Unknowns >= closeAfter }
 
 // Action is what the circuit wants done.
 type Action string
@@ -86,6 +96,12 @@ const ReasonAPIServerCalls probe.FailureReason = "apiserver-calls"
 // in Ignore mode the apiserver still calls the webhook, so it also needs
 // the apiserver's last observation not to be failing. In Bypass mode the
 // apiserver makes no calls while open, and the probe alone closes.
+//
+// An open circuit whose probe has been Unknown for closeAfter intervals
+// (Counts.UnknownWhileOpen) closes on the apiserver's word alone when
+// closeAfter of its observations in a row saw the webhook's calls succeed
+// (only possible in Ignore mode, where the apiserver still calls it), and
+// the returned signal is SignalAPIServer; otherwise it stays open.
 func DecideTarget(open bool, probeCounts, apiserver Counts, t config.Target) (Action, string) {
 	if !t.APIServerSignal.Enabled {
 		apiserver = Counts{}
@@ -100,6 +116,12 @@ func DecideTarget(open bool, probeCounts, apiserver Counts, t config.Target) (Ac
 			return Open, SignalProbe
 		case byAPIServer:
 			return Open, SignalAPIServer
+		}
+		return Stay, ""
+	}
+	if probeCounts.UnknownWhileOpen(t.CloseAfter) {
+		if t.APIServerSignal.Enabled && apiserver.Successes >= t.CloseAfter {
+			return Close, SignalAPIServer
 		}
 		return Stay, ""
 	}

@@ -14,6 +14,7 @@ type Metrics struct {
 	ProbeLateness     prometheus.Histogram
 	ProbeFailures     *prometheus.CounterVec
 	ProbeUnknown      *prometheus.CounterVec
+	UnknownWhileOpen  *prometheus.GaugeVec
 	Transitions       *prometheus.CounterVec
 	WriteConflicts    prometheus.Counter
 	WriteErrors       prometheus.Counter
@@ -68,6 +69,9 @@ func NewMetrics() *Metrics {
 		}, append(target, "reason")),
 		ProbeUnknown: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "guard_probe_unknown_total", Help: "Probes that could not run for reasons on the guard's side; they count for nothing.",
+		}, target),
+		UnknownWhileOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "guard_probe_unknown_while_open", Help: "1 while an open circuit's probe has said Unknown for closeAfter intervals in a row: the circuit closes only when closeAfter apiserver observations in a row see the webhook's calls succeed (Ignore mode), and otherwise stays open.",
 		}, target),
 		Transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "guard_circuit_transitions_total", Help: "Changes the breaker wrote, by configuration kind and change (to). kind=\"Validating\",to=\"CircuitOpened\" counts openings that admit requests without validation.",
@@ -124,6 +128,6 @@ func NewMetrics() *Metrics {
 // Collectors returns every collector, for registration on
 // controller-runtime's metrics.Registry.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.CircuitOpen, m.ProbeDuration, m.ProbeLateness, m.ProbeFailures, m.ProbeUnknown, m.Transitions, m.WriteConflicts, m.WriteErrors, m.TargetMissing, m.TargetUnprobeable, m.Reconciles, m.RecordUnreadable, m.OpeningsHeld,
+	return []prometheus.Collector{m.CircuitOpen, m.ProbeDuration, m.ProbeLateness, m.ProbeFailures, m.ProbeUnknown, m.UnknownWhileOpen, m.Transitions, m.WriteConflicts, m.WriteErrors, m.TargetMissing, m.TargetUnprobeable, m.Reconciles, m.RecordUnreadable, m.OpeningsHeld,
 		m.Openings, m.ScrapeDuration, m.ScrapeBytes, m.ScrapeErrors, m.APIServerObservations, m.SignalsDisagree, m.AdmittedWithout, m.MarkingAvailable}
 }

@@ -222,13 +222,26 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 			}
 			restore(wh, entry)
 			delete(rec, t.Webhook)
+			because := fmt.Sprintf("after %d consecutive healthy probes", c.Successes)
+			if signal == SignalAPIServer {
+				because = fmt.Sprintf("after %d intervals in which the probe could not run (last: %v) while the apiserver's own calls to the webhook succeeded for %d intervals",
+					c.Unknowns, unknownErr(c), in.APIServer[t.Webhook].Successes)
+			}
 			changes = append(changes, Change{Webhook: t.Webhook, Kind: Closed, Message: fmt.Sprintf(
-				"closed the circuit on %s after %d consecutive healthy probes; restored failurePolicy %s (open since %s)%s",
-				t.Webhook, c.Successes, circuit.PolicyString(entry.OriginalFailurePolicy), entry.OpenedAt.UTC().Format(time.RFC3339),
+				"closed the circuit on %s %s; restored failurePolicy %s (open since %s)%s",
+				t.Webhook, because, circuit.PolicyString(entry.OriginalFailurePolicy), entry.OpenedAt.UTC().Format(time.RFC3339),
 				admittedNote(t, entry, in)+trialNote(t, entry))})
 		}
 	}
 	return finish(cur, next, rec, changes)
+}
+
+// unknownErr is the error of c's last Unknown result.
+func unknownErr(c Counts) error {
+	if c.LastUnknown == nil {
+		return nil
+	}
+	return c.LastUnknown.Err
 }
 
 // openedBecause returns the record's reason and the Event's explanation of

@@ -191,11 +191,11 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 		log.V(1).Info("Probe failed", "reason", res.Reason, "error", res.Err, "duration", res.Duration)
 	case probe.OutcomeUnknown:
 		r.Metrics.ProbeUnknown.WithLabelValues(labels...).Inc()
-		log.Info("Probe could not run; nothing counted", "error", res.Err)
 	default:
 		log.V(1).Info("Probe healthy", "duration", res.Duration)
 	}
 	counts := r.State.Observe(t.Key(), res, r.Clock.Now())
+	r.reportUnknown(ctx, t, obj, view, counts, res)
 	holding := r.State.HoldOpen()
 	holdChanged := r.holding.Swap(holding) != holding
 	if holdChanged {
@@ -222,6 +222,41 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 		return
 	}
 	r.wake(ctx, t.Kind, obj, view, r.inputs(t.Kind, view))
+}
+
+// reportUnknown logs the first Unknown probe of a run at info level (the
+// rest at debug level), and says when an open circuit's probe has been
+// Unknown for closeAfter intervals: once with an Event, and with a gauge
+// for as long as it lasts.
+func (r *ProbeRunner) reportUnknown(ctx context.Context, t config.Target, obj client.Object, view *admissionregistrationv1.MutatingWebhookConfiguration, counts Counts, res probe.Result) {
+	gauge := r.Metrics.UnknownWhileOpen.WithLabelValues(string(t.Kind), t.Configuration, t.Webhook)
+	if res.Outcome != probe.OutcomeUnknown {
+		gauge.Set(0)
+		return
+	}
+	log := logf.FromContext(ctx)
+	if counts.Unknowns == 1 {
+		log.Info("Probe could not run; nothing counted", "error", res.Err)
+	} else {
+		log.V(1).Info("Probe could not run; nothing counted", "error", res.Err, "consecutive", counts.Unknowns)
+	}
+	rec, err := circuit.Decode(view.Annotations)
+	entry, open := rec[t.Webhook]
+	if err != nil || !open || !entry.Mine(r.Identity) || !counts.UnknownWhileOpen(t.CloseAfter) {
+		gauge.Set(0)
+		return
+	}
+	gauge.Set(1)
+	if counts.Unknowns != t.CloseAfter {
+		return
+	}
+	rule := "it stays open until the probe can run again"
+	if t.APIServerSignal.Enabled && t.Mode == circuit.ModeIgnore {
+		rule = fmt.Sprintf("it closes once %d apiserver observations in a row see the webhook's calls succeed, and stays open otherwise", t.CloseAfter)
+	}
+	log.Info("Open circuit's probe has been Unknown for closeAfter intervals", "intervals", counts.Unknowns, "error", res.Err)
+	r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, "ProbeUnknownWhileOpen", "Probe", "%s", circuit.EventNote(
+		"%s: the circuit is open and its probe could not run for %d intervals in a row (%v); %s", t.Webhook, counts.Unknowns, res.Err, rule))
 }
 
 // inputs are what Plan decides from for view, a configuration of kind.
