@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -54,6 +55,24 @@ func TestDispatch_badInputExitsNonZeroAndTouchesNothing(t *testing.T) {
 			assert.Equal(t, tc.wantCode, exitCode(err))
 			assert.Contains(t, err.Error(), tc.wantErr)
 			assert.Empty(t, stdout.String())
+		})
+	}
+}
+
+// A port in use fails the start at once, naming the flag and the address,
+// before anything reaches the cluster.
+func TestDispatch_aPortInUseIsReportedFirst(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer busy.Close()
+	cfg := writeConfig(t, validConfig)
+	for _, flag := range []string{"--metrics-bind-address", "--health-probe-bind-address", "--status-bind-address", "--pprof-bind-address"} {
+		t.Run(flag, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			err := dispatch(context.Background(), []string{"run", "--config", cfg, "--health-probe-bind-address", "127.0.0.1:0", "--status-bind-address", "0", flag, busy.Addr().String()}, &stdout, &stderr, noCluster(t))
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), flag+" "+busy.Addr().String()+": cannot listen")
+			assert.Contains(t, err.Error(), "address already in use")
 		})
 	}
 }

@@ -205,3 +205,20 @@ apiserver_mutating_admission_policy_check_total{error_type="no_error",policy="so
 	assert.Equal(t, float64(6), s.Webhooks[marked].Marked)
 	assert.Equal(t, float64(10), s.Webhooks[marked].Calls, "the webhook's own counters still match by name and type")
 }
+
+func TestAdmitted(t *testing.T) {
+	tests := map[string]struct {
+		excluded, marked, failOpen, want float64
+	}{
+		"bypassed requests that were not marked count once":                      {excluded: 5, want: 5},
+		"a marked request is excluded twice (reinvocation) and counts once":      {excluded: 198, marked: 99, want: 99},
+		"unmarked requests beside marked ones count once each":                   {excluded: 13, marked: 4, want: 9},
+		"marks beyond the exclusions (Ignore mode: nothing excluded) count none": {excluded: 0, marked: 7, failOpen: 3, want: 3},
+		"failed-open calls under Ignore count":                                   {failOpen: 8, want: 8},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			assert.Equal(t, tc.want, admitted(tc.excluded, tc.marked, tc.failOpen))
+		})
+	}
+}
