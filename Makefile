@@ -101,5 +101,6 @@ docker-build: ## Build the container image (IMG, default webhook-guard:latest; n
 	$(CONTAINER_TOOL) build --build-arg VERSION=$(VERSION) -t $(IMG) .
 
 .PHONY: tools
-tools: ## Build kube-apiserver, etcd, kubectl and kustomize from source into the cache if missing (about 11 minutes the first time).
+tools: ## Build kube-apiserver, etcd, kubectl, kustomize and the conformance suite's cert-manager webhook from source into the cache if missing (about 15 minutes the first time).
 	@hack/tools/install.sh >/dev/null
+	@hack/conformance/install.sh >/dev/null
