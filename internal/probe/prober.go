@@ -160,6 +160,9 @@ func (p *Prober) Probe(ctx context.Context, wh admissionregistrationv1.MutatingW
 	probeCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
+	// The endpoint is resolved first for both kinds: a Service the guard
+	// cannot read is Unknown, one that does not exist a no-route failure,
+	// and an unusable caBundle a tls failure, before any call.
 	ep, res, ok := p.endpoint(ctx, probeCtx, wh.ClientConfig)
 	if !ok {
 		return res
@@ -169,7 +172,7 @@ func (p *Prober) Probe(ctx context.Context, wh admissionregistrationv1.MutatingW
 	if kind == KindHTTPGet {
 		return p.httpGet(ctx, probeCtx, ep, spec.Path)
 	}
-	return p.admissionReview(ctx, probeCtx, ep, wh, timeout, !spec.Validating)
+	return p.admissionReview(ctx, probeCtx, wh, timeout, !spec.Validating)
 }
 
 // probeTimeout is the webhook's timeoutSeconds (DefaultTimeout when
@@ -269,7 +272,7 @@ func (ep endpoint) client() (*http.Client, *http.Transport) {
 	}, tr
 }
 
-func (p *Prober) admissionReview(ctx, probeCtx context.Context, ep endpoint, wh admissionregistrationv1.MutatingWebhook, timeout time.Duration, mutating bool) Result {
+func (p *Prober) admissionReview(ctx, probeCtx context.Context, wh admissionregistrationv1.MutatingWebhook, timeout time.Duration, mutating bool) Result {
 	username := p.Username
 	if username == "" {
 		username = circuit.DefaultUsername
@@ -282,7 +285,7 @@ func (p *Prober) admissionReview(ctx, probeCtx context.Context, ep endpoint, wh 
 	if err != nil {
 		return unknown(err)
 	}
-	c, err := p.hookClient(wh.ClientConfig, ep)
+	c, err := p.hookClient(wh.ClientConfig)
 	if err != nil {
 		// kube-apiserver cannot build a client for this clientConfig either
 		// ("could not get REST client", a calling error).
@@ -330,7 +333,7 @@ func (p *Prober) admissionReview(ctx, probeCtx context.Context, ep endpoint, wh 
 
 // hookClient returns kube-apiserver's REST client for cc. A webhook with
 // an empty caBundle is verified against SystemRoots when that is set.
-func (p *Prober) hookClient(cc admissionregistrationv1.WebhookClientConfig, ep endpoint) (*rest.RESTClient, error) {
+func (p *Prober) hookClient(cc admissionregistrationv1.WebhookClientConfig) (*rest.RESTClient, error) {
 	hc := webhookutil.ClientConfig{CABundle: cc.CABundle}
 	if len(hc.CABundle) == 0 {
 		hc.CABundle = p.SystemRootsPEM
