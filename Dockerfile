@@ -14,7 +14,9 @@ COPY cmd/ cmd/
 COPY internal/ internal/
 COPY certs/ certs/
 ARG VERSION=dev
-RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/guard ./cmd/guard
+# COMMIT: the build context has no .git; "make docker-build" passes it.
+ARG COMMIT=unknown
+RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -trimpath -ldflags "-s -w -X main.version=${VERSION} -X main.commit=${COMMIT}" -o /out/guard ./cmd/guard
 
 # Runtime stage: distroless static, no shell, non-root.
 FROM gcr.io/distroless/static:nonroot

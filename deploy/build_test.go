@@ -19,8 +19,12 @@ import (
 // repoRoot is the repository root, relative to this package.
 const repoRoot = ".."
 
-// testVersion is passed to both builds so their -ldflags compare equal.
-const testVersion = "v0.0.0-test"
+// testVersion and testCommit are passed to both builds so their -ldflags
+// compare equal.
+const (
+	testVersion = "v0.0.0-test"
+	testCommit  = "0123abc"
+)
 
 // goBuild is one "go build" command line, split into the environment it
 // sets, its flags and arguments (with the -o value left out: the image and
@@ -118,7 +122,8 @@ func dockerfileInstructions(t *testing.T) []string {
 }
 
 // dockerfileBuild is the Dockerfile's go build, with the build arguments
-// it uses expanded: VERSION as testVersion, the target platform as unset.
+// it uses expanded: VERSION as testVersion, COMMIT as testCommit, the
+// target platform as unset.
 func dockerfileBuild(t *testing.T) goBuild {
 	t.Helper()
 	var runs []string
@@ -130,6 +135,7 @@ func dockerfileBuild(t *testing.T) goBuild {
 	require.Len(t, runs, 1, "want exactly one RUN ... go build in the Dockerfile")
 	expanded := strings.NewReplacer(
 		"${VERSION}", testVersion,
+		"${COMMIT}", testCommit,
 		"${TARGETOS:-linux}", "linux",
 		"${TARGETARCH}", "",
 	).Replace(runs[0])
@@ -143,7 +149,7 @@ func makefileBuild(t *testing.T, target string) goBuild {
 	t.Helper()
 	makeBin, err := exec.LookPath("make")
 	require.NoError(t, err, "make is needed to read the Makefile's recipes")
-	cmd := exec.Command(makeBin, "--no-print-directory", "-n", target, "VERSION="+testVersion)
+	cmd := exec.Command(makeBin, "--no-print-directory", "-n", target, "VERSION="+testVersion, "COMMIT="+testCommit)
 	cmd.Dir = repoRoot
 	out, err := cmd.Output()
 	require.NoError(t, err, "make -n %s", target)
@@ -194,6 +200,7 @@ func TestDockerfile_buildsLikeTheMakefile(t *testing.T) {
 			i := slices.Index(mk.Args, "-ldflags")
 			if assert.GreaterOrEqual(t, i, 0, "no -ldflags") && assert.Less(t, i+1, len(mk.Args)) {
 				assert.Contains(t, mk.Args[i+1], "-X main.version="+testVersion, "the version must reach the binary")
+				assert.Contains(t, mk.Args[i+1], "-X main.commit="+testCommit, "the commit must reach the binary")
 			}
 			for k := range mk.Env {
 				if k != "CGO_ENABLED" && k != "GOOS" && k != "GOARCH" {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -104,7 +105,11 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 
 	m := breaker.NewMetrics()
 	repairs := admission.NewPolicyRepairs()
-	for _, c := range append(m.Collectors(), repairs) {
+	// Every counter series the alerts take increase() or rate() of exists
+	// at 0 from the start, so that the first event after a start is seen.
+	m.Initialize(cfg.Targets)
+	admission.InitializePolicyRepairs(repairs)
+	for _, c := range append(m.Collectors(), repairs, breaker.NewBuildInfo(version, commit, runtime.Version())) {
 		if err := metrics.Registry.Register(c); err != nil {
 			return fmt.Errorf("registering metrics: %w", err)
 		}
@@ -144,6 +149,12 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 	})
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
+	}
+
+	// The timeouts of every webhook in the cluster, from the cache, for the
+	// alert on kube-apiserver's latency of any webhook.
+	if err := metrics.Registry.Register(&breaker.WebhookTimeouts{Reader: mgr.GetCache()}); err != nil {
+		return fmt.Errorf("registering metrics: %w", err)
 	}
 
 	if err := setupCerts(ctx, mgr, nil, o.WebhookCertDir, o.Certs); err != nil {

@@ -6,11 +6,24 @@ import (
 	"runtime/debug"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
+// version and commit are set at build time with -ldflags
+// "-X main.version=... -X main.commit=..." (Makefile, Dockerfile).
+var (
+	version = "dev"
+	commit  = "unknown"
+)
 
 func versionString() string {
-	rev := "unknown"
+	return fmt.Sprintf("webhook-guard %s (revision %s, %s)", version, revision(), runtime.Version())
+}
+
+// revision is commit, or else the VCS revision go build recorded.
+func revision() string {
+	rev := commit
+	if rev != "unknown" && rev != "" {
+		return rev
+	}
+	rev = "unknown"
 	if info, ok := debug.ReadBuildInfo(); ok {
 		for _, s := range info.Settings {
 			if s.Key == "vcs.revision" {
@@ -18,5 +31,5 @@ func versionString() string {
 			}
 		}
 	}
-	return fmt.Sprintf("webhook-guard %s (revision %s, %s)", version, rev, runtime.Version())
+	return rev
 }

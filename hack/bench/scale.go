@@ -81,14 +81,14 @@ func measureWindow(ctx context.Context, r *guardRun) (steady, error) {
 	s := steady{
 		cores:    (cpu1 - cpu0) / elapsed,
 		rss:      rss,
-		probes:   d("guard_probe_duration_seconds_count"),
-		failures: d("guard_probe_failures_total"),
-		unknown:  d("guard_probe_unknown_total"),
-		openings: m1["guard_circuit_openings_total"],
+		probes:   d("webhook_guard_probe_duration_seconds_count"),
+		failures: d("webhook_guard_probe_failures_total"),
+		unknown:  d("webhook_guard_probe_unknown_total"),
+		openings: m1["webhook_guard_circuit_openings_total"],
 		requests: d("rest_client_requests_total") / elapsed,
 	}
-	if n := d("guard_probe_lateness_seconds_count"); n > 0 {
-		s.onTime = 100 * d("guard_probe_lateness_seconds_bucket_le_0.1") / n
+	if n := d("webhook_guard_probe_lateness_seconds_count"); n > 0 {
+		s.onTime = 100 * d("webhook_guard_probe_lateness_seconds_bucket_le_0.1") / n
 	}
 	if s.probes > 0 {
 		s.cpuPerProbeMs = 1000 * (cpu1 - cpu0) / s.probes

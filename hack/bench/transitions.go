@@ -276,5 +276,5 @@ func massRun(ctx context.Context, env *harness.Env, f *fleet, r *guardRun) ([5]f
 	if err != nil {
 		return out, err
 	}
-	return [5]float64{openS, closeS, float64(openW), float64(closeW), m1["guard_write_conflicts_total"] - m0["guard_write_conflicts_total"]}, nil
+	return [5]float64{openS, closeS, float64(openW), float64(closeW), m1["webhook_guard_write_conflicts_total"] - m0["webhook_guard_write_conflicts_total"]}, nil
 }

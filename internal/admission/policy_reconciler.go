@@ -30,9 +30,33 @@ import (
 // registers it with the other metrics.
 func NewPolicyRepairs() *prometheus.CounterVec {
 	return prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "guard_policy_repairs_total",
+		Name: "webhook_guard_policy_repairs_total",
 		Help: "Writes that restored the webhook-guard ValidatingAdmissionPolicy or its binding, by object and action.",
 	}, []string{"object", "action"})
+}
+
+// The label values of webhook_guard_policy_repairs_total.
+var (
+	// RepairObjects are the kinds RenderPolicy renders.
+	RepairObjects = []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+	// RepairActions are what a repair did.
+	RepairActions = []string{repairCreated, repairUpdated}
+)
+
+const (
+	repairCreated = "created"
+	repairUpdated = "updated"
+)
+
+// InitializePolicyRepairs creates every series of repairs (NewPolicyRepairs)
+// at 0, so that the first repair after a start is an increase from 0 that
+// increase() sees, not a series that appears at 1.
+func InitializePolicyRepairs(repairs *prometheus.CounterVec) {
+	for _, object := range RepairObjects {
+		for _, action := range RepairActions {
+			repairs.WithLabelValues(object, action)
+		}
+	}
 }
 
 // PolicyReconciler keeps the ValidatingAdmissionPolicy and binding named
@@ -73,7 +97,7 @@ func (r *PolicyReconciler) apply(ctx context.Context, want client.Object) error 
 	if err != nil {
 		return err
 	}
-	action := "created"
+	action := repairCreated
 	var after client.Object
 	if live == nil {
 		after = want.DeepCopyObject().(client.Object)
@@ -84,7 +108,7 @@ func (r *PolicyReconciler) apply(ctx context.Context, want client.Object) error 
 		if inPlace(live, want) && hasAll(live.GetLabels(), want.GetLabels()) && hasAll(live.GetAnnotations(), want.GetAnnotations()) {
 			return nil
 		}
-		action = "updated"
+		action = repairUpdated
 		after = withSpec(live, want)
 		if err := r.Client.Update(ctx, after, client.FieldOwner(circuit.FieldManager)); err != nil {
 			return fmt.Errorf("updating %s %s: %w", kind, want.GetName(), err)

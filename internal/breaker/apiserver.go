@@ -122,15 +122,15 @@ func (r *ProbeRunner) ScrapeOnce(ctx context.Context, s *apiserverSignal) {
 		if ctx.Err() != nil {
 			return
 		}
-		kind, advice := "error", "the apiserver signal is Unknown until a scrape succeeds; only the direct probe judges webhooks meanwhile"
+		kind, advice := ScrapeError, "the apiserver signal is Unknown until a scrape succeeds; only the direct probe judges webhooks meanwhile"
 		if apierrors.IsForbidden(err) {
-			kind, advice = "forbidden", "webhook-guard may not read the apiserver's /metrics (RBAC: get on the non-resource URL /metrics); the apiserver signal is Unknown and opens nothing, and only the direct probe judges webhooks"
+			kind, advice = ScrapeForbidden, "webhook-guard may not read the apiserver's /metrics (RBAC: get on the non-resource URL /metrics); the apiserver signal is Unknown and opens nothing, and only the direct probe judges webhooks"
 		}
 		r.Metrics.ScrapeErrors.WithLabelValues(kind).Inc()
 		if s.failing != kind {
 			s.failing = kind
 			log.Error(err, "Reading the apiserver's /metrics failed", "advice", advice)
-			if kind == "forbidden" {
+			if kind == ScrapeForbidden {
 				r.eventOnTargets(ctx, s.targets, corev1.EventTypeWarning, "APIServerSignalUnknown", advice)
 			}
 		}

@@ -2,6 +2,11 @@ package breaker
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/webhook-guard/webhook-guard/internal/apimetrics"
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
+	"github.com/webhook-guard/webhook-guard/internal/config"
+	"github.com/webhook-guard/webhook-guard/internal/probe"
 )
 
 // Metrics are the breaker's Prometheus collectors. Labels are bounded: one
@@ -54,73 +59,73 @@ func NewMetrics() *Metrics {
 	target := []string{"kind", "configuration", "webhook"}
 	return &Metrics{
 		CircuitOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "guard_circuit_open", Help: "1 while the breaker's changes are in place on a target webhook.",
+			Name: "webhook_guard_circuit_open", Help: "1 while the breaker's changes are in place on a target webhook.",
 		}, target),
 		ProbeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "guard_probe_duration_seconds", Help: "Duration of probes, by target.",
+			Name: "webhook_guard_probe_duration_seconds", Help: "Duration of probes, by target.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, target),
 		ProbeLateness: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "guard_probe_lateness_seconds", Help: "How much later than due probes started, for every target together: the guard's own scheduling delay (CPU starvation or throttling), not the webhooks'.",
+			Name: "webhook_guard_probe_lateness_seconds", Help: "How much later than due probes started, for every target together: the guard's own scheduling delay (CPU starvation or throttling), not the webhooks'.",
 			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}),
 		ProbeFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "guard_probe_failures_total", Help: "Failed probes, by target and reason.",
+			Name: "webhook_guard_probe_failures_total", Help: "Failed probes, by target and reason.",
 		}, append(target, "reason")),
 		ProbeUnknown: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "guard_probe_unknown_total", Help: "Probes that could not run for reasons on the guard's side; they count for nothing.",
+			Name: "webhook_guard_probe_unknown_total", Help: "Probes that could not run for reasons on the guard's side; they count for nothing.",
 		}, target),
 		UnknownWhileOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "guard_probe_unknown_while_open", Help: "1 while an open circuit's probe has said Unknown for closeAfter intervals in a row: the circuit closes only when closeAfter apiserver observations in a row see the webhook's calls succeed (Ignore mode), and otherwise stays open.",
+			Name: "webhook_guard_probe_unknown_while_open", Help: "1 while an open circuit's probe has said Unknown for closeAfter intervals in a row: the circuit closes only when closeAfter apiserver observations in a row see the webhook's calls succeed (Ignore mode), and otherwise stays open.",
 		}, target),
 		Transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "guard_circuit_transitions_total", Help: "Changes the breaker wrote, by configuration kind and change (to). kind=\"Validating\",to=\"CircuitOpened\" counts openings that admit requests without validation.",
+			Name: "webhook_guard_circuit_transitions_total", Help: "Changes the breaker wrote, by configuration kind and change (to). kind=\"Validating\",to=\"CircuitOpened\" counts openings that admit requests without validation.",
 		}, []string{"kind", "to"}),
 		WriteConflicts: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "guard_write_conflicts_total", Help: "Updates refused for a stale resourceVersion; each was re-read and decided again.",
+			Name: "webhook_guard_write_conflicts_total", Help: "Updates refused for a stale resourceVersion; each was re-read and decided again.",
 		}),
 		WriteErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "guard_write_errors_total", Help: "Updates that failed for a reason other than a conflict.",
+			Name: "webhook_guard_write_errors_total", Help: "Updates that failed for a reason other than a conflict.",
 		}),
 		TargetMissing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "guard_target_missing", Help: "1 while a target's configuration or webhook does not exist.",
+			Name: "webhook_guard_target_missing", Help: "1 while a target's configuration or webhook does not exist.",
 		}, target),
 		TargetUnprobeable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "guard_target_unprobeable", Help: "1 while a target cannot be probed safely (e.g. AdmissionReview probe on sideEffects Some/Unknown); it is never opened.",
+			Name: "webhook_guard_target_unprobeable", Help: "1 while a target cannot be probed safely (e.g. AdmissionReview probe on sideEffects Some/Unknown); it is never opened.",
 		}, target),
 		Reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "guard_reconciles_total", Help: "Reconciles of target configurations, by result (written, unchanged, unreadable, failed).",
+			Name: "webhook_guard_reconciles_total", Help: "Reconciles of target configurations, by result (written, unchanged, unreadable, failed).",
 		}, []string{"result"}),
 		RecordUnreadable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "guard_record_unreadable", Help: "1 while a configuration's circuit record cannot be decoded; nothing is changed on it until it is repaired or handed over with the override annotation.",
+			Name: "webhook_guard_record_unreadable", Help: "1 while a configuration's circuit record cannot be decoded; nothing is changed on it until it is repaired or handed over with the override annotation.",
 		}, []string{"kind", "configuration"}),
 		OpeningsHeld: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "guard_openings_held", Help: "1 while every probed target is failing at once: the likely cause is the guard's own network, so no circuit is opened until one target is healthy again.",
+			Name: "webhook_guard_openings_held", Help: "1 while every probed target is failing at once: the likely cause is the guard's own network, so no circuit is opened until one target is healthy again.",
 		}),
 		Openings: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "guard_circuit_openings_total", Help: "Circuits opened, by target and the signal that opened them (probe, apiserver, probe+apiserver).",
+			Name: "webhook_guard_circuit_openings_total", Help: "Circuits opened, by target and the signal that opened them (probe, apiserver, probe+apiserver).",
 		}, append(target, "signal")),
 		ScrapeDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "guard_apiserver_scrape_duration_seconds", Help: "Duration of one read and parse of kube-apiserver's /metrics, for every target together.",
+			Name: "webhook_guard_apiserver_scrape_duration_seconds", Help: "Duration of one read and parse of kube-apiserver's /metrics, for every target together.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}),
 		ScrapeBytes: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "guard_apiserver_scrape_bytes", Help: "Size of the last response read from kube-apiserver's /metrics.",
+			Name: "webhook_guard_apiserver_scrape_bytes", Help: "Size of the last response read from kube-apiserver's /metrics.",
 		}),
 		ScrapeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "guard_apiserver_scrape_errors_total", Help: "Failed reads of kube-apiserver's /metrics, by kind (forbidden: RBAC get on /metrics is missing; error: anything else). The apiserver signal is Unknown meanwhile.",
+			Name: "webhook_guard_apiserver_scrape_errors_total", Help: "Failed reads of kube-apiserver's /metrics, by kind (forbidden: RBAC get on /metrics is missing; error: anything else). The apiserver signal is Unknown meanwhile.",
 		}, []string{"reason"}),
 		APIServerObservations: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "guard_apiserver_observations_total", Help: "Apiserver signal observations, by target and verdict (Healthy, Failing, Unknown).",
+			Name: "webhook_guard_apiserver_observations_total", Help: "Apiserver signal observations, by target and verdict (Healthy, Failing, Unknown).",
 		}, append(target, "verdict")),
 		SignalsDisagree: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "guard_signals_disagree", Help: "1 while one signal (failing=apiserver or failing=probe) has failed for several intervals while the other was healthy: the network path of the failing side is broken, not the webhook.",
+			Name: "webhook_guard_signals_disagree", Help: "1 while one signal (failing=apiserver or failing=probe) has failed for several intervals while the other was healthy: the network path of the failing side is broken, not the webhook.",
 		}, append(target, "failing")),
 		MarkingAvailable: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "guard_marking_available", Help: "1 when the apiserver serves MutatingAdmissionPolicy and objects admitted while a mutating webhook's circuit is open are marked (label webhook-guard.io/unmutated); 0 when it does not.",
+			Name: "webhook_guard_marking_available", Help: "1 when the apiserver serves MutatingAdmissionPolicy and objects admitted while a mutating webhook's circuit is open are marked (label webhook-guard.io/unmutated); 0 when it does not.",
 		}),
 		AdmittedWithout: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "guard_admitted_without_webhook_total", Help: "Requests kube-apiserver admitted without calling the webhook (bypass matchCondition) or after the call failed (Ignore) while its circuit was open, from the apiserver's own counters.",
+			Name: "webhook_guard_admitted_without_webhook_total", Help: "Requests kube-apiserver admitted without calling the webhook (bypass matchCondition) or after the call failed (Ignore) while its circuit was open, from the apiserver's own counters.",
 		}, target),
 	}
 }
@@ -130,4 +135,85 @@ func NewMetrics() *Metrics {
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.CircuitOpen, m.ProbeDuration, m.ProbeLateness, m.ProbeFailures, m.ProbeUnknown, m.UnknownWhileOpen, m.Transitions, m.WriteConflicts, m.WriteErrors, m.TargetMissing, m.TargetUnprobeable, m.Reconciles, m.RecordUnreadable, m.OpeningsHeld,
 		m.Openings, m.ScrapeDuration, m.ScrapeBytes, m.ScrapeErrors, m.APIServerObservations, m.SignalsDisagree, m.AdmittedWithout, m.MarkingAvailable}
+}
+
+// The values of webhook_guard_apiserver_scrape_errors_total's reason label.
+const (
+	// ScrapeForbidden: RBAC get on the non-resource URL /metrics is missing.
+	ScrapeForbidden = "forbidden"
+	// ScrapeError: any other failure.
+	ScrapeError = "error"
+)
+
+// The values of webhook_guard_reconciles_total's result label.
+const (
+	ReconcileWritten    = "written"
+	ReconcileUnchanged  = "unchanged"
+	ReconcileUnreadable = "unreadable"
+	ReconcileFailed     = "failed"
+)
+
+// ProbeFailureReasons are the reason values of
+// webhook_guard_probe_failures_total: every probe.FailureReason the prober
+// returns (a test checks the list against internal/probe).
+var ProbeFailureReasons = []probe.FailureReason{
+	probe.ReasonTimeout, probe.ReasonRefused, probe.ReasonTLS,
+	probe.ReasonHTTPStatus, probe.ReasonBadResponse, probe.ReasonNoRoute,
+}
+
+// ChangeKinds are the to values of webhook_guard_circuit_transitions_total.
+var ChangeKinds = []ChangeKind{Opened, Closed, HandedOff, DroppedStale, Overwritten}
+
+// Signals are the signal values of webhook_guard_circuit_openings_total.
+var Signals = []string{SignalProbe, SignalAPIServer, SignalBoth}
+
+// Verdicts are the verdict values of webhook_guard_apiserver_observations_total.
+var Verdicts = []apimetrics.Verdict{apimetrics.Healthy, apimetrics.Failing, apimetrics.Unknown}
+
+// Initialize creates every series of the labelled counters (and of the
+// probe duration histogram, whose _count the alerts rate) at 0, for each
+// target and each known label value, so that they exist from the start of
+// the process. A counter series that first appears at 1 has no earlier
+// sample, and increase() and rate() do not see that first event: the first
+// opening, failure or scrape error after a restart would go unnoticed.
+// Call it once at startup, before the metrics are served.
+func (m *Metrics) Initialize(targets []config.Target) {
+	for _, kind := range []circuit.Kind{circuit.KindMutating, circuit.KindValidating} {
+		for _, to := range ChangeKinds {
+			m.Transitions.WithLabelValues(string(kind), string(to))
+		}
+	}
+	for _, result := range []string{ReconcileWritten, ReconcileUnchanged, ReconcileUnreadable, ReconcileFailed} {
+		m.Reconciles.WithLabelValues(result)
+	}
+	for _, reason := range []string{ScrapeForbidden, ScrapeError} {
+		m.ScrapeErrors.WithLabelValues(reason)
+	}
+	for _, t := range targets {
+		target := []string{string(t.Kind), t.Configuration, t.Webhook}
+		with := func(v string) []string { return append(append([]string(nil), target...), v) }
+		m.ProbeDuration.WithLabelValues(target...)
+		m.ProbeUnknown.WithLabelValues(target...)
+		m.AdmittedWithout.WithLabelValues(target...)
+		for _, reason := range ProbeFailureReasons {
+			m.ProbeFailures.WithLabelValues(with(string(reason))...)
+		}
+		for _, signal := range Signals {
+			m.Openings.WithLabelValues(with(signal)...)
+		}
+		for _, verdict := range Verdicts {
+			m.APIServerObservations.WithLabelValues(with(string(verdict))...)
+		}
+	}
+}
+
+// NewBuildInfo returns webhook_guard_build_info, 1 with the version and
+// commit the binary was built from and the Go version that built it.
+func NewBuildInfo(version, commit, goVersion string) prometheus.Collector {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "webhook_guard_build_info",
+		Help: "1, labelled with the webhook-guard version and commit the binary was built from and the Go version that built it.",
+	}, []string{"version", "commit", "go_version"})
+	g.WithLabelValues(version, commit, goVersion).Set(1)
+	return g
 }

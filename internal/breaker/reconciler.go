@@ -87,7 +87,7 @@ func (r *TargetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		return err
 	})
 	if err != nil {
-		r.Metrics.Reconciles.WithLabelValues("failed").Inc()
+		r.Metrics.Reconciles.WithLabelValues(ReconcileFailed).Inc()
 		return ctrl.Result{}, fmt.Errorf("updating %s %s: %w", r.Kind.ObjectKind(), req.Name, err)
 	}
 	return ctrl.Result{RequeueAfter: wait}, nil
@@ -113,7 +113,7 @@ func (r *TargetReconciler) reconcileOnce(ctx context.Context, reader client.Read
 	next, changes, err := Plan(view, in)
 	if err != nil {
 		r.forgetDecision(name)
-		r.Metrics.Reconciles.WithLabelValues("unreadable").Inc()
+		r.Metrics.Reconciles.WithLabelValues(ReconcileUnreadable).Inc()
 		r.Recorder.Eventf(cur, nil, corev1.EventTypeWarning, "RecordUnreadable", "Reconcile",
 			"webhook-guard changes nothing on this configuration until the record is repaired: %v", err)
 		r.syncGauges(targets, view)
@@ -121,7 +121,7 @@ func (r *TargetReconciler) reconcileOnce(ctx context.Context, reader client.Read
 	}
 	if len(changes) == 0 {
 		r.forgetDecision(name)
-		r.Metrics.Reconciles.WithLabelValues("unchanged").Inc()
+		r.Metrics.Reconciles.WithLabelValues(ReconcileUnchanged).Inc()
 		r.syncGauges(targets, view)
 		return 0, r.syncMarks(ctx, name, view)
 	}
@@ -313,7 +313,7 @@ func (r *TargetReconciler) write(ctx context.Context, cur client.Object, view, n
 		return err
 	}
 	failpoint("after-write")
-	r.Metrics.Reconciles.WithLabelValues("written").Inc()
+	r.Metrics.Reconciles.WithLabelValues(ReconcileWritten).Inc()
 	for _, c := range changes {
 		for _, t := range targets {
 			if t.Webhook == c.Webhook || c.Webhook == "" {
@@ -333,7 +333,7 @@ func (r *TargetReconciler) write(ctx context.Context, cur client.Object, view, n
 		if r.Kind == circuit.KindValidating && c.Kind == Opened {
 			r.Recorder.Eventf(written, nil, corev1.EventTypeWarning, "AdmittingWithoutValidation", "Update",
 				"%s: requests this webhook validates are admitted without its validation while the circuit is open; "+
-					"guard_circuit_transitions_total{kind=\"Validating\",to=\"CircuitOpened\"} counts these openings", c.Webhook)
+					"webhook_guard_circuit_transitions_total{kind=\"Validating\",to=\"CircuitOpened\"} counts these openings", c.Webhook)
 		}
 		logf.FromContext(ctx).Info("Wrote a circuit transition", "kind", r.Kind, "webhook", c.Webhook, "change", c.Kind, "resourceVersion", written.GetResourceVersion())
 	}
@@ -341,7 +341,7 @@ func (r *TargetReconciler) write(ctx context.Context, cur client.Object, view, n
 	return nil
 }
 
-// syncGauges sets guard_circuit_open and guard_record_unreadable from the
+// syncGauges sets webhook_guard_circuit_open and webhook_guard_record_unreadable from the
 // object (its circuit.View), level-based. Under an unreadable record a
 // webhook that is not at Fail, or carries the bypass marker, may be open,
 // and the gauge says so.

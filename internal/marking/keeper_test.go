@@ -36,7 +36,7 @@ func TestKeeper_Ensure_aCacheBehindTheApiserverIsNoError(t *testing.T) {
 		reader    client.Reader
 		wantError string
 	}{
-		"with an APIReader, the apiserver's copy is used":                  {reader: apiserver},
+		"with an APIReader, the apiserver's copy is used":                 {reader: apiserver},
 		"without one, the cache is read again and the error is explained": {wantError: "reading MutatingAdmissionPolicy"},
 	}
 	for name, tc := range tests {

@@ -96,7 +96,7 @@ func TestGuard_kubectlApplyExplainsAndOverrideHandsOff(t *testing.T) {
 }
 
 // Deleting or editing the guard's policy or binding is repaired, with an
-// Event and a count in guard_policy_repairs_total.
+// Event and a count in webhook_guard_policy_repairs_total.
 func TestGuard_tamperedPolicyIsRestored(t *testing.T) {
 	ctx := context.Background()
 	s := newBreakerSetup(t, setupOptions{mode: "Ignore"})
@@ -136,9 +136,9 @@ func TestGuard_tamperedPolicyIsRestored(t *testing.T) {
 	require.Eventually(t, func() bool {
 		body, err := scrape(metricsAddr, reader)
 		return err == nil &&
-			metricValue(body, `guard_policy_repairs_total{action="created",object="ValidatingAdmissionPolicy"}`) >= 1 &&
-			metricValue(body, `guard_policy_repairs_total{action="updated",object="ValidatingAdmissionPolicyBinding"}`) >= 1
-	}, transition, 100*time.Millisecond, "guard_policy_repairs_total did not count the repairs")
+			metricValue(body, `webhook_guard_policy_repairs_total{action="created",object="ValidatingAdmissionPolicy"}`) >= 1 &&
+			metricValue(body, `webhook_guard_policy_repairs_total{action="updated",object="ValidatingAdmissionPolicyBinding"}`) >= 1
+	}, transition, 100*time.Millisecond, "webhook_guard_policy_repairs_total did not count the repairs")
 }
 
 // readyz reflects whether the guard's policy is in place.

@@ -175,10 +175,12 @@ func TestHardening_unprobeableWhileOpenIsClosed(t *testing.T) {
 	s.wh.SetBehaviour(webhookPath, harness.Delayed(2*time.Second, harness.Allow()))
 	s.waitOpen()
 
+	// Its rules now match only DELETE: no request an AdmissionReview probe
+	// can send (a CREATE) matches them.
 	mwc := s.get()
-	findWebhook(mwc, s.hook).AdmissionReviewVersions = []string{"v1beta1"}
-	require.NoError(t, env.Client.Update(ctx, mwc), "admissionReviewVersions is not an owned field")
-	s.original.AdmissionReviewVersions = []string{"v1beta1"}
+	findWebhook(mwc, s.hook).Rules[0].Operations = []admissionregistrationv1.OperationType{admissionregistrationv1.Delete}
+	require.NoError(t, env.Client.Update(ctx, mwc), "rules are not an owned field")
+	s.original.Rules[0].Operations = []admissionregistrationv1.OperationType{admissionregistrationv1.Delete}
 	s.waitRestored()
 	require.Eventually(t, func() bool {
 		return strings.Contains(eventNotes(t, circuit.KindMutating, s.name)["CircuitClosed"], "can no longer be probed")
@@ -206,8 +208,8 @@ func TestHardening_unreadableRecordIsReportedAndOverrideWorks(t *testing.T) {
 	require.Eventually(t, func() bool {
 		body, err := scrape(metricsAddr, reader)
 		return err == nil &&
-			metricValue(body, `guard_record_unreadable{configuration="`+s.name+`",kind="Mutating"}`) == 1 &&
-			metricValue(body, `guard_circuit_open{configuration="`+s.name+`",kind="Mutating",webhook="`+s.hook+`"}`) == 1
+			metricValue(body, `webhook_guard_record_unreadable{configuration="`+s.name+`",kind="Mutating"}`) == 1 &&
+			metricValue(body, `webhook_guard_circuit_open{configuration="`+s.name+`",kind="Mutating",webhook="`+s.hook+`"}`) == 1
 	}, transition, 100*time.Millisecond, "the unreadable record and the possibly open circuit were not reported in metrics")
 	require.Eventually(t, func() bool {
 		_, ok := eventNotes(t, circuit.KindMutating, s.name)["RecordUnreadable"]
@@ -267,7 +269,7 @@ func TestHardening_invalidChangeDoesNotBlockTheOthers(t *testing.T) {
 	errorsNow := func() float64 {
 		body, err := scrape(metricsAddr, reader)
 		require.NoError(t, err)
-		return metricValue(body, "\nguard_write_errors_total")
+		return metricValue(body, "\nwebhook_guard_write_errors_total")
 	}
 	refusals := errorsNow()
 	assert.GreaterOrEqual(t, refusals, 1.0)
@@ -293,8 +295,8 @@ func TestHardening_everythingFailingAtOnceHoldsOpenings(t *testing.T) {
 	reader := metricsReader(t, s.ns)
 	require.Eventually(t, func() bool {
 		body, err := scrape(metricsAddr, reader)
-		return err == nil && metricValue(body, "\nguard_openings_held") == 1
-	}, transition, 50*time.Millisecond, "guard_openings_held never said so")
+		return err == nil && metricValue(body, "\nwebhook_guard_openings_held") == 1
+	}, transition, 50*time.Millisecond, "webhook_guard_openings_held never said so")
 	require.Eventually(t, func() bool {
 		_, ok := eventNotes(t, circuit.KindMutating, s.name)["OpeningsHeld"]
 		return ok
