@@ -65,6 +65,7 @@ Usage:
 Commands:
   run               run the breaker and the guard (the service)
   status            print every configured target with its circuit state and probe counts
+  webhooks          list every webhook in the cluster, riskiest first: failurePolicy, timeout, failure ratio and p99 from kube-apiserver's metrics, managed or not
   unmutated         list the objects admitted without a webhook's mutation while its circuit was open
   manifests static  render the static admission webhook manifest (webhook-guard.static.k8s.io)
   manifests policy  render the ValidatingAdmissionPolicy and binding
@@ -99,6 +100,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer, rest
 	switch args[0] {
 	case "status":
 		return statusCommand(ctx, args[1:], stdout, stderr, restConfig)
+	case "webhooks":
+		return webhooksCommand(ctx, args[1:], stdout, stderr, restConfig)
 	case "unmutated":
 		return unmutatedCommand(ctx, args[1:], stdout, stderr, restConfig)
 	case "manifests":

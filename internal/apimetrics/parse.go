@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"math"
+	"slices"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -36,7 +39,22 @@ const (
 	CallingWebhookError = "calling_webhook_error"
 )
 
+// AdmissionDuration is the apiserver's histogram of webhook call
+// latencies, by webhook name, type, operation and rejected. It is read
+// only when asked for (ParseOptions.Latency): the breaker does not need it.
+const AdmissionDuration = "apiserver_admission_webhook_admission_duration_seconds"
+
 var families = map[string]bool{RequestTotal: true, RejectionCount: true, FailOpenCount: true, MatchConditionExclusions: true, MutatingPolicyChecks: true, ProcessStartTime: true}
+
+// latencyFamilies are families plus the histogram's lines: its HELP and
+// TYPE comments name the family, its samples carry a suffix.
+var latencyFamilies = func() map[string]bool {
+	m := map[string]bool{AdmissionDuration: true, AdmissionDuration + "_bucket": true, AdmissionDuration + "_sum": true, AdmissionDuration + "_count": true}
+	for f := range families {
+		m[f] = true
+	}
+	return m
+}()
 
 // Type is the admission type of a webhook as the apiserver labels it.
 type Type string
@@ -91,6 +109,16 @@ type Sample struct {
 	Webhooks map[Webhook]Counters
 	// Bytes is the size of the whole response read.
 	Bytes int64
+	// Latency holds the call latency histogram of every webhook asked for
+	// that the apiserver observed calls of, summed over operation and
+	// rejected. Only with ParseOptions.Latency.
+	Latency map[Webhook]Histogram
+}
+
+// ParseOptions choose what Read parses beyond the counters.
+type ParseOptions struct {
+	// Latency also reads AdmissionDuration into Sample.Latency.
+	Latency bool
 }
 
 // Limits on a scrape. A real kube-apiserver v1.37 with a few webhooks
@@ -100,6 +128,9 @@ const (
 	MaxBytes = 64 << 20
 	// maxLine is the longest line accepted.
 	maxLine = 64 << 10
+	// MaxBuckets is the most distinct bucket bounds one webhook's
+	// histogram may have (the apiserver uses 9); more is an error.
+	MaxBuckets = 64
 )
 
 // Parse reads a Prometheus text exposition and returns the counters of
@@ -107,8 +138,18 @@ const (
 // Prometheus text parser sees them, so memory grows with the webhook
 // families only, not with the whole response.
 func Parse(r io.Reader, want map[Webhook]bool) (Sample, error) {
+	return Read(r, want, ParseOptions{})
+}
+
+// Read is Parse with options: with opts.Latency it also reads the
+// webhooks' latency histograms, within the same limits.
+func Read(r io.Reader, want map[Webhook]bool, opts ParseOptions) (Sample, error) {
+	keep := families
+	if opts.Latency {
+		keep = latencyFamilies
+	}
 	counted := &countingReader{r: io.LimitReader(r, MaxBytes+1)}
-	kept, err := filter(counted)
+	kept, err := filter(counted, keep)
 	if counted.n > MaxBytes {
 		return Sample{Bytes: counted.n}, fmt.Errorf("apiserver metrics larger than %d bytes", MaxBytes)
 	}
@@ -168,7 +209,70 @@ func Parse(r io.Reader, want map[Webhook]bool) (Sample, error) {
 		}
 	})
 	add(MutatingPolicyChecks, func(c *Counters, v float64, _ map[string]string) { c.Marked += v })
+	if opts.Latency {
+		lat, err := latencies(mfs[AdmissionDuration], byName)
+		if err != nil {
+			return Sample{Bytes: counted.n}, err
+		}
+		s.Latency = lat
+	}
 	return s, nil
+}
+
+// latencies sums each wanted webhook's histogram series (one per
+// operation and rejected) by bucket bound, as sum by (le) does.
+func latencies(mf *dto.MetricFamily, byName map[[2]string][]Webhook) (map[Webhook]Histogram, error) {
+	out := map[Webhook]Histogram{}
+	if mf == nil || mf.GetType() != dto.MetricType_HISTOGRAM {
+		return out, nil
+	}
+	sums := map[Webhook]map[float64]float64{}
+	for _, m := range mf.GetMetric() {
+		var name, typ string
+		for _, lp := range m.GetLabel() {
+			switch lp.GetName() {
+			case "name":
+				name = lp.GetValue()
+			case "type":
+				typ = lp.GetValue()
+			}
+		}
+		whs := byName[[2]string{name, typ}]
+		if len(whs) == 0 || m.Histogram == nil {
+			continue
+		}
+		h := m.GetHistogram()
+		for _, wh := range whs {
+			b := sums[wh]
+			if b == nil {
+				b = map[float64]float64{}
+				sums[wh] = b
+			}
+			hasInf := false
+			for _, bk := range h.GetBucket() {
+				b[bk.GetUpperBound()] += float64(bk.GetCumulativeCount())
+				hasInf = hasInf || math.IsInf(bk.GetUpperBound(), 1)
+			}
+			if !hasInf { // the +Inf bucket is the count
+				b[math.Inf(1)] += float64(h.GetSampleCount())
+			}
+			if len(b) > MaxBuckets {
+				return nil, fmt.Errorf("apiserver metrics: %s for %s has more than %d bucket bounds", AdmissionDuration, wh.Name, MaxBuckets)
+			}
+			acc := out[wh]
+			acc.Count += float64(h.GetSampleCount())
+			acc.Sum += h.GetSampleSum()
+			out[wh] = acc
+		}
+	}
+	for wh, b := range sums {
+		acc := out[wh]
+		for _, le := range slices.Sorted(maps.Keys(b)) {
+			acc.Buckets = append(acc.Buckets, Bucket{UpperBound: le, Count: b[le]})
+		}
+		out[wh] = acc
+	}
+	return out, nil
 }
 
 func value(m *dto.Metric) float64 {
@@ -185,13 +289,13 @@ func value(m *dto.Metric) float64 {
 
 // filter keeps the lines of the families Parse reads: their samples and
 // their HELP and TYPE comments.
-func filter(r io.Reader) ([]byte, error) {
+func filter(r io.Reader, keep map[string]bool) ([]byte, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 4096), maxLine)
 	var out bytes.Buffer
 	for sc.Scan() {
 		line := sc.Bytes()
-		if family(line) != "" {
+		if family(line, keep) != "" {
 			out.Write(line)
 			out.WriteByte('\n')
 		}
@@ -207,7 +311,7 @@ func filter(r io.Reader) ([]byte, error) {
 
 // family returns the wanted family a line belongs to, or "". It looks at
 // the bytes without copying them: most lines are dropped.
-func family(line []byte) string {
+func family(line []byte, keep map[string]bool) string {
 	if rest, ok := bytes.CutPrefix(line, []byte("# ")); ok {
 		if !bytes.HasPrefix(rest, []byte("HELP ")) && !bytes.HasPrefix(rest, []byte("TYPE ")) {
 			return ""
@@ -221,7 +325,7 @@ func family(line []byte) string {
 	if len(name) == 0 || (name[0] != 'a' && name[0] != 'p') {
 		return ""
 	}
-	if families[string(name)] { // no allocation: the compiler reads the map with the bytes
+	if keep[string(name)] { // no allocation: the compiler reads the map with the bytes
 		return string(name)
 	}
 	return ""

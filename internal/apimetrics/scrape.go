@@ -16,6 +16,8 @@ type Scraper struct {
 	Client rest.Interface
 	// Timeout bounds one scrape. Default 5s.
 	Timeout time.Duration
+	// Latency also reads the webhooks' latency histograms (Sample.Latency).
+	Latency bool
 }
 
 // DefaultScrapeTimeout bounds a scrape when Scraper.Timeout is zero.
@@ -37,5 +39,5 @@ func (s *Scraper) Scrape(ctx context.Context, want map[Webhook]bool) (Sample, er
 		return Sample{}, fmt.Errorf("reading the apiserver's /metrics: %w", err)
 	}
 	defer func() { _ = body.Close() }()
-	return Parse(body, want)
+	return Read(body, want, ParseOptions{Latency: s.Latency})
 }
