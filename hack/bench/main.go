@@ -1,5 +1,5 @@
 // Command bench measures webhook-guard against a real control plane and
-// prints one table, with the goals of the README's "Performance" section
+// prints one table, with the goals of docs/performance.md
 // beside the measured values, and writes it as JSON. Run it with
 // "make bench". Every case runs -runs times (default 3); the table gives
 // the median and the range.
@@ -36,7 +36,7 @@ type Row struct {
 	Runs []float64 `json:"runs"`
 	// Unit is printed after the value ("ms", "cores", "MiB", "×", "%").
 	Unit string `json:"unit,omitempty"`
-	// Goal is the README's goal, as text ("≤ 0.1"); "" when there is none.
+	// Goal is the goal in docs/performance.md, as text ("≤ 0.1"); "" when there is none.
 	Goal string `json:"goal,omitempty"`
 	// Met says whether every run met the goal; nil when there is none.
 	Met *bool `json:"met,omitempty"`
@@ -140,7 +140,7 @@ func names() string {
 	return strings.Join(n, ",")
 }
 
-// order is the table's order of sections, as the README's "Performance"
+// order is the table's order of sections, as docs/performance.md
 // lists them.
 var order = []string{"latency", "cycles", "massfailure", "scale", "starvation", "probecpu", "policy"}
 

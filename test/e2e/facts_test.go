@@ -1,7 +1,7 @@
 package e2e
 
 // These tests pin the platform facts that webhook-guard's design rests on
-// (see DESIGN.md, "Platform facts that shape the design"). If Kubernetes
+// (see docs/platform-facts.md, "Platform facts it rests on"). If Kubernetes
 // ever changes one of them, a test here fails and tells us which.
 
 import (

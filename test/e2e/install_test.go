@@ -105,7 +105,7 @@ func TestInstall_overlaysApplyCleanlyAndIdempotently(t *testing.T) {
 			require.NotEmpty(t, objs)
 			for _, obj := range objs {
 				// kube-apiserver never calls an API-registered webhook for
-				// writes to MutatingWebhookConfigurations (DESIGN.md): no
+				// writes to MutatingWebhookConfigurations (docs/platform-facts.md): no
 				// overlay may ship one.
 				assert.NotEqual(t, "ValidatingWebhookConfiguration", obj["kind"], "overlay %s ships a ValidatingWebhookConfiguration", overlay)
 			}

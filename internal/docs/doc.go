@@ -1,0 +1,5 @@
+// Package docs holds the tests that keep the repository's Markdown honest:
+// every relative link and anchor resolves, and every Event reason the code
+// emits is in the Events table of docs/operating.md. It has no code of its
+// own; the tests run in make unit.
+package docs
