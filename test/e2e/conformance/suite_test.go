@@ -276,13 +276,13 @@ func openingEvents(ctx context.Context, tg target) ([]string, error) {
 type process struct {
 	name string
 	cmd  *exec.Cmd
-	logs *syncBuffer
+	logs *harness.SyncBuffer
 	done chan struct{}
 }
 
 func startProcess(t *testing.T, name, bin string, env []string, args ...string) *process {
 	t.Helper()
-	p := &process{name: name, logs: &syncBuffer{}, done: make(chan struct{})}
+	p := &process{name: name, logs: &harness.SyncBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	p.cmd.Env = append(os.Environ(), env...)
@@ -345,23 +345,6 @@ func (p *process) waitServing(t *testing.T, addr string, caPEM []byte) {
 		return true
 	}, transition, 50*time.Millisecond, "%s never served TLS on %s", p.name, addr)
 	require.False(t, exited, "%s exited before it served:\n%s", p.name, p.logs.String())
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // servingCert writes a fresh CA's certificate for 127.0.0.1 to dir as

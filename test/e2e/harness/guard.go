@@ -60,7 +60,7 @@ type Guard struct {
 	Name string
 
 	cmd  *exec.Cmd
-	logs *syncBuffer
+	logs *SyncBuffer
 	done chan struct{}
 }
 
@@ -104,7 +104,7 @@ func (e *Env) StartGuard(opts GuardOptions) (*Guard, error) {
 		"--status-bind-address", statusAddr,
 		"--zap-log-level", "debug",
 	}, opts.Args...)
-	g := &Guard{Name: opts.Name, StatusURL: "http://" + statusAddr + "/status", logs: &syncBuffer{}, done: make(chan struct{})}
+	g := &Guard{Name: opts.Name, StatusURL: "http://" + statusAddr + "/status", logs: &SyncBuffer{}, done: make(chan struct{})}
 	g.cmd = exec.Command(bin, args...)
 	g.cmd.Stdout, g.cmd.Stderr = g.logs, g.logs
 	if opts.Failpoints != "" {
@@ -173,18 +173,20 @@ func (g *Guard) CountLogLines(s string) int {
 	return strings.Count(g.Logs(), s)
 }
 
-type syncBuffer struct {
+// SyncBuffer is a bytes.Buffer safe for concurrent use: a process's
+// output, written by its pipes and read by the test.
+type SyncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
+func (s *SyncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
 }
 
-func (s *syncBuffer) String() string {
+func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
