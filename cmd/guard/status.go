@@ -187,23 +187,11 @@ func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer,
 		return usageError{fmt.Errorf("status: -o %q: must be table, json or yaml", *output)}
 	}
 	rep := statusReport{Namespace: *namespace}
-	var cfg *config.Configuration
-	if *path != "" {
-		// A file is validated before anything touches the cluster.
-		var err error
-		if cfg, err = config.Load(*path); err != nil {
-			return err
-		}
-		rep.ConfigSource = "file " + *path
-	}
-	rc, err := restConfig()
-	if err != nil {
-		return fmt.Errorf("loading kubeconfig: %w", err)
-	}
-	c, err := client.New(rc, client.Options{Scheme: scheme})
+	cfg, source, rc, c, err := fileConfigAndClient(*path, restConfig)
 	if err != nil {
 		return err
 	}
+	rep.ConfigSource = source
 	if cfg == nil {
 		if cfg, rep.ConfigSource, err = installedConfig(ctx, c, *namespace, *deployment); err != nil {
 			return fmt.Errorf("status: %w; pass --config FILE to read the configuration from a file", err)

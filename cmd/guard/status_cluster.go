@@ -13,6 +13,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/webhook-guard/webhook-guard/internal/config"
@@ -112,4 +113,24 @@ func proxyStatus(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod) 
 		return nil, errors.New("the leader's /status is not JSON: " + err.Error())
 	}
 	return rows, nil
+}
+
+// fileConfigAndClient validates the --config file, when one is given,
+// before anything touches the cluster, then loads the kubeconfig and builds
+// a client. cfg is nil without a file: the caller reads the installed one
+// (installedConfig) and says what it does without it.
+func fileConfigAndClient(path string, restConfig func() (*rest.Config, error)) (cfg *config.Configuration, source string, rc *rest.Config, c client.Client, err error) {
+	if path != "" {
+		if cfg, err = config.Load(path); err != nil {
+			return nil, "", nil, nil, err
+		}
+		source = "file " + path
+	}
+	if rc, err = restConfig(); err != nil {
+		return nil, "", nil, nil, fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	if c, err = client.New(rc, client.Options{Scheme: scheme}); err != nil {
+		return nil, "", nil, nil, err
+	}
+	return cfg, source, rc, c, nil
 }

@@ -52,18 +52,7 @@ func unmutatedCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
 	}
-	var cfg *config.Configuration
-	if *path != "" {
-		var err error
-		if cfg, err = config.Load(*path); err != nil {
-			return err
-		}
-	}
-	rc, err := restConfig()
-	if err != nil {
-		return fmt.Errorf("loading kubeconfig: %w", err)
-	}
-	c, err := client.New(rc, client.Options{Scheme: scheme})
+	cfg, _, rc, c, err := fileConfigAndClient(*path, restConfig)
 	if err != nil {
 		return err
 	}

@@ -158,22 +158,11 @@ func webhooksCommand(ctx context.Context, args []string, stdout, stderr io.Write
 		return usageError{fmt.Errorf("webhooks: --window %s: must be between 1s and 1h", *window)}
 	}
 	rep := webhooksReport{}
-	var cfg *config.Configuration
-	if *path != "" {
-		var err error
-		if cfg, err = config.Load(*path); err != nil {
-			return err
-		}
-		rep.ConfigSource = "file " + *path
-	}
-	rc, err := restConfig()
-	if err != nil {
-		return fmt.Errorf("loading kubeconfig: %w", err)
-	}
-	c, err := client.New(rc, client.Options{Scheme: scheme})
+	cfg, source, rc, c, err := fileConfigAndClient(*path, restConfig)
 	if err != nil {
 		return err
 	}
+	rep.ConfigSource = source
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return err
