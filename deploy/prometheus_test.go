@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/util/sets"
+
 	// The binary imports controller-runtime's root package; so does this
 	// test, so that the same init functions register the same collectors
 	// (leader election, workqueue, REST client, reconcile metrics).
@@ -159,7 +160,7 @@ func metricNames(t *testing.T, expr parser.Expr, where string) []string {
 		}
 		name := vs.Name
 		for _, m := range vs.LabelMatchers {
-			if m.Name == labels.MetricName && m.Type == labels.MatchEqual {
+			if m.Name == model.MetricNameLabel && m.Type == labels.MatchEqual {
 				name = m.Value
 			}
 		}

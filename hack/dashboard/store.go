@@ -181,7 +181,7 @@ func appendMetric(add func(labels.Labels, float64), target labels.Labels, name s
 		for i := 0; i+1 < len(extra); i += 2 {
 			b.Set(extra[i], extra[i+1])
 		}
-		b.Set(labels.MetricName, name+suffix)
+		b.Set(model.MetricNameLabel, name+suffix)
 		return b.Labels()
 	}
 	switch typ {

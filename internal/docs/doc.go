@@ -1,5 +1,7 @@
 // Package docs holds the tests that keep the repository's Markdown honest:
-// every relative link and anchor resolves, and every Event reason the code
-// emits is in the Events table of docs/operating.md. It has no code of its
-// own; the tests run in make unit.
+// every relative link and anchor resolves, every Markdown file that any
+// text names (a Go comment, a YAML file, a code span) exists in the
+// repository, and every Event reason the code emits is in the Events table
+// of docs/operating.md. It has no code of its own; the tests run in make
+// unit.
 package docs
