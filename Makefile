@@ -32,10 +32,11 @@ help: ## Show this help.
 ##@ Development
 
 .PHONY: manifests
-manifests: ## Regenerate deploy/kustomize/base/generated/ from deploy/kustomize/base/config.yaml (targets ClusterRole and guard policy).
+manifests: ## Regenerate deploy/kustomize/base/generated/ from deploy/kustomize/base/config.yaml (targets ClusterRole, guard policy and marking policies).
 	@mkdir -p $(KUSTOMIZE_BASE)/generated
 	$(call generate,rbac,targets-role.yaml)
 	$(call generate,policy,policy.yaml)
+	$(call generate,marking,marking.yaml)
 
 # generate writes "guard manifests $(1)" to $(KUSTOMIZE_BASE)/generated/$(2)
 # through a temporary file, so a failed run leaves the old file in place.
@@ -92,10 +93,19 @@ bench: tools ## Measure against a real control plane and print one table with th
 microbench: ## Run the Go benchmarks of the internal packages (no cluster).
 	go test $(GOFLAGS_BUILD) -run '^$$' -bench . -benchmem ./internal/...
 
+# STATICCHECK_MATRIX is the build configurations staticcheck checks, one
+# "name: flags" per line: the default build and the crash tests' failpoints
+# build (internal/breaker/failpoint_on.go).
+STATICCHECK_MATRIX := default:\nfailpoints: -tags=failpoints\n
+
 .PHONY: lint
-lint: ## gofmt and go vet.
+lint: ## gofmt, go vet, staticcheck (default and failpoints builds) and golangci-lint with .golangci.yml (builds both linters into the cache first if missing: about 5 minutes the first time).
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 	go vet ./...
+	@staticcheck="$$(hack/tools/staticcheck.sh)"; golangci_lint="$$(hack/tools/golangci-lint.sh)"; rc=0; \
+		echo "lint: staticcheck"; printf '$(STATICCHECK_MATRIX)' | "$$staticcheck" -matrix ./... || rc=1; \
+		echo "lint: golangci-lint"; "$$golangci_lint" run ./... || rc=1; \
+		exit $$rc
 
 ##@ Build
 

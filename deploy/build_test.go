@@ -215,7 +215,9 @@ func TestDockerfile_buildsLikeTheMakefile(t *testing.T) {
 	})
 }
 
-// TestDockerfile_followsHouseStyle checks the shape STYLE.md asks for.
+// TestDockerfile_followsHouseStyle checks the image's shape in the house
+// style: a multi-stage build from the Go image whose go mod download layer
+// is cached, and a distroless static:nonroot runtime running as 65532.
 func TestDockerfile_followsHouseStyle(t *testing.T) {
 	ins := dockerfileInstructions(t)
 	var froms []string

@@ -47,10 +47,11 @@ func managerPod(t *testing.T) corev1.PodTemplateSpec {
 
 // TestNetworkPolicy_admitsOnlyTheWebhookAndMetricsPorts: the policies
 // select the guard's pods, ingress is open on exactly the webhook and
-// metrics ports, named as the container names them (a named port that
-// matches no container port silently admits nothing), and egress has DNS,
-// the apiserver and a separate policy for the probed webhooks.
-func TestNetworkPolicy_admitsOnlyTheWebhookMetricsAndStatusPorts(t *testing.T) {
+// metrics ports (the metrics port serves /status too, authenticated),
+// named as the container names them (a named port that matches no
+// container port silently admits nothing), and egress has DNS, the
+// apiserver and a separate policy for the probed webhooks.
+func TestNetworkPolicy_admitsOnlyTheWebhookAndMetricsPorts(t *testing.T) {
 	pod := managerPod(t)
 	containerPorts := sets.New[string]()
 	for _, c := range pod.Spec.Containers {
@@ -80,7 +81,7 @@ func TestNetworkPolicy_admitsOnlyTheWebhookMetricsAndStatusPorts(t *testing.T) {
 			ingress.Insert(p.Port.StrVal)
 		}
 	}
-	assert.Equal(t, sets.New("webhook", "metrics", "status"), ingress, "ingress only to the webhook, metrics and status ports")
+	assert.Equal(t, sets.New("webhook", "metrics"), ingress, "ingress only to the webhook and metrics ports")
 	assert.True(t, containerPorts.IsSuperset(ingress), "the container names ports %v; the policy %v", sets.List(containerPorts), sets.List(ingress))
 	for _, rule := range main.Spec.Ingress {
 		assert.NotEmpty(t, rule.Ports, "an ingress rule without ports opens every port")

@@ -70,6 +70,7 @@ Commands:
   manifests static  render the static admission webhook manifest (webhook-guard.static.k8s.io)
   manifests policy  render the ValidatingAdmissionPolicy and binding
   manifests rbac    render the ClusterRole that may update the target configurations
+  manifests marking render the marking policies of the mutating targets (installed with everything else)
   version           print the version
 
 Run "guard <command> --help" for the flags of a command.

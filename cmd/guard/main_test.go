@@ -44,7 +44,7 @@ func TestDispatch_badInputExitsNonZeroAndTouchesNothing(t *testing.T) {
 		"run with an unapproved target names the file, field and value": {[]string{"run", "--config", bad}, 1,
 			bad + ": invalid GuardConfiguration: targets[0].allowAdmissionWithoutMutation: Required value"},
 		"status with a bad configuration touches nothing": {[]string{"status", "--config", bad}, 1, "allowAdmissionWithoutMutation: Required value"},
-		"manifests with an unknown kind is a usage error": {[]string{"manifests", "crd"}, 2, `want "static", "policy" or "rbac"`},
+		"manifests with an unknown kind is a usage error": {[]string{"manifests", "crd"}, 2, `want "static", "policy", "rbac" or "marking"`},
 		"manifests static without --url is a usage error": {[]string{"manifests", "static", "--config", writeConfig(t, validConfig)}, 2, "--url and --ca-file are required"},
 	}
 	for name, tc := range cases {

@@ -6,18 +6,22 @@ import (
 	"io"
 	"os"
 
+	"k8s.io/apimachinery/pkg/runtime"
+
 	"github.com/webhook-guard/webhook-guard/internal/admission"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
+	"github.com/webhook-guard/webhook-guard/internal/marking"
 	"github.com/webhook-guard/webhook-guard/internal/rbac"
 )
 
 // manifestsCommand renders the objects that depend on a configuration: the
-// guard's admission objects (for control planes and for kustomize) and the
-// ClusterRole that lets the breaker write the targets.
+// guard's admission objects (for control planes and for kustomize), the
+// ClusterRole that lets the breaker write the targets, and the marking
+// policies of the mutating targets.
 func manifestsCommand(args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || (args[0] != "static" && args[0] != "policy" && args[0] != "rbac") {
-		return usageError{errors.New("manifests: want \"static\", \"policy\" or \"rbac\"")}
+	if len(args) == 0 || (args[0] != "static" && args[0] != "policy" && args[0] != "rbac" && args[0] != "marking") {
+		return usageError{errors.New("manifests: want \"static\", \"policy\", \"rbac\" or \"marking\"")}
 	}
 	fs := flagSet("manifests "+args[0], stderr)
 	path := fs.String("config", "", "GuardConfiguration file (required): the managed configurations.")
@@ -43,6 +47,8 @@ func manifestsCommand(args []string, stdout, stderr io.Writer) error {
 		out, err = admission.MarshalManifest(policy, binding)
 	case "rbac":
 		out, err = admission.MarshalManifest(rbac.RenderTargetsRole(cfg))
+	case "marking":
+		out, err = admission.MarshalManifest(markingPolicies(cfg)...)
 	case "static":
 		if *url == "" || *caFile == "" {
 			return usageError{errors.New("manifests static: --url and --ca-file are required")}
@@ -58,4 +64,21 @@ func manifestsCommand(args []string, stdout, stderr io.Writer) error {
 	}
 	_, err = stdout.Write(out)
 	return err
+}
+
+// markingPolicies returns the marking policy and binding of every mutating
+// target, in the order of the targets, without repeats.
+func markingPolicies(cfg *config.Configuration) []runtime.Object {
+	var out []runtime.Object
+	seen := map[string]bool{}
+	for _, t := range cfg.Targets {
+		name := marking.Name(t.Configuration, t.Webhook)
+		if t.Kind != circuit.KindMutating || seen[name] {
+			continue
+		}
+		seen[name] = true
+		policy, binding := marking.Render(t.Configuration, t.Webhook)
+		out = append(out, policy, binding)
+	}
+	return out
 }

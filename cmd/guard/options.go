@@ -19,7 +19,7 @@ type runOptions struct {
 	// PprofAddr serves net/http/pprof, for profiling (--pprof-bind-address).
 	// Default "0": off.
 	PprofAddr string
-	// ProbeAddr serves /healthz, /readyz and /status (--health-probe-bind-address).
+	// ProbeAddr serves /healthz and /readyz (--health-probe-bind-address).
 	// Default ":8081".
 	ProbeAddr string
 	// LeaderElect enables leader election on a Lease (--leader-elect).
@@ -43,8 +43,11 @@ type runOptions struct {
 	// Default empty: all addresses.
 	WebhookHost string
 	// StatusAddr serves GET /status, the leader's per-target probe counts as
-	// JSON, read by "guard status" (--status-bind-address). Default
-	// "127.0.0.1:8082"; "0" turns it off.
+	// JSON, without authentication, for a guard run by hand
+	// (--status-bind-address). Only a loopback address is accepted. Default
+	// "127.0.0.1:8082"; "0" turns it off. The Deployment turns it off:
+	// "guard status" reads /status from the metrics server, which
+	// authenticates and authorizes it (status_auth.go).
 	StatusAddr string
 	// Certs manage the webhook's serving certificate when WebhookCertDir is
 	// set; see certOptions.
@@ -58,7 +61,7 @@ func newRunFlags(o *runOptions) *flag.FlagSet {
 	fs.StringVar(&o.ConfigPath, "config", "", "GuardConfiguration file (required).")
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", "0", "Address of the HTTPS metrics endpoint (authenticated and authorized); \"0\" turns it off.")
 	fs.StringVar(&o.PprofAddr, "pprof-bind-address", "0", "Address of net/http/pprof (unauthenticated: bind it to loopback); \"0\" turns it off.")
-	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "Address of /healthz, /readyz and /status.")
+	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "Address of /healthz and /readyz.")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", false, "Elect a leader on a Lease; only the leader probes and writes.")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "webhook-guard-system", "Namespace of the leader-election Lease.")
 	fs.DurationVar(&o.LeaseDuration, "leader-election-lease-duration", 15*time.Second, "How long a Lease is valid without renewal; a crashed leader is replaced after it.")
@@ -67,11 +70,34 @@ func newRunFlags(o *runOptions) *flag.FlagSet {
 	fs.IntVar(&o.WebhookPort, "webhook-port", 9443, "Port of the guard's admission webhook (for static admission).")
 	fs.StringVar(&o.WebhookCertDir, "webhook-cert-dir", "", "Folder with tls.crt and tls.key for the webhook; empty turns the webhook server off.")
 	fs.StringVar(&o.WebhookHost, "webhook-host", "", "Address the webhook listens on; empty means all.")
-	fs.StringVar(&o.StatusAddr, "status-bind-address", "127.0.0.1:8082", "Address of GET /status (probe counts as JSON, for \"guard status\"); \"0\" turns it off.")
+	o.StatusAddr = "127.0.0.1:8082"
+	fs.Var((*loopbackAddr)(&o.StatusAddr), "status-bind-address", "Loopback `host:port` of an unauthenticated GET /status (probe counts as JSON, for a guard run by hand); \"0\" turns it off. The metrics endpoint serves /status with authentication.")
 	fs.DurationVar(&o.GracefulShutdown, "graceful-shutdown-timeout", 10*time.Second, "How long shutdown may take.")
 	addCertFlags(fs, &o.Certs)
 	addKubeconfigFlag(fs)
 	return fs
+}
+
+// loopbackAddr is a host:port flag that refuses any host but a loopback
+// address ("localhost", 127.0.0.0/8, ::1), or "0" for off: what it serves
+// is unauthenticated, so nothing outside the machine (or the pod) may
+// reach it.
+type loopbackAddr string
+
+func (a *loopbackAddr) String() string { return string(*a) }
+
+func (a *loopbackAddr) Set(v string) error {
+	if v != "0" {
+		host, _, err := net.SplitHostPort(v)
+		if err != nil {
+			return err
+		}
+		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			return fmt.Errorf("%q is not a loopback address: this endpoint is unauthenticated; bind it to 127.0.0.1, or read /status from the metrics endpoint, which authenticates", host)
+		}
+	}
+	*a = loopbackAddr(v)
+	return nil
 }
 
 // addKubeconfigFlag exposes controller-runtime's global --kubeconfig on a

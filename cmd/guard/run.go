@@ -101,6 +101,9 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 	if err := checkOrphanedRecords(ctx, rc, cfg, signer); err != nil {
 		return err
 	}
+	if err := checkMarkingPolicies(ctx, rc, cfg); err != nil {
+		return err
+	}
 	setupLog.Info("Starting webhook-guard", "version", version, "identity", identity, "targets", len(cfg.Targets))
 
 	m := breaker.NewMetrics()
@@ -124,7 +127,7 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 		Metrics: metricsserver.Options{
 			BindAddress:    o.MetricsAddr,
 			SecureServing:  true,
-			FilterProvider: filters.WithAuthenticationAndAuthorization,
+			FilterProvider: withStatusCredentials(filters.WithAuthenticationAndAuthorization), // and GET /status
 			TLSOpts:        serverTLSOpts,
 		},
 		HealthProbeBindAddress:        o.ProbeAddr,
@@ -179,6 +182,10 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 	// Marking what is admitted without a mutating webhook needs
 	// MutatingAdmissionPolicy (GA in 1.36). Where the apiserver does not
 	// serve it, the breaker works as before and says so once.
+	clientset, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
 	var marker *marking.Keeper
 	markingProblem := ""
 	if _, err := mgr.GetRESTMapper().RESTMapping(schema.GroupKind{Group: admissionregistrationv1.GroupName, Kind: "MutatingAdmissionPolicy"}, "v1"); err != nil {
@@ -186,7 +193,7 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 		setupLog.Info("Marking unavailable", "reason", markingProblem)
 		m.MarkingAvailable.Set(0)
 	} else {
-		marker = &marking.Keeper{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Breaker: signer}
+		marker = &marking.Keeper{Reader: mgr.GetClient(), Canary: clientset.EventsV1().Events(marking.CanaryNamespace)}
 		m.MarkingAvailable.Set(1)
 	}
 	for _, kind := range []circuit.Kind{circuit.KindMutating, circuit.KindValidating} {
@@ -205,10 +212,6 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 			return fmt.Errorf("setting up the breaker controller for %s: %w", kind.Resource(), err)
 		}
 	}
-	clientset, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return err
-	}
 	// The guard's own stalls (CPU throttling, starvation): a probe that
 	// timed out while the guard did not run counts for nothing.
 	stalls := &probe.StallMonitor{}
@@ -217,7 +220,10 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 	}
 	runner := &breaker.ProbeRunner{
 		Scraper: &apimetrics.Scraper{Client: clientset.Discovery().RESTClient()},
-		Reader:  mgr.GetClient(), Targets: cfg.Targets, State: state, Metrics: m, Recorder: recorder, Triggers: triggers, Identity: signer,
+		// kube-apiserver's own road to service-backed webhooks, through its
+		// service proxy: it confirms the apiserver signal before it opens.
+		PathProber: &probe.PathProber{Client: clientset.CoreV1().RESTClient()},
+		Reader:     mgr.GetClient(), Targets: cfg.Targets, State: state, Metrics: m, Recorder: recorder, Triggers: triggers, Identity: signer,
 		Prober: &probe.Prober{Resolver: &probe.CachingResolver{Next: probe.NewServiceResolver(mgr.GetAPIReader())}, Discovery: clientset.Discovery(), Username: identity, Stalls: stalls,
 			// HTTPGet probes keep their connections between probes and
 			// re-dial every probe.DefaultRedial; AdmissionReview probes use
@@ -252,8 +258,15 @@ func serve(ctx context.Context, o runOptions, cfg *config.Configuration, rc *res
 			return err
 		}
 	}
+	status := &statusServer{addr: o.StatusAddr, cfg: cfg, state: state, marking: markingProblem}
+	if o.MetricsAddr != "0" {
+		// "guard status" reads it here, authenticated and authorized.
+		if err := mgr.AddMetricsServerExtraHandler(statusPath, status); err != nil {
+			return fmt.Errorf("serving %s on the metrics endpoint: %w", statusPath, err)
+		}
+	}
 	if o.StatusAddr != "0" {
-		if err := mgr.Add(&statusServer{addr: o.StatusAddr, cfg: cfg, state: state, marking: markingProblem}); err != nil {
+		if err := mgr.Add(status); err != nil {
 			return err
 		}
 	}

@@ -2,16 +2,21 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"text/tabwriter"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -39,6 +44,14 @@ type targetStatus struct {
 	Problem       string `json:"problem,omitempty"`
 	// OpenedBy is the signal that opened the circuit, from the record.
 	OpenedBy string `json:"openedBy,omitempty"`
+	// Owner is the breaker identity that signed the open circuit's entry
+	// (circuit.Entry.By): only that installation closes it. Empty for an
+	// entry written before entries were signed.
+	Owner string `json:"owner,omitempty"`
+	// Original is, for a circuit handed to its administrators, what the
+	// breaker's entry said before the handoff removed it: the original
+	// failurePolicy, the mode and when it opened (breaker.HandOffOriginal).
+	Original string `json:"original,omitempty"`
 	// The apiserver signal: its last observation, its consecutive failing
 	// observations, the requests admitted without the webhook while open,
 	// and which signal fails while the other is healthy.
@@ -47,13 +60,22 @@ type targetStatus struct {
 	Admitted          float64 `json:"admittedWithoutWebhook"`
 	Marked            float64 `json:"markedObjects"`
 	Disagree          string  `json:"signalsDisagree,omitempty"`
+	// The path probe (kube-apiserver's road, through its service proxy):
+	// its last result and its consecutive results, while it runs.
+	PathLast      string `json:"pathProbeLastResult,omitempty"`
+	PathFailures  int    `json:"pathProbeConsecutiveFailures,omitempty"`
+	PathSuccesses int    `json:"pathProbeConsecutiveSuccesses,omitempty"`
 	// Marking says why objects admitted while the circuit is open are not
 	// marked, when they are not.
 	Marking string `json:"marking,omitempty"`
 }
 
 // statusServer serves the leader's in-memory probe counts as JSON. It
-// holds no secrets and changes nothing.
+// holds no secrets and changes nothing. As an http.Handler it is GET
+// /status on the metrics server, behind its authentication and
+// authorization (status_auth.go); as a Runnable it serves the same,
+// unauthenticated, on --status-bind-address, which only a loopback
+// address may be, for a guard run by hand.
 type statusServer struct {
 	addr  string
 	cfg   *config.Configuration
@@ -65,24 +87,36 @@ type statusServer struct {
 var (
 	_ manager.Runnable               = (*statusServer)(nil)
 	_ manager.LeaderElectionRunnable = (*statusServer)(nil)
+	_ http.Handler                   = (*statusServer)(nil)
 )
 
 func (s *statusServer) NeedLeaderElection() bool { return false }
 
+// ServeHTTP answers GET with one row per target, and any other method
+// with 405.
+func (s *statusServer) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if req.Method != http.MethodGet {
+		w.Header().Set("Allow", http.MethodGet)
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	rows := make([]targetStatus, 0, len(s.cfg.Targets))
+	for _, t := range s.cfg.Targets {
+		row := probeRow(t, s.state)
+		if t.Kind == circuit.KindMutating {
+			row.Marking = s.marking
+		}
+		rows = append(rows, row)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(rows)
+}
+
+// Start serves GET /status on s.addr without authentication; the flag
+// (loopbackAddr) admits only a loopback address.
 func (s *statusServer) Start(ctx context.Context) error {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
-		rows := make([]targetStatus, 0, len(s.cfg.Targets))
-		for _, t := range s.cfg.Targets {
-			row := probeRow(t, s.state)
-			if t.Kind == circuit.KindMutating {
-				row.Marking = s.marking
-			}
-			rows = append(rows, row)
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(rows)
-	})
+	mux.Handle("GET "+statusPath, s)
 	srv := &http.Server{Addr: s.addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	l, err := net.Listen("tcp", s.addr)
 	if err != nil {
@@ -107,6 +141,15 @@ func probeRow(t config.Target, state *breaker.State) targetStatus {
 	}
 	row.Failures, row.Successes, row.Problem = st.Failures, st.Successes, st.Problem
 	row.APIServerFailures, row.Admitted, row.Marked = st.APIServer.Failures, st.Admitted, st.Marked
+	row.PathFailures, row.PathSuccesses = st.Path.Failures, st.Path.Successes
+	switch {
+	case st.Path.LastUnknown != nil:
+		row.PathLast = "Unknown: " + st.Path.LastUnknown.Err.Error()
+	case st.Path.Last.Err != nil:
+		row.PathLast = fmt.Sprintf("%s (%s): %v", st.Path.Last.Outcome, st.Path.Last.Reason, st.Path.Last.Err)
+	case st.Path.Last.Outcome != "":
+		row.PathLast = string(st.Path.Last.Outcome)
+	}
 	if st.DisagreeFor >= breaker.DisagreeAfter {
 		row.Disagree = st.Disagree + " failing, the other healthy"
 	}
@@ -177,7 +220,7 @@ func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer,
 	path := fs.String("config", "", "GuardConfiguration file; default: the one installed in the cluster (the ConfigMap --deployment mounts).")
 	namespace := fs.String("namespace", "webhook-guard-system", "Namespace of the installation.")
 	deployment := fs.String("deployment", "webhook-guard", "The guard's Deployment, whose volume \"config\" names the installed ConfigMap.")
-	endpoint := fs.String("endpoint", "", "A /status URL to read counts from instead of the leader's pod (for example a port-forward); default: the leader's pod through the apiserver.")
+	endpoint := fs.String("endpoint", "", "A /status URL to read counts from instead of the leader's pod: https://... (for example a port-forward to the metrics port; a status token is requested and sent, the self-signed certificate is not verified) or http://127.0.0.1:... (--status-bind-address of a guard run by hand); default: the leader's pod through the apiserver.")
 	output := fs.String("o", "table", "Output format: table, json or yaml.")
 	addKubeconfigFlag(fs)
 	if err := fs.Parse(args); err != nil {
@@ -202,7 +245,17 @@ func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer,
 	counts := map[string]targetStatus{}
 	var rows []targetStatus
 	if *endpoint != "" {
-		rows, err = fetchStatus(ctx, *endpoint)
+		token := ""
+		if strings.HasPrefix(*endpoint, "https://") {
+			cs, cerr := kubernetes.NewForConfig(rc)
+			if cerr != nil {
+				return cerr
+			}
+			token, err = statusToken(ctx, cs, *namespace)
+		}
+		if err == nil {
+			rows, err = fetchStatus(ctx, *endpoint, token)
+		}
 		if err != nil {
 			rep.Unavailable = append(rep.Unavailable, fmt.Sprintf("probe counts from %s: %v", *endpoint, err))
 		}
@@ -270,7 +323,7 @@ func printStatus(stdout, stderr io.Writer, rep statusReport) error {
 	}
 	fmt.Fprintln(stdout)
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "KIND\tCONFIGURATION\tWEBHOOK\tSTATE\tMODE\tSINCE\tOPENED BY\tFAILURES\tSUCCESSES\tADMITTED WITHOUT\tLAST PROBE\tAPISERVER")
+	fmt.Fprintln(tw, "KIND\tCONFIGURATION\tWEBHOOK\tSTATE\tMODE\tSINCE\tOPENED BY\tOWNER\tFAILURES\tSUCCESSES\tADMITTED WITHOUT\tLAST PROBE\tAPISERVER")
 	for _, row := range rep.Targets {
 		last := row.LastResult
 		if row.Problem != "" {
@@ -287,8 +340,12 @@ func printStatus(stdout, stderr io.Writer, rep statusReport) error {
 		if row.Disagree != "" {
 			apiserver += " (signals disagree: " + row.Disagree + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", row.Kind, row.Configuration, row.Webhook, row.State, row.Mode, dash(row.Since), dash(row.OpenedBy),
-			row.Failures, row.Successes, admitted, dash(last), dash(apiserver))
+		owner := row.Owner
+		if row.State == "Open" && owner == "" {
+			owner = "(unsigned)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", row.Kind, row.Configuration, row.Webhook, row.State, row.Mode, dash(row.Since), dash(row.OpenedBy),
+			dash(owner), row.Failures, row.Successes, admitted, dash(last), dash(apiserver))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -328,6 +385,23 @@ func objectRow(ctx context.Context, c client.Reader, t config.Target) targetStat
 	if annotations[circuit.OverrideAnnotation] != "" {
 		row.State = "HandedOff"
 		row.Problem = fmt.Sprintf("override: %s", annotations[circuit.OverrideAnnotation])
+		// Until the breaker releases it, the entry still says what the
+		// original was; after, only the HandedOff Event does.
+		if rec, err := circuit.Decode(annotations); err == nil {
+			if e, open := rec[t.Webhook]; open {
+				row.Owner, row.Original = e.By, breaker.HandOffOriginal(e)
+				row.Problem += "; not released by the breaker yet; " + row.Original
+				return row
+			}
+		}
+		original, err := handedOffOriginal(ctx, c, t, obj.GetUID())
+		switch {
+		case err != nil:
+			row.Problem += fmt.Sprintf("; the original failurePolicy is in its HandedOff Event, which could not be read (%v): %s", err, handedOffEventsCommand(t))
+		case original != "":
+			row.Original = original
+			row.Problem += "; " + original
+		}
 		return row
 	}
 	rec, err := circuit.Decode(annotations)
@@ -336,20 +410,82 @@ func objectRow(ctx context.Context, c client.Reader, t config.Target) targetStat
 		return row
 	}
 	if e, open := rec[t.Webhook]; open {
-		row.State, row.Mode, row.OpenedBy = "Open", string(e.Mode), e.Signal
+		row.State, row.Mode, row.OpenedBy, row.Owner = "Open", string(e.Mode), e.Signal, e.By
 		row.Since = fmt.Sprintf("%s (%s)", e.OpenedAt.UTC().Format(time.RFC3339), time.Since(e.OpenedAt.Time).Round(time.Second))
 	}
 	return row
 }
 
-func fetchStatus(ctx context.Context, endpoint string) ([]targetStatus, error) {
+// handedOffOriginal finds the latest HandedOff Event about t's webhook on
+// its configuration (in namespace default, where Events about
+// cluster-scoped objects go) and returns what it says the original was
+// (breaker.HandOffOriginal); "" when there is none (Events expire, an hour
+// after the handoff by default).
+func handedOffOriginal(ctx context.Context, c client.Reader, t config.Target, uid types.UID) (string, error) {
+	events := &corev1.EventList{}
+	if err := c.List(ctx, events, client.InNamespace(metav1.NamespaceDefault), client.MatchingFields{
+		"involvedObject.kind": t.Kind.ObjectKind(), "involvedObject.name": t.Configuration, "reason": string(breaker.HandedOff),
+	}); err != nil {
+		return "", err
+	}
+	var latest time.Time
+	original := ""
+	for _, ev := range events.Items {
+		if uid != "" && ev.InvolvedObject.UID != "" && ev.InvolvedObject.UID != uid {
+			continue // about an earlier configuration of that name
+		}
+		_, rest, ok := strings.Cut(ev.Message, " released "+t.Webhook+" ("+breaker.OriginalPrefix)
+		if !ok {
+			continue
+		}
+		what, _, _ := strings.Cut(rest, ")")
+		if at := eventTime(ev); original == "" || at.After(latest) {
+			latest, original = at, breaker.OriginalPrefix+what
+		}
+	}
+	if original == "" {
+		return "", nil
+	}
+	return fmt.Sprintf("%s (HandedOff Event of %s)", original, latest.UTC().Format(time.RFC3339)), nil
+}
+
+// eventTime is when ev last happened, whichever API wrote it.
+func eventTime(ev corev1.Event) time.Time {
+	at := ev.CreationTimestamp.Time
+	for _, t := range []time.Time{ev.EventTime.Time, ev.LastTimestamp.Time} {
+		if t.After(at) {
+			at = t
+		}
+	}
+	if ev.Series != nil && ev.Series.LastObservedTime.After(at) {
+		at = ev.Series.LastObservedTime.Time
+	}
+	return at
+}
+
+// handedOffEventsCommand is the kubectl command that lists t's HandedOff
+// Events.
+func handedOffEventsCommand(t config.Target) string {
+	return fmt.Sprintf("kubectl get events -n %s --field-selector involvedObject.kind=%s,involvedObject.name=%s,reason=%s",
+		metav1.NamespaceDefault, t.Kind.ObjectKind(), t.Configuration, breaker.HandedOff)
+}
+
+// fetchStatus reads a guard's /status at endpoint. With a token (an
+// https endpoint: the metrics port, whose certificate is self-signed, as
+// kube-apiserver's pods proxy also accepts it), it authenticates with it.
+func fetchStatus(ctx context.Context, endpoint, token string) ([]targetStatus, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint, nil)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	client := http.DefaultClient
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+		client = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}}} //nolint:gosec // the guard's self-signed metrics certificate; the token is short-lived and read-only
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		return nil, err
 	}

@@ -8,8 +8,10 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -61,6 +63,11 @@ func unmutatedCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 			return fmt.Errorf("unmutated: %w; pass --config FILE to read the configuration from a file", err)
 		}
 	}
+	if *clear {
+		if err := refuseClearWhileOpen(ctx, c, cfg); err != nil {
+			return err
+		}
+	}
 	mc, err := metadata.NewForConfig(rc)
 	if err != nil {
 		return err
@@ -97,6 +104,42 @@ func unmutatedCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	fmt.Fprintf(stdout, "\nCleared the marks of %d objects.\n", len(objs))
 	return nil
+}
+
+// refuseClearWhileOpen refuses "guard unmutated --clear" while a mutating
+// target's circuit is open, or its record cannot be read: its marking
+// policy then marks every object it admits again, the clearing patch
+// included, so the marks would come back at once, and objects admitted
+// after the clear would be marked as well. A mark is a hint, not a
+// ledger: clearing is for after the close and the repair.
+func refuseClearWhileOpen(ctx context.Context, c client.Reader, cfg *config.Configuration) error {
+	var open []string
+	for _, t := range cfg.Targets {
+		if t.Kind != circuit.KindMutating {
+			continue
+		}
+		mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		if err := c.Get(ctx, client.ObjectKey{Name: t.Configuration}, mwc); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue // no configuration, no circuit, no marking
+			}
+			return fmt.Errorf("unmutated --clear: reading %s %s to see whether its circuit is open: %w; nothing was changed", t.Kind.Singular(), t.Configuration, err)
+		}
+		rec, err := circuit.Decode(mwc.Annotations)
+		if err != nil {
+			open = append(open, fmt.Sprintf("%s %s (its circuit record cannot be read: %v)", t.Kind.Singular(), t.Configuration, err))
+			continue
+		}
+		if e, ok := rec[t.Webhook]; ok {
+			open = append(open, fmt.Sprintf("%s %s webhook %s (open since %s)", t.Kind.Singular(), t.Configuration, t.Webhook, e.OpenedAt.UTC().Format(time.RFC3339)))
+		}
+	}
+	if len(open) == 0 {
+		return nil
+	}
+	return fmt.Errorf("unmutated --clear: refused, nothing was changed: a circuit is open on %s. While it is open its marking policy marks every object it admits, "+
+		"a cleared one included, so the marks would come back at once. Wait until it closes (guard status shows it), repair the objects, then clear",
+		strings.Join(open, "; "))
 }
 
 // listUnmutated lists, for every resource the mutating targets' webhooks

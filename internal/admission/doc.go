@@ -13,7 +13,11 @@
 //
 // Only the breaker's identity may change them, unless an administrator hands
 // the configuration over with a non-empty [circuit.OverrideAnnotation]. Everything else (other fields, other webhooks' failurePolicy,
-// unmanaged configurations, DELETE, removing the override itself) is allowed.
+// unmanaged configurations, DELETE, removing the override itself) is allowed,
+// except to the breaker's identity: on an UPDATE it may change nothing but
+// the owned fields, so no other webhook field and no metadata but the
+// circuit annotation (no label, other annotation, owner reference or
+// finalizer; kube-apiserver keeps the rest of the metadata itself).
 //
 // The package provides:
 //
@@ -38,7 +42,12 @@
 // is the enforcement that works on every control plane.
 //
 // [PolicyReconciler] is the one part that talks to the API server: it keeps
-// the rendered policy and binding in place and repairs them. The rule, the
-// renderings and the handler are pure. The names and the circuit record
-// come from package circuit; this package defines none of its own.
+// the rendered policy and binding in place and repairs them.
+// [PolicyEnforced], the readiness signal, reads them from any replica and
+// accepts only a rule it can render itself, this version's or an earlier
+// one's (recorded in rules/), for its breaker and the targets the policy's
+// [PolicyInputsAnnotation] names. The rule, the renderings and the handler
+// are pure. The names on webhook configurations and the circuit record come
+// from package circuit; this package names only its own objects and their
+// annotation.
 package admission

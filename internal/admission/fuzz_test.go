@@ -42,13 +42,15 @@ func FuzzHandler(f *testing.F) {
 }
 
 // FuzzRule_CELAgreesWithGo builds an old and a new configuration from the
-// input (owned and unowned fields, records of any text, actors, kinds) and
+// input (owned and unowned fields, metadata, records of any text, actors,
+// kinds) and
 // requires the rendered policy, compiled offline as kube-apiserver compiles
 // it, to decide exactly as the Go rule and to say the same words.
 func FuzzRule_CELAgreesWithGo(f *testing.F) {
 	f.Add(uint8(0), uint8(1), uint8(0), admissiontest.CircuitRecord(circuit.ModeBypass, admissiontest.OpenedAt), "false")
 	f.Add(uint8(3), uint8(7), uint8(1), `{"slow.mutator.webhook-guard.io":{"mode":"Ignore"}}`, "true")
 	f.Add(uint8(255), uint8(2), uint8(2), `{garbage`, "")
+	f.Add(uint8(4), uint8(5), uint8(8+16+32), admissiontest.CircuitRecord(circuit.ModeIgnore, admissiontest.OpenedAt), "generated-")
 	hooks := map[string][]string{"cfg": {admissiontest.ManagedWebhook}}
 	opts := admission.Options{BreakerUsername: breaker, Managed: hooks, ManagedValidating: hooks}
 	compiled := map[bool]compiledPolicy{}
@@ -93,6 +95,16 @@ func FuzzRule_CELAgreesWithGo(f *testing.F) {
 			return obj
 		}
 		old, new := build(oldBits), build(newBits)
+		// The metadata the breaker may not change, on the new object only.
+		if who&8 != 0 {
+			new.OwnerReferences = []metav1.OwnerReference{admissiontest.Owner}
+		}
+		if who&16 != 0 {
+			new.Finalizers = []string{admissiontest.Finalizer}
+		}
+		if who&32 != 0 {
+			new.GenerateName = expression
+		}
 		kind := circuit.KindMutating
 		if who&4 != 0 {
 			kind = circuit.KindValidating

@@ -60,17 +60,22 @@ func messageCEL(breaker string) string {
 	}, " + "))
 }
 
+// breakerOwns lists, in a denial of the breaker's identity, what it may
+// change.
+const breakerOwns = "the failurePolicy of managed webhooks, the bypass matchCondition, and no metadata but its record (" + circuitPath + ")"
+
 // breakerDenial is the message for the breaker's identity changing more
-// than it owns.
+// than it owns; other lists what else the request changes, as
+// unownedChanges does.
 func breakerDenial(kind circuit.Kind, name, breaker string, other []string) string {
-	return oneLine(fmt.Sprintf(`%s "%s": webhook-guard's own identity (%s) may change only the fields it owns (failurePolicy of managed webhooks, the bypass matchCondition, the circuit record); this request also changes %s.`,
-		kind.Singular(), name, breaker, strings.Join(other, ", ")))
+	return oneLine(fmt.Sprintf(`%s "%s": webhook-guard's own identity (%s) may change only the fields it owns: %s; this request also changes %s.`,
+		kind.Singular(), name, breaker, breakerOwns, strings.Join(other, ", ")))
 }
 
 // breakerDenialCEL is breakerDenial in CEL, from the policy's variables.
 func breakerDenialCEL(breaker string) string {
 	return oneLineCEL(`variables.kindName + ' "' + object.metadata.name + '": webhook-guard\'s own identity (' + ` + circuit.QuoteCEL(breaker) +
-		` + ') may change only the fields it owns (failurePolicy of managed webhooks, the bypass matchCondition, the circuit record); this request also changes ' + variables.unownedChanges.join(', ') + '.'`)
+		` + ') may change only the fields it owns: ' + ` + circuit.QuoteCEL(breakerOwns) + ` + '; this request also changes ' + variables.unownedChanges.join(', ') + '.'`)
 }
 
 // AnnotateCommand returns the kubectl command that hands configuration name

@@ -48,18 +48,16 @@ func Labels() map[string]string {
 // The policy matches CREATE and UPDATE of the managed configurations of
 // both kinds by name. A kind with no managed configuration matches a name
 // no configuration can have, never every configuration. Both objects carry TypeMeta and Labels.
+// The policy carries PolicyInputsAnnotation, what it was rendered from,
+// and circuit.PolicyDigestAnnotation, for replicas of earlier versions.
 func RenderPolicy(opts Options) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
 	failurePolicy := admissionregistrationv1.Fail
 	matchPolicy := admissionregistrationv1.Equivalent
 	scope := admissionregistrationv1.ClusterScope
 	var rules []admissionregistrationv1.NamedRuleWithOperations
 	for _, kind := range kinds {
-		names := opts.ConfigNames(kind)
-		if len(names) == 0 {
-			names = []string{noManagedConfigurationName}
-		}
 		rules = append(rules, admissionregistrationv1.NamedRuleWithOperations{
-			ResourceNames: names,
+			ResourceNames: resourceNames(opts, kind),
 			RuleWithOperations: admissionregistrationv1.RuleWithOperations{
 				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
 				Rule: admissionregistrationv1.Rule{
@@ -105,7 +103,13 @@ func RenderPolicy(opts Options) (*admissionregistrationv1.ValidatingAdmissionPol
 			}},
 		},
 	}
-	policy.Annotations = map[string]string{circuit.PolicyDigestAnnotation: ruleDigest(policy.Spec)}
+	policy.Annotations = map[string]string{
+		// Read by no replica of this version (PolicyEnforced compares
+		// content instead); written so that a replica of the version
+		// before, which reads it, is ready during a rollout or a rollback.
+		circuit.PolicyDigestAnnotation: ruleDigest(policy.Spec),
+		PolicyInputsAnnotation:         renderInputs(opts),
+	}
 	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
 		TypeMeta: metav1.TypeMeta{
 			APIVersion: admissionregistrationv1.SchemeGroupVersion.String(),
@@ -122,9 +126,20 @@ func RenderPolicy(opts Options) (*admissionregistrationv1.ValidatingAdmissionPol
 
 func ptrTo[T any](v T) *T { return &v }
 
+// resourceNames are the names the policy matches for kind: its managed
+// configurations, or noManagedConfigurationName when it has none.
+func resourceNames(opts Options, kind circuit.Kind) []string {
+	names := opts.ConfigNames(kind)
+	if len(names) == 0 {
+		return []string{noManagedConfigurationName}
+	}
+	return names
+}
+
 // ruleDigest is a digest of spec without its targets (the resource names
 // and the managed-names variable): the same for every guard that renders
-// the same rule.
+// the same rule. Anyone who can edit the policy can recompute it, so this
+// version never trusts it (PolicyEnforced).
 func ruleDigest(spec admissionregistrationv1.ValidatingAdmissionPolicySpec) string {
 	spec = *spec.DeepCopy()
 	if spec.MatchConstraints != nil {
@@ -273,12 +288,15 @@ func policyVariables(opts Options) []admissionregistrationv1.Variable {
 		// what else changes, as unownedChanges lists it in Go.
 		{"labelsChanged", `(has(object.metadata.labels) ? object.metadata.labels : {}) != (oldObject != null && has(oldObject.metadata.labels) ? oldObject.metadata.labels : {})`},
 		{"annotationsChanged", fmt.Sprintf(`variables.annotations.filter(k, k != %s).exists(k, !(k in variables.oldAnnotations) || variables.oldAnnotations[k] != variables.annotations[k]) || variables.oldAnnotations.filter(k, k != %s).exists(k, !(k in variables.annotations))`, annotation, annotation)},
+		// the other metadata the breaker may not change (breakerMetadata),
+		// each named as the denial names it.
+		{"metadataChanges", metadataChangesCEL()},
 		{"webhookSetChanged", `!variables.webhooksKept && variables.oldNames != variables.newNames`},
 		// each new webhook whose unowned fields differ from the first old one
 		// of its name (o, bound by a comprehension over one element).
 		{"webhooksChanged", fmt.Sprintf(`variables.webhooksKept ? [] : variables.newWebhooks.filter(w, w.name in variables.oldNames && [%s].exists(o, !(o == w || %s))).map(w, 'webhooks[name=' + w.name + ']')`,
 			at("variables.oldWebhooks", "variables.oldNames", "w.name"), sameUnowned(marker))},
-		{"unownedChanges", `(variables.labelsChanged ? ['metadata.labels'] : []) + (variables.annotationsChanged ? ['metadata.annotations'] : []) + (variables.webhookSetChanged ? ['webhooks (added, removed or reordered)'] : []) + variables.webhooksChanged`},
+		{"unownedChanges", `(variables.labelsChanged ? ['metadata.labels'] : []) + (variables.annotationsChanged ? ['metadata.annotations'] : []) + variables.metadataChanges + (variables.webhookSetChanged ? ['webhooks (added, removed or reordered)'] : []) + variables.webhooksChanged`},
 		// the stored record's text, '' when there is none.
 		{"oldRecord", `size(variables.oldCircuit) == 0 ? '' : variables.oldCircuit[0]`},
 		// [name, entry text] of each managed webhook with an entry in the stored record.
@@ -292,6 +310,18 @@ func policyVariables(opts Options) []admissionregistrationv1.Variable {
 		out = append(out, admissionregistrationv1.Variable{Name: v.name, Expression: v.expr})
 	}
 	return out
+}
+
+// metadataChangesCEL renders the list of breakerMetadata fields that differ
+// between oldObject and object, as unownedChanges names them; an absent
+// field is the same as an empty one, as when stored.
+func metadataChangesCEL() string {
+	parts := make([]string, 0, len(breakerMetadata))
+	for _, f := range breakerMetadata {
+		parts = append(parts, fmt.Sprintf(`((has(object.metadata.%[1]s) ? object.metadata.%[1]s : %[2]s) != (oldObject != null && has(oldObject.metadata.%[1]s) ? oldObject.metadata.%[1]s : %[2]s) ? [%[3]s] : [])`,
+			f.name, f.absent, circuit.QuoteCEL(f.change())))
+	}
+	return strings.Join(parts, " + ")
 }
 
 // sameUnowned renders, for webhooks o and w, whether every field the

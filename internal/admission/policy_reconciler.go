@@ -179,42 +179,6 @@ func inPlace(live, want client.Object) bool {
 	return false
 }
 
-// variable is the expression of spec's variable name; "" when it has none.
-func variable(spec admissionregistrationv1.ValidatingAdmissionPolicySpec, name string) string {
-	for _, v := range spec.Variables {
-		if v.Name == name {
-			return v.Expression
-		}
-	}
-	return ""
-}
-
-// earlierRule reports whether live, a policy without a rule digest, is
-// the rule of a guard from before digests that nothing switched off: only
-// its CEL may differ from want's; its failurePolicy, matchConditions (it
-// had none), match constraints but for the targets, and number of
-// validations must be want's or those versions'.
-func earlierRule(live, want admissionregistrationv1.ValidatingAdmissionPolicySpec) bool {
-	if live.FailurePolicy == nil || *live.FailurePolicy != admissionregistrationv1.Fail || len(live.MatchConditions) > 0 ||
-		len(live.Validations) != len(want.Validations) || live.MatchConstraints == nil || want.MatchConstraints == nil ||
-		len(live.MatchConstraints.ResourceRules) != len(want.MatchConstraints.ResourceRules) {
-		return false
-	}
-	if variable(live, "isBreaker") != variable(want, "isBreaker") {
-		return false
-	}
-	constraints := want.MatchConstraints.DeepCopy()
-	for i := range constraints.ResourceRules {
-		constraints.ResourceRules[i].ResourceNames = live.MatchConstraints.ResourceRules[i].ResourceNames
-	}
-	for _, v := range live.Validations {
-		if v.Reason == nil || *v.Reason != metav1.StatusReasonForbidden {
-			return false
-		}
-	}
-	return equality.Semantic.DeepEqual(live.MatchConstraints, constraints)
-}
-
 // hasAll reports whether have holds every key of want with its value.
 func hasAll(have, want map[string]string) bool {
 	for k, v := range want {
@@ -275,53 +239,42 @@ func PolicyInPlace(ctx context.Context, c client.Reader, opts Options) error {
 }
 
 // PolicyEnforced is the readiness signal: the policy and binding in the
-// cluster are in place as any configuration renders them, whichever
-// targets they name. Only the leader writes the policy, for its own
-// configuration; during a rollout that changes the targets, a new replica
-// must be ready while the old leader's policy stands, or the rollout never
-// completes. The same holds for a rollout to a version with another rule:
-// a policy whose rule digest (circuit.PolicyDigestAnnotation) matches its
-// own spec is one a guard rendered and nobody changed since, and is
-// accepted whatever version's rule it holds. Anything else that differs
-// (an added matchCondition, an exclusion, a narrowed binding) is not in
-// place.
+// cluster are in place for this replica's breaker, whichever targets they
+// name and whichever version rendered the rule. Only the leader writes the
+// policy, for its own configuration; during a rollout that changes the
+// targets or the rule, a new replica must be ready while the old leader's
+// policy stands, or the rollout never completes.
+//
+// The policy's PolicyInputsAnnotation says what it was rendered from: its
+// breaker, which must be this replica's, and its targets (a policy from
+// before the annotation names its targets only in its CEL map literal,
+// read by targetsFromCEL). The whole spec must then be a rule this replica
+// renders for its breaker and those targets: this version's, or a
+// recorded earlier version's (ruleKnown). Neither the identity nor the
+// rule is read from CEL text, and no annotation vouches for a spec: a
+// policy anyone changed, whatever they wrote in its annotations, is not in
+// place, and neither is one a newer version wrote. The binding must be
+// exactly the rendered one.
 func PolicyEnforced(ctx context.Context, c client.Reader, opts Options) error {
 	policy, binding := RenderPolicy(opts)
 	live := &admissionregistrationv1.ValidatingAdmissionPolicy{}
 	if err := c.Get(ctx, client.ObjectKeyFromObject(policy), live); err != nil {
 		return fmt.Errorf("ValidatingAdmissionPolicy %s: %w", policy.Name, err)
 	}
-	digest := live.Annotations[circuit.PolicyDigestAnnotation]
-	otherRule := digest != "" && digest != policy.Annotations[circuit.PolicyDigestAnnotation]
-	switch {
-	case otherRule && variable(live.Spec, "isBreaker") != variable(policy.Spec, "isBreaker"):
-		return fmt.Errorf("ValidatingAdmissionPolicy %s holds another breaker's rule", policy.Name)
-	case otherRule && ruleDigest(live.Spec) == digest:
-		// Another version's rule for this breaker, as that version
-		// rendered it.
-	case otherRule:
-		return fmt.Errorf("ValidatingAdmissionPolicy %s was changed after a guard rendered it (its %s does not match its rule)", policy.Name, circuit.PolicyDigestAnnotation)
-	case digest == "" && earlierRule(live.Spec, policy.Spec):
-		// A version from before rule digests.
-	default:
-		// Take the targets from the live policy, then require the rest equal.
-		if mc := live.Spec.MatchConstraints; mc != nil && len(mc.ResourceRules) == len(policy.Spec.MatchConstraints.ResourceRules) {
-			for i := range mc.ResourceRules {
-				policy.Spec.MatchConstraints.ResourceRules[i].ResourceNames = mc.ResourceRules[i].ResourceNames
-			}
-		}
-		for i, v := range policy.Spec.Variables {
-			if v.Name == managedVariable {
-				for _, lv := range live.Spec.Variables {
-					if lv.Name == managedVariable {
-						policy.Spec.Variables[i].Expression = lv.Expression
-					}
-				}
-			}
-		}
-		if !inPlace(live, policy) {
-			return fmt.Errorf("ValidatingAdmissionPolicy %s differs from the rendered guard beyond its targets", policy.Name)
-		}
+	in, err := liveInputs(live)
+	if err != nil {
+		return fmt.Errorf("ValidatingAdmissionPolicy %s: %w", policy.Name, err)
+	}
+	if in.Breaker != "" && in.Breaker != opts.Breaker() {
+		return fmt.Errorf("ValidatingAdmissionPolicy %s holds the rule of another breaker (%s), not of this one (%s)", policy.Name, in.Breaker, opts.Breaker())
+	}
+	known, err := ruleKnown(live.Spec, in.targets(opts))
+	if err != nil {
+		return fmt.Errorf("ValidatingAdmissionPolicy %s: %w", policy.Name, err)
+	}
+	if !known {
+		return fmt.Errorf("ValidatingAdmissionPolicy %s is not a rule this version renders, or knows from an earlier version, for breaker %s and the targets the policy names: it was changed after a guard wrote it, or a newer version wrote it",
+			policy.Name, opts.Breaker())
 	}
 	liveBinding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
 	if err := c.Get(ctx, client.ObjectKeyFromObject(binding), liveBinding); err != nil {

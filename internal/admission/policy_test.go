@@ -11,12 +11,10 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/yaml"
 
 	"github.com/webhook-guard/webhook-guard/internal/admission"
-	"github.com/webhook-guard/webhook-guard/internal/circuit"
 )
 
 func variable(t *testing.T, p *admissionregistrationv1.ValidatingAdmissionPolicy, name string) string {
@@ -250,68 +248,4 @@ func TestRenderPolicy_aNamedInstanceHasItsOwnNames(t *testing.T) {
 	assert.Equal(t, "webhook-guard-canary", p.Name)
 	assert.Equal(t, "webhook-guard-canary", b.Name)
 	assert.Equal(t, "webhook-guard-canary", b.Spec.PolicyName)
-}
-
-// TestPolicyEnforced_anotherVersionsRuleUntouched: during a rollout to a
-// version whose rule differs, the new replicas are ready while the old
-// leader's rule stands as that version rendered it (its digest matches),
-// and not once anyone changed it. A policy from before digests is
-// accepted while nothing that switches it off differs.
-func TestPolicyEnforced_anotherVersionsRuleUntouched(t *testing.T) {
-	scheme := runtime.NewScheme()
-	require.NoError(t, admissionregistrationv1.AddToScheme(scheme))
-	opts := admission.Options{Managed: map[string][]string{"cfg": {"w.example.com"}}}
-	enforced := func(edit func(*admissionregistrationv1.ValidatingAdmissionPolicy)) error {
-		p, b := admission.RenderPolicy(opts)
-		edit(p)
-		c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(p, b).Build()
-		return admission.PolicyEnforced(context.Background(), c, opts)
-	}
-	otherVersion := func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
-		p.Spec.Validations[0].Expression += " || false"
-		p.Annotations[circuit.PolicyDigestAnnotation] = admission.RuleDigest(p.Spec)
-	}
-	require.NoError(t, enforced(otherVersion), "another version's rule, untouched")
-	other := admission.Options{Managed: opts.Managed, BreakerUsername: "system:serviceaccount:elsewhere:webhook-guard"}
-	assert.ErrorContains(t, enforced(func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
-		q, _ := admission.RenderPolicy(other)
-		q.Spec.Validations[0].Expression += " || false"
-		p.Spec = q.Spec
-		p.Annotations[circuit.PolicyDigestAnnotation] = admission.RuleDigest(p.Spec)
-	}), "another breaker's rule")
-	assert.ErrorContains(t, enforced(func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
-		otherVersion(p)
-		p.Spec.MatchConditions = append(p.Spec.MatchConditions, admissionregistrationv1.MatchCondition{Name: "off", Expression: "false"})
-	}), "changed after a guard rendered it")
-	assert.Error(t, enforced(func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
-		p.Spec.Validations[0].Expression = "true"
-	}), "this version's rule, changed, keeps its own digest and is not in place")
-
-	earlier := func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
-		delete(p.Annotations, circuit.PolicyDigestAnnotation)
-		p.Spec.MatchConditions = nil
-		p.Spec.Validations[1].MessageExpression = "'an earlier message'"
-	}
-	require.NoError(t, enforced(earlier), "a rule from before digests")
-	assert.Error(t, enforced(func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
-		q, _ := admission.RenderPolicy(other)
-		p.Spec = q.Spec
-		earlier(p)
-	}), "a rule from before digests, for another breaker")
-	for name, off := range map[string]func(*admissionregistrationv1.ValidatingAdmissionPolicy){
-		"a matchCondition": func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
-			p.Spec.MatchConditions = []admissionregistrationv1.MatchCondition{{Name: "off", Expression: "false"}}
-		},
-		"failurePolicy Ignore": func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
-			p.Spec.FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
-		},
-		"an exclusion": func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
-			p.Spec.MatchConstraints.ExcludeResourceRules = p.Spec.MatchConstraints.ResourceRules
-		},
-		"a validation less": func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
-			p.Spec.Validations = p.Spec.Validations[1:]
-		},
-	} {
-		assert.Error(t, enforced(func(p *admissionregistrationv1.ValidatingAdmissionPolicy) { earlier(p); off(p) }), name)
-	}
 }

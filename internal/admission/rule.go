@@ -9,6 +9,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 )
@@ -36,7 +37,9 @@ const (
 	ReasonInvalidRequest = "InvalidRequest"
 	// ReasonBreakerOutsideOwnedFields is reported when the breaker's own
 	// identity changes anything but the owned fields of a managed
-	// configuration: its token may repoint no webhook.
+	// configuration: its token may repoint no webhook, and change no
+	// metadata but its record (no label, other annotation, owner reference
+	// or finalizer).
 	ReasonBreakerOutsideOwnedFields = "BreakerOutsideOwnedFields"
 )
 
@@ -145,8 +148,10 @@ type Decision struct {
 // UPDATE is denied when it changes a managed webhook's failurePolicy, adds,
 // removes or alters the bypass matchCondition on any webhook, or adds,
 // changes or removes the circuit annotation; unless the user is the breaker
-// or the new object carries a non-empty override annotation. Everything else
-// is allowed.
+// or the new object carries a non-empty override annotation. An UPDATE by
+// the breaker is denied when it changes anything else (unownedChanges): any
+// other webhook field, and any metadata but the circuit annotation.
+// Everything else is allowed.
 func Decide(req Request, opts Options) Decision {
 	switch req.Operation {
 	case admissionv1.Create, admissionv1.Update:
@@ -256,8 +261,9 @@ func ownedChanges(old, new *admissionregistrationv1.MutatingWebhookConfiguration
 
 // unownedChanges lists what an UPDATE changes besides the owned fields, in
 // the order the CEL rendering lists them: the labels, the annotations other
-// than the circuit record, the webhooks' names and order, then each webhook
-// (in new order) whose other fields differ. Fields are compared as the
+// than the circuit record, the other metadata the breaker may not change
+// (breakerMetadata), the webhooks' names and order, then each webhook (in
+// new order) whose other fields differ. Fields are compared as the
 // apiserver stores them (JSON, an absent field differs from a present one),
 // which is how CEL sees them.
 func unownedChanges(old, new *admissionregistrationv1.MutatingWebhookConfiguration, managedHooks []string) []string {
@@ -277,6 +283,11 @@ func unownedChanges(old, new *admissionregistrationv1.MutatingWebhookConfigurati
 	if !jsonEqual(without(old.Annotations), without(new.Annotations)) {
 		out = append(out, "metadata.annotations")
 	}
+	for _, f := range breakerMetadata {
+		if !jsonEqual(f.value(&old.ObjectMeta), f.value(&new.ObjectMeta)) {
+			out = append(out, f.change())
+		}
+	}
 	names := func(hooks []admissionregistrationv1.MutatingWebhook) []string {
 		n := make([]string, 0, len(hooks))
 		for i := range hooks {
@@ -295,6 +306,65 @@ func unownedChanges(old, new *admissionregistrationv1.MutatingWebhookConfigurati
 		}
 	}
 	return out
+}
+
+// metadataField is a field of metadata, besides the labels and the
+// annotations, that the breaker's identity may not change.
+type metadataField struct {
+	// name is the field's name under metadata, as JSON and CEL spell it.
+	name string
+	// absent is the CEL literal that stands for the field when it is
+	// absent: an absent field and an empty one are the same when stored.
+	absent string
+	// why, when set, says what a change to the field could do; the
+	// denial gives it after the field's path.
+	why string
+	// value returns the field of meta.
+	value func(meta *metav1.ObjectMeta) any
+}
+
+// change names the field in a denial: its path, and why it matters.
+func (f metadataField) change() string {
+	if f.why == "" {
+		return "metadata." + f.name
+	}
+	return "metadata." + f.name + " (" + f.why + ")"
+}
+
+// breakerMetadata are the metadata fields, besides the labels and the
+// annotations, that an UPDATE can change and the breaker's identity may
+// not: with the labels and every annotation but the circuit record, all
+// the metadata a request can set. The rest is kept by kube-apiserver
+// (apiServerMetadata).
+var breakerMetadata = []metadataField{
+	{
+		name: "ownerReferences", absent: "[]",
+		why:   "the garbage collector deletes a configuration whose owners are gone",
+		value: func(m *metav1.ObjectMeta) any { return m.OwnerReferences },
+	},
+	{
+		name: "finalizers", absent: "[]",
+		why:   "a finalizer holds the configuration's deletion until someone removes it",
+		value: func(m *metav1.ObjectMeta) any { return m.Finalizers },
+	},
+	{
+		name: "generateName", absent: "''",
+		value: func(m *metav1.ObjectMeta) any { return m.GenerateName },
+	},
+}
+
+// apiServerMetadata are the metadata fields the rule does not compare,
+// because kube-apiserver decides them on an UPDATE, before validating
+// admission sees it: name, namespace, uid, creationTimestamp,
+// deletionTimestamp and deletionGracePeriodSeconds cannot change (update
+// validation); generation is kube-apiserver's (rest.BeforeUpdate);
+// resourceVersion is the write's precondition, not stored as sent;
+// selfLink is never stored; managedFields is server-side apply's
+// bookkeeping, which kube-apiserver rewrites on every write, the breaker's
+// own included, and which changes no field of the configuration.
+var apiServerMetadata = []string{
+	"name", "namespace", "uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
+	"generation", "resourceVersion", "selfLink", "managedFields",
 }
 
 // unowned is the webhook without the fields the breaker owns: the bypass

@@ -188,9 +188,38 @@ func TestTracker_forgetsTheOldestInstanceBeyondTheLimit(t *testing.T) {
 	tr := &Tracker{MaxWindow: 10 * time.Second}
 	t0 := time.Unix(1000, 0)
 	for i := range MaxInstances + 5 {
-		observe(t, tr, exposition(float64(i), 10, 0, 0, 0), t0.Add(time.Duration(i)*time.Second))
+		observe(t, tr, exposition(float64(i+1), 10, 0, 0, 0), t0.Add(time.Duration(i)*time.Second))
 	}
 	assert.Len(t, tr.instances, MaxInstances)
+}
+
+// Two apiservers whose /metrics carry no process_start_time_seconds (no
+// process collector): nothing tells them apart, so no scrape is compared
+// with another, and nothing is judged, however the counters move.
+func TestTracker_withoutProcessStartTimeTwoApiserversNeverShareABaseline(t *testing.T) {
+	tr := &Tracker{MaxWindow: 10 * time.Second}
+	t0 := time.Unix(1000, 0)
+	noStart := func(calls, errs int) string {
+		text := exposition(1, calls, errs, 0, 0)
+		return text[strings.Index(text, "# HELP apiserver_admission_webhook_request_total"):]
+	}
+	s := parse(t, noStart(10, 0))
+	require.Zero(t, s.Instance, "the exposition carries no start time")
+	aCalls, bCalls := 10, 50000
+	for i := range 10 {
+		text := noStart(aCalls, 0)
+		if i%2 == 1 {
+			text = noStart(bCalls, 45000)
+			bCalls += 20
+		} else {
+			aCalls += 20
+		}
+		r := observe(t, tr, text, t0.Add(time.Duration(i)*time.Second))
+		assert.Equal(t, Unknown, r.Verdict, "scrape %d", i)
+		assert.Equal(t, NoInstance, r.Why)
+		assert.Zero(t, r.Admitted)
+	}
+	assert.Empty(t, tr.instances, "nothing remembered")
 }
 
 func TestParse_countsTheMarkingPolicysApplications(t *testing.T) {
@@ -221,4 +250,23 @@ func TestAdmitted(t *testing.T) {
 			assert.Equal(t, tc.want, admitted(tc.excluded, tc.marked, tc.failOpen))
 		})
 	}
+}
+
+// An extra scrape for the admitted count alone moves only that count's
+// mark: the next Observe neither counts those requests again nor judges a
+// shorter window.
+func TestTracker_AdmittedCountsOnceAndJudgesNothing(t *testing.T) {
+	tr := &Tracker{MaxWindow: 10 * time.Second}
+	t0 := time.Unix(1000, 0)
+	want := map[Webhook]bool{mut: true}
+	assert.Empty(t, tr.Admitted(parse(t, exposition(1, 100, 0, 0, 10)), want), "an instance never observed has no mark yet")
+	observe(t, tr, exposition(1, 100, 0, 0, 10), t0)
+	observe(t, tr, exposition(1, 110, 0, 0, 10), t0.Add(time.Second))
+	got := tr.Admitted(parse(t, exposition(1, 110, 0, 0, 17)), want)
+	assert.Equal(t, float64(7), got[mut].Admitted)
+	r := observe(t, tr, exposition(1, 120, 0, 0, 20), t0.Add(2*time.Second))
+	assert.Equal(t, float64(3), r.Admitted, "only what came after the extra scrape")
+	assert.Equal(t, Healthy, r.Verdict)
+	assert.Equal(t, float64(10), r.Calls, "the window runs from the last observation, not from the extra scrape")
+	assert.Empty(t, tr.Admitted(parse(t, exposition(2, 5, 0, 0, 1)), want), "another instance: nothing to compare with")
 }

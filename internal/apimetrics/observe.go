@@ -53,13 +53,19 @@ func (o Observation) String() string {
 	}
 }
 
+// NoInstance is the Why of every observation of a scrape whose metrics
+// carry no ProcessStartTime: the apiserver instance it reached cannot be
+// told from another, so its counters are compared with nothing.
+const NoInstance = "the apiserver's /metrics carry no " + ProcessStartTime + ", so the apiserver instance cannot be told from another; nothing is compared"
+
 // MaxInstances is how many apiserver instances the Tracker remembers. An
 // HA control plane has three or five; more means instances come and go,
 // and the oldest are forgotten.
 const MaxInstances = 16
 
 // Tracker turns successive Samples into Observations. Counters are only
-// ever compared with an earlier scrape of the same apiserver instance:
+// ever compared with an earlier scrape of the same apiserver instance,
+// told apart by ProcessStartTime (a Sample without it is Unknown):
 // behind a Service each scrape may reach another apiserver, whose
 // counters have nothing to do with the last one's. A counter that went
 // down, or a webhook with fewer series than before, is a reset: Unknown,
@@ -103,6 +109,16 @@ func (t *Tracker) Observe(s Sample, now time.Time, want map[Webhook]Thresholds) 
 	if t.instances == nil {
 		t.instances = map[float64]*instance{}
 	}
+	if s.Instance == 0 {
+		// Without the start time two apiservers behind one Service would
+		// share one baseline, and their counters have nothing to do with
+		// each other: nothing is compared, and nothing is remembered.
+		out := make(map[Webhook]Result, len(want))
+		for wh := range want {
+			out[wh] = Result{Observation: Observation{Verdict: Unknown, Why: NoInstance}}
+		}
+		return out
+	}
 	in := t.instances[s.Instance]
 	first := in == nil
 	if first {
@@ -143,6 +159,32 @@ func (t *Tracker) Observe(s Sample, now time.Time, want map[Webhook]Thresholds) 
 			in.base[wh] = point{cur, now}
 		}
 		out[wh] = r
+	}
+	return out
+}
+
+// Admitted is Observe without the judging: it returns, for each webhook in
+// want, what the apiserver admitted without it (Result.Admitted and
+// Marked) since the previous scrape of the same instance, and moves only
+// that mark forward. The windows Observe judges are left as they are, so
+// an extra scrape (the breaker's, just before a circuit closes) neither
+// adds an observation nor counts a request twice. Everything else in the
+// Results is zero.
+func (t *Tracker) Admitted(s Sample, want map[Webhook]bool) map[Webhook]Result {
+	out := make(map[Webhook]Result, len(want))
+	in := t.instances[s.Instance]
+	if s.Instance == 0 || in == nil {
+		return out
+	}
+	for wh := range want {
+		cur := s.Webhooks[wh]
+		last, ok := in.last[wh]
+		if !ok || reset(last, cur) {
+			continue
+		}
+		in.last[wh] = cur
+		marked := cur.Marked - last.Marked
+		out[wh] = Result{Admitted: admitted(cur.Excluded-last.Excluded, marked, cur.FailOpen-last.FailOpen), Marked: marked}
 	}
 	return out
 }

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/utils/ptr"
@@ -32,6 +34,12 @@ var _ Scraper = (*apimetrics.Scraper)(nil)
 // contradict the direct probe before the disagreement is reported.
 const DisagreeAfter = 3
 
+// MinScrapeInterval is the shortest interval between two reads of
+// kube-apiserver's /metrics, whatever the probe intervals: each is a few
+// MiB the apiserver renders (2.6 MB on a test control plane), so a 100 ms
+// probe must not mean ten of them a second.
+const MinScrapeInterval = time.Second
+
 // maxWindowIntervals is how many intervals the apiserver signal waits for
 // minRequests calls before it drops the window as Unknown.
 const maxWindowIntervals = 10
@@ -39,6 +47,9 @@ const maxWindowIntervals = 10
 // apiserverSignal is the ProbeRunner's state for the apiserver signal:
 // one scrape per interval for every target together.
 type apiserverSignal struct {
+	// mu serializes scrapes: the interval's, and the one before a close
+	// (refreshAdmitted). The tracker is not safe for concurrent use.
+	mu         sync.Mutex
 	interval   time.Duration
 	targets    []config.Target
 	want       map[apimetrics.Webhook]bool
@@ -47,6 +58,9 @@ type apiserverSignal struct {
 	// failing is the last scrape error's kind, so that it is logged and
 	// reported once, not every interval.
 	failing string
+	// refreshed is when refreshAdmitted last scraped: at most one such
+	// extra scrape per MinScrapeInterval, whatever the closes.
+	refreshed time.Time
 }
 
 // newAPIServerSignal returns the signal's state for the targets that
@@ -75,6 +89,7 @@ func newAPIServerSignal(targets []config.Target) *apiserverSignal {
 	if len(s.targets) == 0 {
 		return nil
 	}
+	s.interval = max(s.interval, MinScrapeInterval)
 	s.tracker.MaxWindow = maxWindowIntervals * s.interval
 	return s
 }
@@ -110,6 +125,8 @@ func (r *ProbeRunner) signalLoop(ctx context.Context, s *apiserverSignal) {
 // per target to State, and wakes the TargetReconciler when Plan would
 // change a configuration.
 func (r *ProbeRunner) ScrapeOnce(ctx context.Context, s *apiserverSignal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	log := logf.FromContext(ctx)
 	start := r.Clock.Now()
 	sample, err := r.Scraper.Scrape(ctx, s.want)
@@ -139,7 +156,13 @@ func (r *ProbeRunner) ScrapeOnce(ctx context.Context, s *apiserverSignal) {
 			results[wh] = apimetrics.Result{Observation: apimetrics.Observation{Verdict: apimetrics.Unknown, Why: "scrape failed"}}
 		}
 	} else {
-		if s.failing != "" {
+		switch {
+		case sample.Instance == 0 && s.failing != scrapeNoInstance:
+			s.failing = scrapeNoInstance
+			advice := "kube-apiserver's /metrics carry no process_start_time_seconds, so one apiserver's counters cannot be told from another's behind the kubernetes Service: the apiserver signal is Unknown and opens nothing, and only the direct probe judges webhooks"
+			log.Info("The apiserver's /metrics carry no process_start_time_seconds; the apiserver signal is Unknown", "advice", advice)
+			r.eventOnTargets(ctx, s.targets, corev1.EventTypeWarning, "APIServerSignalUnknown", advice)
+		case sample.Instance != 0 && s.failing != "":
 			log.Info("Reading the apiserver's /metrics works again")
 			s.failing = ""
 		}
@@ -203,16 +226,62 @@ func (r *ProbeRunner) observeAPIServer(ctx context.Context, t config.Target, res
 	r.wake(ctx, t.Kind, obj, view, r.inputs(t.Kind, view))
 }
 
+// refreshAdmitted reads the apiserver's counters once more, just before
+// the circuits of a configuration close, and adds what it admitted without
+// each open target since the last scrape: the closing Event then counts
+// every request up to the close, however short the circuit was open
+// (scrapes are at least MinScrapeInterval apart). It judges nothing
+// (apimetrics.Tracker.Admitted), runs at most once per MinScrapeInterval,
+// and a failed scrape adds nothing.
+func (r *ProbeRunner) refreshAdmitted(ctx context.Context, kind circuit.Kind, view *admissionregistrationv1.MutatingWebhookConfiguration) {
+	s := r.signal
+	if s == nil || r.Scraper == nil {
+		return
+	}
+	rec, err := circuit.Decode(view.Annotations)
+	if err != nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := r.Clock.Now()
+	if !s.refreshed.IsZero() && now.Sub(s.refreshed) < MinScrapeInterval {
+		return
+	}
+	s.refreshed = now
+	sample, err := r.Scraper.Scrape(ctx, s.want)
+	if err != nil {
+		return
+	}
+	admitted := s.tracker.Admitted(sample, s.want)
+	for _, t := range s.targets {
+		if t.Kind != kind || t.Configuration != view.Name {
+			continue
+		}
+		entry, open := rec[t.Webhook]
+		res := admitted[metricsWebhook(t)]
+		if !open || !entry.Mine(r.Identity) || (res.Admitted == 0 && res.Marked == 0) {
+			continue
+		}
+		r.Metrics.AdmittedWithout.WithLabelValues(string(t.Kind), t.Configuration, t.Webhook).Add(res.Admitted)
+		r.State.AddAdmitted(t.Key(), res.Admitted, res.Marked)
+	}
+}
+
 // disagreementMessage explains st's disagreement, pointing at the network
 // path between the control plane and the webhook.
 func disagreementMessage(t config.Target, st TargetStatus) string {
 	if st.Disagree == SignalAPIServer {
-		return fmt.Sprintf("%s: the direct probe is healthy but the apiserver's own calls fail (%v) for %d intervals: the apiserver's path to the webhook is broken; check konnectivity or the egress proxy, firewalls between the control plane and the nodes, and NetworkPolicies allowing the control plane to the webhook's port",
-			t.Webhook, st.APIServer.Last.Err, st.DisagreeFor)
+		return circuit.EventNote("%s: the direct probe is healthy but the apiserver's own calls fail (%v) for %d intervals%s",
+			t.Webhook, st.APIServer.Last.Err, st.DisagreeFor, pathSays(t, st.Path))
 	}
 	return fmt.Sprintf("%s: the direct probe fails (%s: %v) but the apiserver's own calls succeed, for %d intervals: the guard's path to the webhook is broken, not the webhook; check the guard's NetworkPolicy egress, DNS and its node",
 		t.Webhook, st.Counts.Last.Reason, st.Counts.Last.Err, st.DisagreeFor)
 }
+
+// scrapeNoInstance is apiserverSignal.failing while the scraped metrics
+// carry no process start time.
+const scrapeNoInstance = "no-instance"
 
 // eventOnTargets emits one Event on each configuration of targets.
 func (r *ProbeRunner) eventOnTargets(ctx context.Context, targets []config.Target, eventType, reason, message string) {

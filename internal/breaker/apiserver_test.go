@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/webhook-guard/webhook-guard/internal/apimetrics"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
@@ -36,6 +38,25 @@ func withSignal(t config.Target) config.Target {
 	return t
 }
 
+// pathFailing is n failed path probes in a row: kube-apiserver's service
+// proxy could not reach the webhook's server.
+func pathFailing(n int) Path {
+	p := Path{Road: RoadService}
+	for range n {
+		p.Observe(probe.Result{Outcome: probe.OutcomeFailed, Reason: probe.ReasonTimeout, Err: errors.New("no answer from kube-apiserver's service proxy within 1s")})
+	}
+	return p
+}
+
+// pathHealthy is n healthy path probes in a row: the road works.
+func pathHealthy(n int) Path {
+	p := Path{Road: RoadService}
+	for range n {
+		p.Observe(healthyResult())
+	}
+	return p
+}
+
 func TestDecideTarget(t *testing.T) {
 	unknownAfterFailing := apiserverFailing(2)
 	unknownAfterFailing.Observe(probe.Result{Outcome: probe.OutcomeUnknown})
@@ -47,43 +68,102 @@ func TestDecideTarget(t *testing.T) {
 		}
 		return c
 	}
+	pathUnknown := Path{Road: RoadService}
+	pathUnknown.Observe(probe.Result{Outcome: probe.OutcomeUnknown, Err: errors.New("forbidden")})
+	url := Path{Road: RoadURL}
+	urlShared := Path{Road: RoadURL, SharedWith: "istio-revision-canary"}
+	byAPIServer := circuit.Entry{Signal: SignalAPIServer}
+	byBoth := circuit.Entry{Signal: SignalBoth}
+	byProbe := circuit.Entry{Signal: SignalProbe}
 	cases := map[string]struct {
 		open       bool
+		entry      circuit.Entry
 		probe, api Counts
+		path       Path
 		mode       config.Mode
 		disabled   bool
+		alone      bool // withoutPathProbe: Open
 		want       Action
 		wantSignal string
 	}{
-		"the probe alone opens":                                     {probe: failing(3, probe.ReasonTimeout), api: healthy(5), want: Open, wantSignal: SignalProbe},
-		"the apiserver alone opens while the probe is healthy":      {probe: healthy(9), api: apiserverFailing(3), want: Open, wantSignal: SignalAPIServer},
-		"both at once open once, named both":                        {probe: failing(3, probe.ReasonTimeout), api: apiserverFailing(3), want: Open, wantSignal: SignalBoth},
-		"a disabled apiserver signal opens nothing":                 {probe: healthy(9), api: apiserverFailing(9), disabled: true, want: Stay},
-		"too few failing intervals open nothing":                    {probe: failing(2, probe.ReasonTimeout), api: apiserverFailing(2), want: Stay},
-		"Bypass closes on the probe alone (no traffic while open)":  {open: true, mode: config.ModeBypass, probe: healthy(2), api: apiserverFailing(4), want: Close},
-		"Ignore does not close while the apiserver's calls fail":    {open: true, mode: config.ModeIgnore, probe: healthy(9), api: apiserverFailing(1), want: Stay},
-		"Ignore closes once the apiserver's calls stop (Unknown)":   {open: true, mode: config.ModeIgnore, probe: healthy(2), api: unknownAfterFailing, want: Close},
-		"Ignore closes once the apiserver's calls succeed":          {open: true, mode: config.ModeIgnore, probe: healthy(2), api: healthy(1), want: Close},
-		"Ignore ignores the apiserver when the signal is disabled":  {open: true, mode: config.ModeIgnore, probe: healthy(2), api: apiserverFailing(1), disabled: true, want: Close},
-		"an open circuit never closes on the apiserver signal only": {open: true, mode: config.ModeIgnore, probe: healthy(1), api: healthy(9), want: Stay},
+		"the probe alone opens": {probe: failing(3, probe.ReasonTimeout), api: healthy(5), want: Open, wantSignal: SignalProbe},
+		"the apiserver opens when the path probe confirms a broken road":               {probe: healthy(9), api: apiserverFailing(3), path: pathFailing(3), want: Open, wantSignal: SignalAPIServer},
+		"both at once open once, named both":                                           {probe: failing(3, probe.ReasonTimeout), api: apiserverFailing(3), path: pathFailing(3), want: Open, wantSignal: SignalBoth},
+		"the probe and unconfirmed apiserver failures: the probe's opening":            {probe: failing(3, probe.ReasonTimeout), api: apiserverFailing(3), path: pathHealthy(3), want: Open, wantSignal: SignalProbe},
+		"a tenant's failing requests open nothing: the road works":                     {probe: healthy(9), api: apiserverFailing(30), path: pathHealthy(30), want: Stay},
+		"the road not yet confirmed for openAfter probes opens nothing":                {probe: healthy(9), api: apiserverFailing(3), path: pathFailing(2), want: Stay},
+		"a path probe that cannot run opens nothing":                                   {probe: healthy(9), api: apiserverFailing(9), path: pathUnknown, want: Stay},
+		"a road not read yet opens nothing":                                            {probe: healthy(9), api: apiserverFailing(9), want: Stay},
+		"a url webhook's failing calls open nothing by default":                        {probe: healthy(9), api: apiserverFailing(9), path: url, want: Stay},
+		"a url webhook's failing calls open alone under withoutPathProbe: Open":        {probe: healthy(9), api: apiserverFailing(3), path: url, alone: true, want: Open, wantSignal: SignalAPIServer},
+		"a url webhook whose name another configuration shares opens nothing, even so": {probe: healthy(9), api: apiserverFailing(9), path: urlShared, alone: true, want: Stay},
+		"a disabled apiserver signal opens nothing":                                    {probe: healthy(9), api: apiserverFailing(9), path: pathFailing(9), disabled: true, want: Stay},
+		"too few failing intervals open nothing":                                       {probe: failing(2, probe.ReasonTimeout), api: apiserverFailing(2), path: pathFailing(9), want: Stay},
+
+		"Bypass closes on the probe alone (no traffic while open)":                          {open: true, entry: byProbe, mode: config.ModeBypass, probe: healthy(2), api: apiserverFailing(4), want: Close},
+		"Ignore closes while a tenant's calls fail: the road works":                         {open: true, entry: byProbe, mode: config.ModeIgnore, probe: healthy(9), api: apiserverFailing(1), path: pathHealthy(1), want: Close},
+		"Ignore closes while calls fail and no path probe can tell":                         {open: true, entry: byProbe, mode: config.ModeIgnore, probe: healthy(9), api: apiserverFailing(1), path: pathUnknown, want: Close},
+		"no Fail goes back while the path probe fails (Ignore)":                             {open: true, entry: byProbe, mode: config.ModeIgnore, probe: healthy(9), api: apiserverFailing(1), path: pathFailing(1), want: Stay},
+		"no Fail goes back while the path probe fails (Bypass)":                             {open: true, entry: byProbe, mode: config.ModeBypass, probe: healthy(9), path: pathFailing(1), want: Stay},
+		"Ignore on a url road under withoutPathProbe: Open waits for the apiserver's calls": {open: true, entry: byProbe, mode: config.ModeIgnore, probe: healthy(9), api: apiserverFailing(1), path: url, alone: true, want: Stay},
+		"Ignore on a url road closes once the apiserver's calls stop (Unknown)":             {open: true, entry: byProbe, mode: config.ModeIgnore, probe: healthy(2), api: unknownAfterFailing, path: url, alone: true, want: Close},
+		"Ignore on a url road under Report does not wait for the apiserver's calls":         {open: true, entry: byProbe, mode: config.ModeIgnore, probe: healthy(2), api: apiserverFailing(1), path: url, want: Close},
+		"Ignore closes once the apiserver's calls succeed":                                  {open: true, entry: byProbe, mode: config.ModeIgnore, probe: healthy(2), api: healthy(1), want: Close},
+		"Ignore ignores the apiserver when the signal is disabled":                          {open: true, entry: byProbe, mode: config.ModeIgnore, probe: healthy(2), api: apiserverFailing(1), path: pathFailing(3), disabled: true, want: Close},
+		"an open circuit never closes on the apiserver signal only":                         {open: true, entry: byProbe, mode: config.ModeIgnore, probe: healthy(1), api: healthy(9), want: Stay},
+
+		"a circuit the road opened closes on closeAfter healthy path probes":                    {open: true, entry: byAPIServer, mode: config.ModeBypass, probe: healthy(1), path: pathHealthy(2), want: Close, wantSignal: SignalPath},
+		"a circuit the road opened stays while the path probe fails, however healthy the probe": {open: true, entry: byAPIServer, mode: config.ModeBypass, probe: healthy(99), path: pathFailing(1), want: Stay},
+		"a circuit the road opened waits for closeAfter path probes":                            {open: true, entry: byAPIServer, mode: config.ModeBypass, probe: healthy(99), path: pathHealthy(1), want: Stay},
+		"a circuit the road opened stays while the direct probe fails":                          {open: true, entry: byAPIServer, mode: config.ModeIgnore, probe: failing(1, probe.ReasonTimeout), path: pathHealthy(9), want: Stay},
+		"a circuit the road opened stays while the path probe cannot run":                       {open: true, entry: byAPIServer, mode: config.ModeBypass, probe: healthy(9), path: pathUnknown, want: Stay},
+		"a circuit the road opened ignores a tenant's failing calls (Ignore)":                   {open: true, entry: byAPIServer, mode: config.ModeIgnore, probe: healthy(9), api: apiserverFailing(9), path: pathHealthy(2), want: Close, wantSignal: SignalPath},
+		"a circuit both opened needs both probes healthy":                                       {open: true, entry: byBoth, mode: config.ModeBypass, probe: healthy(1), path: pathHealthy(9), want: Stay},
+		"a circuit both opened closes when both are healthy":                                    {open: true, entry: byBoth, mode: config.ModeBypass, probe: healthy(2), path: pathHealthy(2), want: Close, wantSignal: SignalPath},
+		"a circuit the apiserver opened on a url road closes on the probe":                      {open: true, entry: byAPIServer, mode: config.ModeBypass, probe: healthy(2), path: url, alone: true, want: Close},
+
 		"a probe Unknown for closeAfter intervals closes when the apiserver's calls succeed": {
-			open: true, mode: config.ModeIgnore, probe: probeUnknown(2), api: healthy(2), want: Close, wantSignal: SignalAPIServer},
+			open: true, entry: byProbe, mode: config.ModeIgnore, probe: probeUnknown(2), api: healthy(2), want: Close, wantSignal: SignalAPIServer},
 		"a probe Unknown for closeAfter intervals holds while the apiserver's calls fail": {
-			open: true, mode: config.ModeIgnore, probe: probeUnknown(2), api: apiserverFailing(5), want: Stay},
+			open: true, entry: byProbe, mode: config.ModeIgnore, probe: probeUnknown(2), api: apiserverFailing(5), want: Stay},
 		"a probe Unknown for closeAfter intervals holds without apiserver traffic (Bypass)": {
-			open: true, mode: config.ModeBypass, probe: probeUnknown(5), api: unknownAfterFailing, want: Stay},
+			open: true, entry: byProbe, mode: config.ModeBypass, probe: probeUnknown(5), api: unknownAfterFailing, want: Stay},
 		"a probe Unknown for fewer than closeAfter intervals waits": {
-			open: true, mode: config.ModeIgnore, probe: probeUnknown(1), api: healthy(9), want: Stay},
+			open: true, entry: byProbe, mode: config.ModeIgnore, probe: probeUnknown(1), api: healthy(9), want: Stay},
 		"a probe Unknown holds when the apiserver signal is disabled": {
-			open: true, mode: config.ModeIgnore, probe: probeUnknown(9), api: healthy(9), disabled: true, want: Stay},
+			open: true, entry: byProbe, mode: config.ModeIgnore, probe: probeUnknown(9), api: healthy(9), disabled: true, want: Stay},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			tgt := withSignal(target(whA, tc.mode, 3, 2))
 			tgt.APIServerSignal.Enabled = !tc.disabled
-			action, signal := DecideTarget(tc.open, tc.probe, tc.api, tgt)
+			if tc.alone {
+				tgt.APIServerSignal.WithoutPathProbe = config.WithoutPathProbeOpen
+			}
+			action, signal := DecideTarget(tc.open, tc.entry, tc.probe, tc.api, tc.path, tgt)
 			assert.Equal(t, tc.want, action)
 			assert.Equal(t, tc.wantSignal, signal)
+		})
+	}
+}
+
+func TestPathProbeNeeded(t *testing.T) {
+	cases := map[string]struct {
+		open  bool
+		entry circuit.Entry
+		api   Counts
+		want  bool
+	}{
+		"a closed circuit whose apiserver calls are fine costs nothing":    {api: healthy(3), want: false},
+		"a closed circuit whose apiserver calls fail is probed":            {api: apiserverFailing(1), want: true},
+		"an open circuit the apiserver opened is probed, calls or not":     {open: true, entry: circuit.Entry{Signal: SignalAPIServer}, want: true},
+		"an open circuit both opened is probed":                            {open: true, entry: circuit.Entry{Signal: SignalBoth}, want: true},
+		"an open circuit the probe opened is probed only while calls fail": {open: true, entry: circuit.Entry{Signal: SignalProbe}, api: healthy(1), want: false},
+		"an open circuit the probe opened, calls failing (Ignore)":         {open: true, entry: circuit.Entry{Signal: SignalProbe}, api: apiserverFailing(1), want: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			assert.Equal(t, tc.want, PathProbeNeeded(tc.open, tc.entry, tc.api))
 		})
 	}
 }
@@ -93,7 +173,7 @@ func TestPlan_apiserverSignalOpensAndSaysWhy(t *testing.T) {
 	tgt := withSignal(target(whA, config.ModeBypass, 3, 2))
 	in := Inputs{
 		Targets: []config.Target{tgt}, Now: testNow, Identity: "breaker",
-		Counts: map[string]Counts{whA: healthy(7)}, APIServer: map[string]Counts{whA: apiserverFailing(3)},
+		Counts: map[string]Counts{whA: healthy(7)}, APIServer: map[string]Counts{whA: apiserverFailing(3)}, Path: map[string]Path{whA: pathFailing(3)},
 	}
 	next, changes, err := Plan(cur, in)
 	require.NoError(t, err)
@@ -102,7 +182,9 @@ func TestPlan_apiserverSignalOpensAndSaysWhy(t *testing.T) {
 	assert.Equal(t, SignalAPIServer, changes[0].Signal)
 	assert.Equal(t, "opened the circuit on "+whA+" in Bypass mode after 3 consecutive failing intervals of the apiserver's own calls "+
 		"(last: apiserver: 37 of 40 calls failed (calling_webhook_error or fail-open) in the last 1s) while the direct probe was healthy: "+
-		"the apiserver's path to the webhook is broken (konnectivity, a firewall or a NetworkPolicy between the control plane and the webhook); original failurePolicy Fail",
+		"the apiserver's path to the webhook is broken (konnectivity, a firewall or a NetworkPolicy between the control plane and the webhook); "+
+		"confirmed by 3 failed probes in a row through kube-apiserver's service proxy, which dials through the same egress as its webhook calls "+
+		"(last: timeout: no answer from kube-apiserver's service proxy within 1s); original failurePolicy Fail",
 		changes[0].Message)
 	entry := mustRecord(t, next)[whA]
 	assert.Equal(t, SignalAPIServer, entry.Signal)
@@ -110,6 +192,14 @@ func TestPlan_apiserverSignalOpensAndSaysWhy(t *testing.T) {
 	assert.Equal(t, policyFail, entry.OriginalFailurePolicy)
 	assert.True(t, isBypassed(next, whA))
 
+	t.Run("a tenant's failing calls, the road healthy, open nothing", func(t *testing.T) {
+		in := in
+		in.APIServer = map[string]Counts{whA: apiserverFailing(60)}
+		in.Path = map[string]Path{whA: pathHealthy(60)}
+		_, changes, err := Plan(cur, in)
+		require.NoError(t, err)
+		assert.Empty(t, changes)
+	})
 	t.Run("an outage both signals see is one change, named both", func(t *testing.T) {
 		in.Counts[whA] = failing(3, probe.ReasonTimeout)
 		_, changes, err := Plan(cur, in)
@@ -126,9 +216,14 @@ func TestPlan_apiserverSignalOpensAndSaysWhy(t *testing.T) {
 		require.NoError(t, err)
 		assert.Empty(t, changes, "every probe failing at once, the apiserver's calls fine: the guard's network")
 		in.APIServer = map[string]Counts{whA: apiserverFailing(3)}
+		in.Path = map[string]Path{whA: pathHealthy(3)}
 		_, changes, err = Plan(cur, in)
 		require.NoError(t, err)
-		require.Len(t, changes, 1, "the apiserver agrees the webhook is down")
+		assert.Empty(t, changes, "the apiserver's calls fail, but the road and the webhook's server answer: a tenant's requests")
+		in.Path = map[string]Path{whA: pathFailing(3)}
+		_, changes, err = Plan(cur, in)
+		require.NoError(t, err)
+		require.Len(t, changes, 1, "the apiserver and the path probe agree the webhook is unreachable")
 	})
 }
 
@@ -183,36 +278,87 @@ func drainEvents(r *ProbeRunner) []string {
 	return out
 }
 
-func TestProbeRunner_ScrapeOnce_opensOnTheApiserverSignalAndNamesTheDisagreement(t *testing.T) {
-	tgt := withSignal(target(whA, config.ModeBypass, 3, 2))
-	r, trigger := runnerFor(t, newConfig(newWebhook(whA, policyFail)), tgt, healthyResult())
-	clock := r.Clock.(*clocktesting.FakeClock)
-	scraper := &fakeScraper{}
-	for i := range 5 {
-		scraper.samples = append(scraper.samples, sample(float64(40*i), float64(37*i)))
+// stubPathProber answers every path probe with result, and counts them.
+type stubPathProber struct {
+	result probe.Result
+	calls  int
+	got    string
+}
+
+func (p *stubPathProber) Probe(_ context.Context, svc admissionregistrationv1.ServiceReference, path string, _ time.Duration) probe.Result {
+	p.calls++
+	p.got = probe.ProxyName(svc) + path
+	return p.result
+}
+
+// The apiserver's calls fail while the direct probe is healthy. The path
+// probe runs only once they fail, through the webhook's own Service and
+// path. If it fails too (the road is broken), the circuit opens once
+// both have openAfter failures; if it succeeds (a tenant's requests fail,
+// or another webhook's of the same name), nothing ever wakes the
+// reconciler, and the disagreement names the cause.
+func TestProbeRunner_pathProbeDecidesWhetherTheApiserverSignalOpens(t *testing.T) {
+	for name, tc := range map[string]struct {
+		path     probe.Result
+		wakes    bool
+		explains string
+	}{
+		"the road is broken": {path: probe.Result{Outcome: probe.OutcomeFailed, Reason: probe.ReasonTimeout, Err: errors.New("no answer")}, wakes: true,
+			explains: "fails too (timeout: no answer): the apiserver's path to the webhook is broken"},
+		"the road works": {path: probe.Result{Outcome: probe.OutcomeHealthy}, wakes: false,
+			explains: "reaches the webhook's server, so the road works: the failing calls fail because of what they carry"},
+		"the road cannot be probed": {path: probe.Result{Outcome: probe.OutcomeUnknown, Err: errors.New("forbidden")}, wakes: false,
+			explains: "cannot tell whether the road works (forbidden), so nothing opens"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			tgt := withSignal(target(whA, config.ModeBypass, 3, 2))
+			r, trigger := runnerFor(t, newConfig(newWebhook(whA, policyFail)), tgt, healthyResult())
+			clock := r.Clock.(*clocktesting.FakeClock)
+			scraper := &fakeScraper{}
+			for i := range 5 {
+				scraper.samples = append(scraper.samples, sample(float64(40*i), float64(37*i)))
+			}
+			r.Scraper = scraper
+			paths := &stubPathProber{result: tc.path}
+			r.PathProber = paths
+			s := newAPIServerSignal(r.Targets)
+			require.NotNil(t, s)
+			ctx := context.Background()
+			r.ProbeOnce(ctx, r.Targets[0]) // the direct probe is healthy
+			assert.Zero(t, paths.calls, "no path probe while the apiserver's calls are fine")
+			var woke []bool
+			took := func() {
+				woke = append(woke, len(trigger) > 0)
+				for len(trigger) > 0 {
+					<-trigger
+				}
+			}
+			for range 4 {
+				clock.Step(time.Second)
+				r.ScrapeOnce(ctx, s)
+				took()
+				r.ProbeOnce(ctx, r.Targets[0])
+				took()
+			}
+			want := []bool{false, false, false, false, false, false, false, tc.wakes}
+			assert.Equal(t, want, woke, "the first scrape is a baseline; three failing intervals and three path probes follow")
+			assert.Equal(t, 3, paths.calls)
+			assert.Equal(t, "https:svc:8443/mutate", paths.got, "the webhook's own Service, port and path")
+			st, _ := r.State.Get(tgt.Key())
+			assert.Equal(t, 3, st.APIServer.Failures)
+			assert.Equal(t, SignalAPIServer, st.Disagree)
+			evs := drainEvents(r)
+			var disagree []string
+			for _, e := range evs {
+				if strings.Contains(e, "SignalsDisagree") {
+					disagree = append(disagree, e)
+				}
+			}
+			require.Len(t, disagree, 1, "%v", evs)
+			assert.Contains(t, disagree[0], "the direct probe is healthy but the apiserver's own calls fail")
+			assert.Contains(t, disagree[0], tc.explains)
+		})
 	}
-	r.Scraper = scraper
-	s := newAPIServerSignal(r.Targets)
-	require.NotNil(t, s)
-	ctx := context.Background()
-	r.ProbeOnce(ctx, r.Targets[0]) // the direct probe is healthy
-	var woke []bool
-	for range 4 {
-		clock.Step(time.Second)
-		r.ScrapeOnce(ctx, s)
-		woke = append(woke, len(trigger) > 0)
-		for len(trigger) > 0 {
-			<-trigger
-		}
-	}
-	assert.Equal(t, []bool{false, false, false, true}, woke, "the first scrape is a baseline; three failing intervals follow")
-	st, _ := r.State.Get(tgt.Key())
-	assert.Equal(t, 3, st.APIServer.Failures)
-	assert.Equal(t, SignalAPIServer, st.Disagree)
-	evs := drainEvents(r)
-	require.Len(t, evs, 1)
-	assert.Contains(t, evs[0], "SignalsDisagree")
-	assert.Contains(t, evs[0], "the direct probe is healthy but the apiserver's own calls fail")
 }
 
 func TestProbeRunner_ScrapeOnce_missingRBACIsUnknownReportedOnce(t *testing.T) {
@@ -233,7 +379,7 @@ func TestProbeRunner_ScrapeOnce_missingRBACIsUnknownReportedOnce(t *testing.T) {
 	assert.Contains(t, evs[0], "get on the non-resource URL /metrics")
 }
 
-func TestNewAPIServerSignal_oneScrapeAtTheShortestIntervalOfTheTargetsThatEnableIt(t *testing.T) {
+func TestNewAPIServerSignal_oneScrapeAtTheShortestIntervalOfTheTargetsThatEnableItNotBelowTheFloor(t *testing.T) {
 	a := withSignal(target(whA, config.ModeBypass, 3, 2))
 	a.Probe.Interval = 2 * time.Second
 	b := withSignal(target(whB, config.ModeBypass, 3, 2))
@@ -241,12 +387,16 @@ func TestNewAPIServerSignal_oneScrapeAtTheShortestIntervalOfTheTargetsThatEnable
 	c := target(whOther, config.ModeBypass, 3, 2)
 	c.Probe.Interval = 100 * time.Millisecond
 	s := newAPIServerSignal([]config.Target{a, b, c})
-	assert.Equal(t, 500*time.Millisecond, s.interval)
+	assert.Equal(t, MinScrapeInterval, s.interval, "never more often than MinScrapeInterval, whatever the probes")
 	assert.Len(t, s.want, 2)
+	b.Probe.Interval = 1500 * time.Millisecond
+	assert.Equal(t, 1500*time.Millisecond, newAPIServerSignal([]config.Target{a, b, c}).interval)
 	assert.Nil(t, newAPIServerSignal([]config.Target{c}), "no target enables it: no scrape at all")
 }
 
-func TestPlan_bypassOpenedByTheApiserverStaysOpenAtLeastMinOpen(t *testing.T) {
+// A circuit the apiserver signal opened on a url road (withoutPathProbe:
+// Open), which no path probe can close, waits out MinOpen in Bypass mode.
+func TestPlan_bypassOpenedByTheApiserverOnAURLRoadStaysOpenAtLeastMinOpen(t *testing.T) {
 	entry := entryFor(config.ModeBypass, policyFail)
 	entry.Signal = SignalAPIServer
 	entry.OpenedAt.Time = testNow.Add(-20 * time.Second).Truncate(time.Second)
@@ -266,9 +416,12 @@ func TestPlan_bypassOpenedByTheApiserverStaysOpenAtLeastMinOpen(t *testing.T) {
 			e := entry
 			e.Mode, e.Signal = tc.mode, tc.signal
 			cur := withEntries(t, newConfig(newWebhook(whA, policyFail)), circuit.Record{whA: e})
+			tgt := withSignal(target(whA, tc.mode, 3, 2))
+			tgt.APIServerSignal.WithoutPathProbe = config.WithoutPathProbeOpen
 			in := Inputs{
-				Targets: []config.Target{withSignal(target(whA, tc.mode, 3, 2))}, Now: testNow,
+				Targets: []config.Target{tgt}, Now: testNow,
 				Counts: map[string]Counts{whA: healthy(5)}, MinOpen: map[string]time.Duration{whA: tc.minOpen},
+				Path: map[string]Path{whA: {Road: RoadURL}},
 			}
 			_, changes, err := Plan(cur, in)
 			require.NoError(t, err)
@@ -327,4 +480,150 @@ func TestPlan_closesAnUnknownProbesCircuitOnTheApiserversWord(t *testing.T) {
 	assert.Equal(t, Closed, changes[0].Kind)
 	assert.Contains(t, changes[0].Message, "after 2 intervals in which the probe could not run (last: no resource kube-apiserver serves matches) while the apiserver's own calls to the webhook succeeded for 2 intervals")
 	assert.Equal(t, policyFail, webhook(closed, whA).FailurePolicy)
+}
+
+// A circuit the road opened closes on the path probe, with no minimum to
+// wait out and no trial: the Event says what closed it, and nothing about
+// opening again.
+func TestPlan_aCircuitTheRoadOpenedClosesOnThePathProbeWithoutMinOpen(t *testing.T) {
+	s := NewState()
+	tgt := withSignal(target(whA, config.ModeBypass, 3, 2))
+	tgt.APIServerSignal.MinOpen = time.Hour
+	s.Observe(tgt.Key(), healthyResult(), testNow)
+	s.Observe(tgt.Key(), healthyResult(), testNow)
+	s.NoteOpening(tgt.Key(), SignalAPIServer)
+	s.ObservePath(tgt.Key(), RoadService, "", healthyResult())
+	s.ObservePath(tgt.Key(), RoadService, "", healthyResult())
+
+	e := entryFor(config.ModeBypass, policyFail)
+	e.Signal = SignalAPIServer
+	e.OpenedAt.Time = testNow.Add(-3 * time.Second).Truncate(time.Second)
+	cur := withEntries(t, newConfig(newWebhook(whA, policyFail)), circuit.Record{whA: e})
+	in := s.Inputs([]config.Target{tgt}, testNow, "", cur.ResourceVersion)
+	assert.NotContains(t, in.MinOpen, whA, "no minimum on a road the path probe travels")
+	next, changes, err := Plan(cur, in)
+	require.NoError(t, err)
+	require.Len(t, changes, 1)
+	assert.Equal(t, Closed, changes[0].Kind)
+	assert.Contains(t, changes[0].Message, "after 2 consecutive healthy probes through kube-apiserver's service proxy: its road to the webhook works again")
+	assert.NotContains(t, changes[0].Message, "opens again", "not a trial")
+	assert.Equal(t, policyFail, webhook(next, whA).FailurePolicy)
+
+	t.Run("one failed path probe keeps it open, however healthy the direct probe", func(t *testing.T) {
+		s.ObservePath(tgt.Key(), RoadService, "", probe.Result{Outcome: probe.OutcomeFailed, Reason: probe.ReasonTimeout, Err: errors.New("no answer")})
+		for range 10 {
+			s.Observe(tgt.Key(), healthyResult(), testNow)
+		}
+		_, changes, err := Plan(cur, s.Inputs([]config.Target{tgt}, testNow, "", cur.ResourceVersion))
+		require.NoError(t, err)
+		assert.Empty(t, changes)
+	})
+}
+
+// The path probe's counts are kept only while it is needed: when the
+// apiserver's calls recover, stale failures cannot confirm a later run.
+func TestState_SetRoadForgetsThePathProbesCountsWhenNotNeeded(t *testing.T) {
+	s := NewState()
+	key := withSignal(target(whA, config.ModeBypass, 3, 2)).Key()
+	for range 3 {
+		s.ObservePath(key, RoadService, "", probe.Result{Outcome: probe.OutcomeFailed, Reason: probe.ReasonTimeout})
+	}
+	s.SetRoad(key, RoadService, "", true)
+	st, _ := s.Get(key)
+	assert.Equal(t, 3, st.Path.Failures, "still needed: kept")
+	s.SetRoad(key, RoadService, "", false)
+	st, _ = s.Get(key)
+	assert.Zero(t, st.Path.Failures)
+	assert.Equal(t, probe.OutcomeFailed, st.Path.Last.Outcome, "the last result stays, for status")
+	assert.Equal(t, RoadService, st.Path.Road)
+}
+
+// Metrics without process_start_time_seconds cannot tell one apiserver
+// from another: the signal is Unknown, reported once, and opens nothing.
+func TestProbeRunner_ScrapeOnce_withoutAProcessStartTimeIsUnknownReportedOnce(t *testing.T) {
+	tgt := withSignal(target(whA, config.ModeBypass, 3, 2))
+	r, trigger := runnerFor(t, newConfig(newWebhook(whA, policyFail)), tgt, healthyResult())
+	scraper := &fakeScraper{}
+	for i := range 10 {
+		s := sample(float64(40*i), float64(37*i))
+		s.Instance = 0
+		scraper.samples = append(scraper.samples, s)
+	}
+	r.Scraper = scraper
+	s := newAPIServerSignal(r.Targets)
+	for range 10 {
+		r.ScrapeOnce(context.Background(), s)
+	}
+	assert.Empty(t, trigger)
+	st, _ := r.State.Get(tgt.Key())
+	assert.Zero(t, st.APIServer.Failures)
+	require.NotNil(t, st.APIServer.LastUnknown)
+	assert.Contains(t, st.APIServer.LastUnknown.Err.Error(), "process_start_time_seconds")
+	evs := drainEvents(r)
+	require.Len(t, evs, 1, "one Event, not one per interval")
+	assert.Contains(t, evs[0], "APIServerSignalUnknown")
+	assert.Contains(t, evs[0], "no process_start_time_seconds")
+}
+
+// A url webhook has no road a path probe travels: none is sent, and the
+// road is recorded as url. Another configuration with a webhook of the
+// same name is found and named, since kube-apiserver counts both as one.
+func TestProbeRunner_aURLWebhookGetsNoPathProbeAndASharedNameIsFound(t *testing.T) {
+	tgt := withSignal(target(whA, config.ModeBypass, 3, 2))
+	wh := newWebhook(whA, policyFail)
+	wh.ClientConfig.Service, wh.ClientConfig.URL = nil, ptr.To("https://203.0.113.7/mutate")
+	r, _ := runnerFor(t, newConfig(wh), tgt, healthyResult())
+	other := newConfig(newWebhook(whA, policyIgnore))
+	other.Name, other.UID, other.ResourceVersion = "istio-revision-canary", otherUID, ""
+	require.NoError(t, r.Reader.(client.Client).Create(context.Background(), other))
+	paths := &stubPathProber{result: healthyResult()}
+	r.PathProber = paths
+	r.State.ObserveAPIServer(tgt.Key(), probe.Result{Outcome: probe.OutcomeFailed, Reason: ReasonAPIServerCalls, Err: errors.New("failing")}, 0, 0, false)
+	r.ProbeOnce(context.Background(), tgt)
+	assert.Zero(t, paths.calls)
+	st, _ := r.State.Get(tgt.Key())
+	assert.Equal(t, RoadURL, st.Path.Road)
+	assert.Equal(t, "istio-revision-canary", st.Path.SharedWith)
+	assert.Contains(t, pathSays(tgt, st.Path), "no probe travels a url webhook's road, so nothing opens on them (withoutPathProbe: Report)")
+	assert.Contains(t, pathSays(tgt, st.Path), "MutatingWebhookConfiguration istio-revision-canary")
+}
+
+// Just before a circuit closes, the runner reads the apiserver's counters
+// once more, so that the closing Event counts what was admitted without
+// the webhook up to the close, even when the circuit was open for less
+// than a scrape interval. At most once per MinScrapeInterval.
+func TestProbeRunner_aClosingReadsTheAdmittedCountOnceMore(t *testing.T) {
+	tgt := withSignal(target(whA, config.ModeBypass, 3, 2))
+	e := entryFor(config.ModeBypass, policyFail)
+	e.Signal = SignalProbe
+	cur := withEntries(t, newConfig(newWebhook(whA, policyFail)), circuit.Record{whA: e})
+	r, trigger := runnerFor(t, cur, tgt, healthyResult())
+	excluded := func(n float64) apimetrics.Sample {
+		return apimetrics.Sample{Instance: 1, Webhooks: map[apimetrics.Webhook]apimetrics.Counters{
+			{Name: whA, Type: apimetrics.Mutating, MarkingPolicy: marking.Name(cfgName, whA)}: {Calls: 0, Excluded: n, Series: 1},
+		}}
+	}
+	scraper := &fakeScraper{samples: []apimetrics.Sample{excluded(100), excluded(112)}}
+	r.Scraper = scraper
+	r.signal = newAPIServerSignal(r.Targets)
+	ctx := context.Background()
+	r.ScrapeOnce(ctx, r.signal) // the last regular scrape: the mark
+	r.ProbeOnce(ctx, tgt)
+	assert.Empty(t, trigger, "one healthy probe closes nothing")
+	st, _ := r.State.Get(tgt.Key())
+	assert.Zero(t, st.Admitted)
+	r.ProbeOnce(ctx, tgt)
+	require.Len(t, trigger, 1, "closeAfter healthy probes: the reconciler is woken")
+	st, _ = r.State.Get(tgt.Key())
+	assert.Equal(t, float64(12), st.Admitted, "the 12 requests bypassed since the last scrape are counted before the close")
+	_, changes, err := Plan(cur, r.inputs(tgt.Kind, cur))
+	require.NoError(t, err)
+	require.Len(t, changes, 1)
+	assert.Contains(t, changes[0].Message, "the apiserver admitted 12 requests without the mutation")
+
+	scraper.samples = []apimetrics.Sample{excluded(150)}
+	<-trigger
+	r.ProbeOnce(ctx, tgt)
+	st, _ = r.State.Get(tgt.Key())
+	assert.Equal(t, float64(12), st.Admitted, "not again within MinScrapeInterval")
 }

@@ -80,35 +80,111 @@ func Decide(open bool, c Counts, openAfter, closeAfter int) Action {
 const (
 	// SignalProbe is the guard's own probe of the webhook.
 	SignalProbe = "probe"
-	// SignalAPIServer is kube-apiserver's record of the calls it made.
+	// SignalAPIServer is kube-apiserver's record of the calls it made,
+	// confirmed by the path probe (or, for a url webhook, alone when
+	// withoutPathProbe is Open).
 	SignalAPIServer = "apiserver"
 	// SignalBoth: both reached openAfter in the same interval.
 	SignalBoth = "probe+apiserver"
+	// SignalPath is not an opening signal: DecideTarget returns it with
+	// Close when the path probe closed a circuit the apiserver signal
+	// opened.
+	SignalPath = "path"
 )
 
 // ReasonAPIServerCalls is the failure reason of an apiserver signal
 // observation: too many of the apiserver's own calls to the webhook failed.
 const ReasonAPIServerCalls probe.FailureReason = "apiserver-calls"
 
-// DecideTarget is Decide over both of t's signals. A closed circuit opens
-// when either signal has openAfter consecutive failing observations; it
-// returns which. An open circuit closes after closeAfter healthy probes;
-// in Ignore mode the apiserver still calls the webhook, so it also needs
-// the apiserver's last observation not to be failing. In Bypass mode the
-// apiserver makes no calls while open, and the probe alone closes.
+// Road is how kube-apiserver reaches a webhook, which decides what can
+// confirm that its road is broken.
+type Road string
+
+const (
+	// RoadUnknown: the webhook has not been read yet.
+	RoadUnknown Road = ""
+	// RoadService: clientConfig.service, dialed through the "cluster"
+	// egress. The path probe (kube-apiserver's service proxy) travels it.
+	RoadService Road = "service"
+	// RoadURL: clientConfig.url, dialed through the "controlplane" egress
+	// or none. No probe travels it.
+	RoadURL Road = "url"
+)
+
+// Path is the path probe's evidence about one target: its consecutive
+// results, and the road they are about.
+type Path struct {
+	// Counts are the path probe's consecutive results. They are kept only
+	// while the path probe is needed (PathProbeNeeded), and zero otherwise.
+	Counts
+	// Road is the webhook's road.
+	Road Road
+	// SharedWith names another configuration of the same kind with a
+	// webhook of the same name, when the apiserver's failing calls were
+	// last seen: kube-apiserver counts both under one name, so its calls
+	// cannot be told apart. Empty when there is none.
+	SharedWith string
+}
+
+// PathBroken reports whether the evidence says kube-apiserver's road to
+// t's webhook is broken, with at least n failed path probes in a row:
+// for a service road, the path probe's; for a url road, which no probe
+// travels, only when the operator lets the apiserver's calls speak alone
+// (withoutPathProbe: Open) and no other configuration shares the
+// webhook's name.
+func PathBroken(path Path, t config.Target, n int) bool {
+	switch path.Road {
+	case RoadService:
+		return path.Failures >= max(n, 1)
+	case RoadURL:
+		return t.APIServerSignal.WithoutPathProbe == config.WithoutPathProbeOpen && path.SharedWith == ""
+	}
+	return false
+}
+
+// PathProbeNeeded reports whether the path probe runs for a target whose
+// record entry is entry (open says it exists) and whose apiserver signal
+// counts are apiserver: while the apiserver's calls are failing (to
+// confirm or refute them), and while a circuit the apiserver signal opened
+// is open (to close it). Otherwise it costs nothing.
+func PathProbeNeeded(open bool, entry circuit.Entry, apiserver Counts) bool {
+	return (open && openedByAPIServer(entry)) || apiserver.Failures > 0
+}
+
+// DecideTarget is Decide over all of t's evidence: the direct probe's
+// counts, the apiserver signal's, and the path probe's.
+//
+// A closed circuit opens when the direct probe has openAfter consecutive
+// failures (SignalProbe), or when the apiserver's calls failed for
+// openAfter intervals and PathBroken confirms it with openAfter failed
+// path probes (SignalAPIServer; SignalBoth when both). The apiserver's
+// calls alone cannot tell a broken road from requests that fail because
+// of what they carry, which any tenant can send, so they open nothing
+// without that confirmation.
+//
+// An open circuit the apiserver signal opened on a service road closes on
+// the path probe: closeAfter healthy path probes (and closeAfter healthy
+// direct probes if both opened it), while the direct probe is not failing.
+// It returns SignalPath. No trial puts Fail back in a broken road.
+//
+// Any other open circuit closes after closeAfter healthy probes, unless
+// PathBroken says the road is broken now: then Fail would reject requests
+// again. (For a url road under withoutPathProbe: Open that is while the
+// apiserver's last observation is failing, in Ignore mode; in Bypass mode
+// the apiserver makes no calls, and a circuit it opened closes by trial.)
 //
 // An open circuit whose probe has been Unknown for closeAfter intervals
 // (Counts.UnknownWhileOpen) closes on the apiserver's word alone when
 // closeAfter of its observations in a row saw the webhook's calls succeed
 // (only possible in Ignore mode, where the apiserver still calls it), and
 // the returned signal is SignalAPIServer; otherwise it stays open.
-func DecideTarget(open bool, probeCounts, apiserver Counts, t config.Target) (Action, string) {
+func DecideTarget(open bool, entry circuit.Entry, probeCounts, apiserver Counts, path Path, t config.Target) (Action, string) {
 	if !t.APIServerSignal.Enabled {
-		apiserver = Counts{}
+		apiserver, path = Counts{}, Path{}
 	}
 	if !open {
 		byProbe := Decide(false, probeCounts, t.OpenAfter, t.CloseAfter) == Open
-		byAPIServer := Decide(false, apiserver, t.OpenAfter, t.CloseAfter) == Open
+		byAPIServer := Decide(false, apiserver, t.OpenAfter, t.CloseAfter) == Open && PathBroken(path, t, t.OpenAfter)
 		switch {
 		case byProbe && byAPIServer:
 			return Open, SignalBoth
@@ -119,6 +195,15 @@ func DecideTarget(open bool, probeCounts, apiserver Counts, t config.Target) (Ac
 		}
 		return Stay, ""
 	}
+	if openedByAPIServer(entry) && path.Road == RoadService {
+		if path.Successes < t.CloseAfter || probeCounts.Failures > 0 {
+			return Stay, ""
+		}
+		if entry.Signal == SignalBoth && probeCounts.Successes < t.CloseAfter {
+			return Stay, ""
+		}
+		return Close, SignalPath
+	}
 	if probeCounts.UnknownWhileOpen(t.CloseAfter) {
 		if t.APIServerSignal.Enabled && apiserver.Successes >= t.CloseAfter {
 			return Close, SignalAPIServer
@@ -128,8 +213,15 @@ func DecideTarget(open bool, probeCounts, apiserver Counts, t config.Target) (Ac
 	if Decide(true, probeCounts, t.OpenAfter, t.CloseAfter) != Close {
 		return Stay, ""
 	}
-	if t.Mode == circuit.ModeIgnore && apiserver.Failures > 0 && apiserver.LastUnknown == nil {
-		return Stay, ""
+	switch path.Road {
+	case RoadService:
+		if PathBroken(path, t, 1) {
+			return Stay, ""
+		}
+	case RoadURL:
+		if t.Mode == circuit.ModeIgnore && apiserver.Failures > 0 && apiserver.LastUnknown == nil && PathBroken(path, t, 1) {
+			return Stay, ""
+		}
 	}
 	return Close, ""
 }

@@ -48,6 +48,10 @@ type Metrics struct {
 	APIServerObservations *prometheus.CounterVec
 	SignalsDisagree       *prometheus.GaugeVec
 	AdmittedWithout       *prometheus.CounterVec
+	// PathProbes counts path probes (kube-apiserver's road to a
+	// service-backed webhook, through its service proxy), by target and
+	// outcome.
+	PathProbes *prometheus.CounterVec
 	// MarkingAvailable is 1 when the apiserver serves
 	// MutatingAdmissionPolicy, so objects admitted while a mutating
 	// webhook's circuit is open are marked.
@@ -124,6 +128,9 @@ func NewMetrics() *Metrics {
 		MarkingAvailable: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "webhook_guard_marking_available", Help: "1 when the apiserver serves MutatingAdmissionPolicy and objects admitted while a mutating webhook's circuit is open are marked (label webhook-guard.io/unmutated); 0 when it does not.",
 		}),
+		PathProbes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "webhook_guard_path_probes_total", Help: "Probes of kube-apiserver's own road to a service-backed webhook, a GET through its service proxy, by target and outcome (Healthy: the webhook's server answered; Failed: the apiserver could not reach it; Unknown: cannot tell). They run while the apiserver's calls fail and while a circuit they opened is open.",
+		}, append(target, "outcome")),
 		AdmittedWithout: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "webhook_guard_admitted_without_webhook_total", Help: "Requests kube-apiserver admitted without calling the webhook (bypass matchCondition) or after the call failed (Ignore) while its circuit was open, from the apiserver's own counters.",
 		}, target),
@@ -134,7 +141,7 @@ func NewMetrics() *Metrics {
 // controller-runtime's metrics.Registry.
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.CircuitOpen, m.ProbeDuration, m.ProbeLateness, m.ProbeFailures, m.ProbeUnknown, m.UnknownWhileOpen, m.Transitions, m.WriteConflicts, m.WriteErrors, m.TargetMissing, m.TargetUnprobeable, m.Reconciles, m.RecordUnreadable, m.OpeningsHeld,
-		m.Openings, m.ScrapeDuration, m.ScrapeBytes, m.ScrapeErrors, m.APIServerObservations, m.SignalsDisagree, m.AdmittedWithout, m.MarkingAvailable}
+		m.Openings, m.ScrapeDuration, m.ScrapeBytes, m.ScrapeErrors, m.APIServerObservations, m.SignalsDisagree, m.AdmittedWithout, m.MarkingAvailable, m.PathProbes}
 }
 
 // The values of webhook_guard_apiserver_scrape_errors_total's reason label.
@@ -203,6 +210,9 @@ func (m *Metrics) Initialize(targets []config.Target) {
 		}
 		for _, verdict := range Verdicts {
 			m.APIServerObservations.WithLabelValues(with(string(verdict))...)
+		}
+		for _, outcome := range PathOutcomes {
+			m.PathProbes.WithLabelValues(with(string(outcome))...)
 		}
 	}
 }

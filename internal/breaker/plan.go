@@ -36,6 +36,20 @@ const (
 	Overwritten ChangeKind = "OwnedFieldsOverwritten"
 )
 
+// TakenOver is the Event reason of a Takeover. It is not a ChangeKind:
+// a takeover moves no circuit, it changes who closes it.
+const TakenOver = "CircuitTakenOver"
+
+// Takeover is one entry TakeOver signed anew.
+type Takeover struct {
+	// Webhook is the entry's webhook.
+	Webhook string
+	// From is the identity that signed it before.
+	From string
+	// Message explains the takeover for an Event.
+	Message string
+}
+
 // Change is one webhook's transition in a Plan.
 type Change struct {
 	Webhook string
@@ -56,6 +70,8 @@ type Inputs struct {
 	// APIServer are each target's consecutive apiserver signal
 	// observations, keyed by webhook name.
 	APIServer map[string]Counts
+	// Path is each target's path probe evidence, keyed by webhook name.
+	Path map[string]Path
 	// Admitted is, by webhook name, how many requests the apiserver
 	// admitted without the webhook while its circuit was open, for the
 	// closing Event.
@@ -105,18 +121,25 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 	next := planCopy(cur)
 	var changes []Change
 
-	if cur.Annotations[circuit.OverrideAnnotation] != "" {
+	if reason := cur.Annotations[circuit.OverrideAnnotation]; reason != "" {
 		for _, name := range rec.Webhooks() {
-			if !rec[name].Mine(in.Identity) {
+			entry := rec[name]
+			if !entry.Mine(in.Identity) {
 				continue
 			}
+			stays := "the webhook no longer exists"
 			if wh := webhook(next, name); wh != nil {
 				removeBypass(wh)
+				stays = fmt.Sprintf("failurePolicy stays %s as it is now (the original was %s: set it back yourself if you want it)",
+					circuit.PolicyString(wh.FailurePolicy), circuit.PolicyString(entry.OriginalFailurePolicy))
 			}
 			delete(rec, name)
-			changes = append(changes, Change{Webhook: name, Kind: HandedOff, Message: fmt.Sprintf(
-				"administrator override %q: webhook-guard released %s and keeps its hands off this configuration; failurePolicy stays as it is now; remove the annotation to hand it back",
-				cur.Annotations[circuit.OverrideAnnotation], name)})
+			// The record goes, and with it the only copy of the original:
+			// the Event keeps it, before anything of unbounded length.
+			changes = append(changes, Change{Webhook: name, Kind: HandedOff, Message: circuit.EventNote(
+				"administrator override: webhook-guard released %s (%s) and keeps its hands off this configuration; %s; "+
+					"remove the annotation %s to hand it back; override reason: %q",
+				name, HandOffOriginal(entry), stays, circuit.OverrideAnnotation, reason)})
 		}
 		return finish(cur, next, rec, changes)
 	}
@@ -192,7 +215,7 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 			}
 			continue
 		}
-		action, signal := DecideTarget(open, c, in.APIServer[t.Webhook], t)
+		action, signal := DecideTarget(open, entry, c, in.APIServer[t.Webhook], in.Path[t.Webhook], t)
 		switch action {
 		case Open:
 			if in.HoldOpen && signal == SignalProbe {
@@ -203,6 +226,7 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 			}
 			original := cur.Webhooks[index(cur, t.Webhook)].FailurePolicy
 			reason, why := openedBecause(signal, c, in.APIServer[t.Webhook])
+			why += pathNote(signal, in.Path[t.Webhook])
 			rec[t.Webhook] = circuit.Entry{
 				UID:                   cur.UID,
 				Mode:                  t.Mode,
@@ -222,7 +246,10 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 			}
 			restore(wh, entry)
 			delete(rec, t.Webhook)
-			because := fmt.Sprintf("after %d consecutive healthy probes", c.Successes)
+			because, trial := fmt.Sprintf("after %d consecutive healthy probes", c.Successes), trialNote(t, entry)
+			if signal == SignalPath {
+				because, trial = pathClosedBecause(in.Path[t.Webhook]), ""
+			}
 			if signal == SignalAPIServer {
 				because = fmt.Sprintf("after %d intervals in which the probe could not run (last: %v) while the apiserver's own calls to the webhook succeeded for %d intervals",
 					c.Unknowns, unknownErr(c), in.APIServer[t.Webhook].Successes)
@@ -230,10 +257,61 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 			changes = append(changes, Change{Webhook: t.Webhook, Kind: Closed, Message: fmt.Sprintf(
 				"closed the circuit on %s %s; restored failurePolicy %s (open since %s)%s",
 				t.Webhook, because, circuit.PolicyString(entry.OriginalFailurePolicy), entry.OpenedAt.UTC().Format(time.RFC3339),
-				admittedNote(t, entry, in)+trialNote(t, entry))})
+				admittedNote(t, entry, in)+trial)})
 		}
 	}
 	return finish(cur, next, rec, changes)
+}
+
+// HandOffOriginal says what an entry recorded, for the HandedOff Event
+// and guard status: "original failurePolicy X, mode M, opened at T by B".
+// A handoff removes the entry, the only place the original failurePolicy
+// was kept, so the Event must carry it.
+func HandOffOriginal(e circuit.Entry) string {
+	s := fmt.Sprintf("%s%s, mode %s, opened at %s", OriginalPrefix, circuit.PolicyString(e.OriginalFailurePolicy), e.Mode, e.OpenedAt.UTC().Format(time.RFC3339))
+	if e.By != "" {
+		s += " by " + e.By
+	}
+	return s
+}
+
+// OriginalPrefix begins HandOffOriginal, so that a reader of a HandedOff
+// Event (guard status) can find it in the note.
+const OriginalPrefix = "original failurePolicy "
+
+// TakeOver signs anew, with identity, every entry of cur's record that
+// a signer in retired wrote; retired maps each such signer (an identity
+// that no longer runs) to why it is taken for gone. Only the record
+// changes: the fields the entries describe stay as they are, and from
+// then on the breaker of identity closes them, or hands them off, as its
+// own. It returns cur itself and nothing taken when there is nothing to
+// take over, and an error when the record cannot be read.
+func TakeOver(cur *admissionregistrationv1.MutatingWebhookConfiguration, identity string, retired map[string]string) (*admissionregistrationv1.MutatingWebhookConfiguration, []Takeover, error) {
+	rec, err := circuit.Decode(cur.Annotations)
+	if err != nil {
+		return nil, nil, err
+	}
+	var taken []Takeover
+	for _, name := range rec.Webhooks() {
+		entry := rec[name]
+		why, ok := retired[entry.By]
+		if !ok || entry.Mine(identity) {
+			continue
+		}
+		taken = append(taken, Takeover{Webhook: name, From: entry.By, Message: circuit.EventNote(
+			"webhook-guard %s took over the open circuit on %s from %s, which no longer runs (%s); from now on it closes the circuit as its own (%s)",
+			identity, name, entry.By, why, HandOffOriginal(entry))})
+		entry.By = identity
+		rec[name] = entry
+	}
+	if len(taken) == 0 {
+		return cur, nil, nil
+	}
+	next := cur.DeepCopy()
+	if next.Annotations, err = circuit.Encode(next.Annotations, rec); err != nil {
+		return nil, nil, err
+	}
+	return next, taken, nil
 }
 
 // unknownErr is the error of c's last Unknown result.
@@ -314,9 +392,10 @@ func handOffUnreadable(cur *admissionregistrationv1.MutatingWebhookConfiguration
 		removeBypass(&next.Webhooks[i])
 	}
 	delete(next.Annotations, circuit.Annotation)
-	return next, []Change{{Kind: HandedOff, Message: fmt.Sprintf(
-		"administrator override %q: webhook-guard released this configuration, whose circuit record it could not read; it removed the record and its bypass markers, failurePolicy stays as it is now; remove the annotation to hand it back",
-		reason)}}, nil
+	return next, []Change{{Kind: HandedOff, Message: circuit.EventNote(
+		"administrator override: webhook-guard released this configuration, whose circuit record it could not read, so the original failurePolicy is unknown; "+
+			"it removed the record and its bypass markers, failurePolicy stays as it is now; remove the annotation %s to hand it back; override reason: %q; the record was: %q",
+		circuit.OverrideAnnotation, reason, cur.Annotations[circuit.Annotation])}}, nil
 }
 
 // planCopy copies of cur what Plan changes: the annotations, and each

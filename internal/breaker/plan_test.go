@@ -3,6 +3,7 @@ package breaker
 import (
 	"fmt"
 	"math/rand"
+	"strings"
 	"testing"
 	"time"
 
@@ -846,4 +847,92 @@ func BenchmarkPlan_noChange(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// TestPlan_override_handOffKeepsTheOriginal: the handoff removes the
+// entry, the only place the original failurePolicy was kept, so the
+// HandedOff Event says what it was, how the circuit was open and since
+// when, whatever the length of the override's reason.
+func TestPlan_override_handOffKeepsTheOriginal(t *testing.T) {
+	base := newConfig(newWebhook(whA, policyFail, mc("x")), newWebhook(whB, nil))
+	bypass := entryFor(config.ModeBypass, policyFail)
+	bypass.By = "system:serviceaccount:main:webhook-guard"
+	ignore := entryFor(config.ModeIgnore, nil)
+	ignore.By = bypass.By
+	for name, tc := range map[string]struct {
+		webhook, reason string
+		entry           circuit.Entry
+		want            string
+	}{
+		"a Bypass circuit over Fail names Fail, the mode and the opening": {
+			webhook: whA, reason: "INC-42", entry: bypass,
+			want: "original failurePolicy Fail, mode Bypass, opened at 2025-01-01T00:00:00Z by system:serviceaccount:main:webhook-guard",
+		},
+		"an Ignore circuit over an unset failurePolicy says unset": {
+			webhook: whB, reason: "INC-42", entry: ignore,
+			want: "original failurePolicy unset, mode Ignore, opened at 2025-01-01T00:00:00Z",
+		},
+		"a reason longer than an Event note does not push the original out": {
+			webhook: whA, reason: strings.Repeat("very long reason ", 200), entry: bypass,
+			want: "original failurePolicy Fail, mode Bypass, opened at 2025-01-01T00:00:00Z",
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cur := withEntries(t, base, circuit.Record{tc.webhook: tc.entry})
+			cur.Annotations[circuit.OverrideAnnotation] = tc.reason
+			next, changes := plan(t, cur, Inputs{Identity: bypass.By})
+			require.Len(t, changes, 1)
+			assert.Equal(t, HandedOff, changes[0].Kind)
+			assert.Contains(t, changes[0].Message, tc.want)
+			assert.Contains(t, changes[0].Message, "failurePolicy stays Ignore as it is now")
+			assert.LessOrEqual(t, len(changes[0].Message), circuit.EventNoteLimit, "kube-apiserver rejects a longer Event")
+			assert.NotContains(t, next.Annotations, circuit.Annotation, "the record still goes")
+		})
+	}
+}
+
+// TestTakeOver_resignsOnlyRetiredSigners: entries of an identity that no
+// longer runs are signed anew, and then closed as this breaker's own;
+// another live installation's entries, this breaker's own and unsigned
+// ones are not touched, and nothing but the record changes.
+func TestTakeOver_resignsOnlyRetiredSigners(t *testing.T) {
+	const me, old, live = "system:serviceaccount:new:webhook-guard", "system:serviceaccount:old:webhook-guard", "system:serviceaccount:canary:webhook-guard/canary"
+	signed := func(e circuit.Entry, by string) circuit.Entry { e.By = by; return e }
+	base := newConfig(newWebhook(whA, policyFail, mc("x")), newWebhook(whB, policyFail), newWebhook(whOther, nil), newWebhook(whMissing, policyFail))
+	cur := withEntries(t, base, circuit.Record{
+		whA:       signed(entryFor(config.ModeBypass, policyFail), old),
+		whB:       signed(entryFor(config.ModeIgnore, policyFail), live),
+		whOther:   signed(entryFor(config.ModeIgnore, nil), me),
+		whMissing: entryFor(config.ModeIgnore, policyFail),
+	})
+
+	next, changes, err := TakeOver(cur, me, map[string]string{old: "its Lease old/webhook-guard.webhook-guard.io was released"})
+	require.NoError(t, err)
+	require.Len(t, changes, 1)
+	assert.Equal(t, Takeover{Webhook: whA, From: old, Message: "webhook-guard " + me + " took over the open circuit on " + whA + " from " + old +
+		", which no longer runs (its Lease old/webhook-guard.webhook-guard.io was released); from now on it closes the circuit as its own " +
+		"(original failurePolicy Fail, mode Bypass, opened at 2025-01-01T00:00:00Z by " + old + ")"}, changes[0])
+	rec := mustRecord(t, next)
+	assert.Equal(t, me, rec[whA].By)
+	assert.Equal(t, live, rec[whB].By, "a live installation's entry is not taken")
+	assert.Equal(t, me, rec[whOther].By)
+	assert.Empty(t, rec[whMissing].By, "an unsigned entry is already every breaker's")
+	want := mustRecord(t, cur)
+	want[whA] = signed(want[whA], me)
+	assert.Equal(t, want, rec, "only the signature changes")
+	assert.Equal(t, withoutCircuit(cur), withoutCircuit(next), "nothing but the record changes")
+
+	closed, closing := plan(t, next, Inputs{Identity: me, Targets: []config.Target{target(whA, config.ModeBypass, 1, 1)}, Counts: map[string]Counts{whA: healthy(1)}})
+	assert.Equal(t, Closed, kinds(closing)[whA], "the new identity closes what it took over")
+	assert.Equal(t, base.Webhooks[0], closed.Webhooks[0])
+
+	same, none, err := TakeOver(next, me, map[string]string{old: "gone"})
+	require.NoError(t, err)
+	assert.Empty(t, none)
+	assert.Same(t, next, same, "nothing to take over, nothing to write")
+
+	broken := cur.DeepCopy()
+	broken.Annotations[circuit.Annotation] = "{garbage"
+	_, _, err = TakeOver(broken, me, map[string]string{old: "gone"})
+	assert.Error(t, err, "an unreadable record is not guessed at")
 }

@@ -56,10 +56,9 @@ type TargetReconciler struct {
 	// the entries it writes.
 	Identity string
 	// Marker, when set (mutating configurations, where the apiserver
-	// serves MutatingAdmissionPolicies), marks the objects admitted while
-	// a circuit is open: its marking policy is accepted before the write
-	// that opens the circuit, and removed only after the write that closes
-	// it.
+	// serves MutatingAdmissionPolicies), checks before the write that
+	// opens a circuit that its marking policy, installed by an
+	// administrator and armed by that write, is in place and loaded.
 	Marker *marking.Keeper
 
 	mu      sync.Mutex
@@ -101,7 +100,7 @@ func (r *TargetReconciler) reconcileOnce(ctx context.Context, reader client.Read
 	if err != nil || cur == nil {
 		if cur == nil && err == nil {
 			r.syncGauges(targets, nil)
-			return 0, r.syncMarks(ctx, name, nil)
+			return 0, nil
 		}
 		return 0, err
 	}
@@ -123,9 +122,9 @@ func (r *TargetReconciler) reconcileOnce(ctx context.Context, reader client.Read
 		r.forgetDecision(name)
 		r.Metrics.Reconciles.WithLabelValues(ReconcileUnchanged).Inc()
 		r.syncGauges(targets, view)
-		return 0, r.syncMarks(ctx, name, view)
+		return 0, nil
 	}
-	wait, err := r.markBeforeOpening(ctx, cur, name, next, changes)
+	wait, err := r.markBeforeOpening(ctx, cur, name, changes)
 	if err != nil {
 		return 0, err
 	}
@@ -137,7 +136,7 @@ func (r *TargetReconciler) reconcileOnce(ctx context.Context, reader client.Read
 	err = r.write(ctx, cur, view, next, changes, targets)
 	if err == nil {
 		r.forgetDecision(name)
-		return 0, r.syncMarks(ctx, name, next)
+		return 0, nil
 	}
 	if !apierrors.IsInvalid(err) {
 		return 0, err
@@ -179,34 +178,43 @@ func (r *TargetReconciler) reconcileOnce(ctx context.Context, reader client.Read
 	return 0, nil
 }
 
-// markBeforeOpening puts the marking policy of every circuit changes open
-// in place before the write: no object may be admitted unmarked. It
-// returns how long until the last of them takes effect; 0 when they all
-// have.
-func (r *TargetReconciler) markBeforeOpening(ctx context.Context, cur client.Object, name string, next *admissionregistrationv1.MutatingWebhookConfiguration, changes []Change) (time.Duration, error) {
+// markBeforeOpening checks the marking policy of every circuit changes
+// open before the write: no object may be admitted unmarked. A policy
+// that is not installed as this release renders it refuses the opening
+// (an error, retried with backoff, and a MarkingFailed Event). It returns
+// how long to wait before deciding again while kube-apiserver has not yet
+// shown that it evaluates a policy (marking.Keeper.Ready); 0 when every
+// one is ready.
+func (r *TargetReconciler) markBeforeOpening(ctx context.Context, cur client.Object, name string, changes []Change) (time.Duration, error) {
 	if r.Marker == nil {
 		return 0, nil
 	}
-	var ready time.Time
-	open := openCircuits(next, r.Identity)
+	var opening []marking.Circuit
 	for _, c := range changes {
-		o, ok := open[c.Webhook]
-		if c.Kind != Opened || !ok {
-			continue
-		}
-		at, err := r.Marker.Ensure(ctx, name, o)
-		if err != nil {
-			r.Metrics.WriteErrors.Inc()
-			r.Recorder.Eventf(cur, nil, corev1.EventTypeWarning, "MarkingFailed", "Update",
-				"webhook-guard did not open the circuit on %s: its marking policy, which marks what is admitted without the webhook, could not be put in place: %v", c.Webhook, err)
-			return 0, fmt.Errorf("marking before opening %s: %w", c.Webhook, err)
-		}
-		if at.After(ready) {
-			ready = at
+		if c.Kind == Opened {
+			opening = append(opening, marking.Circuit{Configuration: name, Webhook: c.Webhook})
 		}
 	}
-	return max(time.Until(ready), 0), nil
+	if len(opening) == 0 {
+		return 0, nil
+	}
+	notYet, err := r.Marker.Ready(ctx, opening)
+	if err != nil {
+		r.Metrics.WriteErrors.Inc()
+		r.Recorder.Eventf(cur, nil, corev1.EventTypeWarning, "MarkingFailed", "Update",
+			"webhook-guard did not open the circuit: the marking policy, which marks what is admitted without the webhook, is not in place: %v", err)
+		return 0, fmt.Errorf("marking before opening: %w", err)
+	}
+	if len(notYet) > 0 {
+		return markingPoll, nil
+	}
+	return 0, nil
 }
+
+// markingPoll is how long an opening waits before asking again whether
+// kube-apiserver evaluates a marking policy it has just been given
+// (kube-apiserver reloads its policies once a second).
+const markingPoll = 100 * time.Millisecond
 
 // holdDecision keeps decidedAt as name's decision time while its opening
 // waits for marking policies, for at most maxHeldDecision.
@@ -239,45 +247,6 @@ func (r *TargetReconciler) decisionTime(name string) time.Time {
 // maxHeldDecision bounds how long an opening keeps its decision time
 // while it waits for its marking policies; after that it decides anew.
 const maxHeldDecision = time.Minute
-
-// syncMarks makes the configuration's marking policies those of its open
-// circuits in view (nil: the configuration is gone).
-func (r *TargetReconciler) syncMarks(ctx context.Context, name string, view *admissionregistrationv1.MutatingWebhookConfiguration) error {
-	if r.Marker == nil {
-		return nil
-	}
-	fresh := func(ctx context.Context) (map[string]marking.Open, error) {
-		_, v, err := r.read(ctx, r.APIReader, name)
-		if err != nil {
-			return nil, err
-		}
-		return openCircuits(v, r.Identity), nil
-	}
-	deleted, err := r.Marker.Sync(ctx, name, openCircuits(view, r.Identity), fresh)
-	if deleted > 0 {
-		logf.FromContext(ctx).Info("Removed marking policies of closed circuits", "configuration", name, "objects", deleted)
-	}
-	return err
-}
-
-// openCircuits returns the circuits of view that identity opened, by
-// webhook name; none when view is nil or its record unreadable.
-func openCircuits(view *admissionregistrationv1.MutatingWebhookConfiguration, identity string) map[string]marking.Open {
-	out := map[string]marking.Open{}
-	if view == nil {
-		return out
-	}
-	rec, err := circuit.Decode(view.Annotations)
-	if err != nil {
-		return out
-	}
-	for name, e := range rec {
-		if wh := webhook(view, name); wh != nil && e.Mine(identity) && e.UID == view.UID {
-			out[name] = marking.Open{Webhook: *wh, OpenedAt: e.OpenedAt.Time}
-		}
-	}
-	return out
-}
 
 // read returns name's object and its circuit.View; nil and no error when
 // it does not exist.
@@ -408,13 +377,13 @@ func (r *TargetReconciler) SetupWithManager(mgr ctrl.Manager, trigger <-chan eve
 		For(r.Kind.New(), builder.WithPredicates(isTarget)).
 		WatchesRawSource(source.Channel(trigger, &handler.EnqueueRequestForObject{}))
 	if r.Marker != nil {
-		// A marking policy changed, deleted or left behind (by a crash)
-		// brings its configuration's reconcile, which puts it back or
-		// removes it.
+		// A marking policy installed, changed or deleted brings its
+		// configuration's reconcile: an opening that waited for it goes
+		// on, or is refused.
 		toConfiguration := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []ctrl.Request {
 			a := o.GetAnnotations()
 			configuration, _, ok := strings.Cut(a[circuit.MarksAnnotation], "/")
-			if !ok || a[circuit.MarkedByAnnotation] != r.Marker.Breaker {
+			if !ok {
 				return nil
 			}
 			return []ctrl.Request{{NamespacedName: types.NamespacedName{Name: configuration}}}

@@ -60,6 +60,14 @@ type ProbeRunner struct {
 	// for the targets whose apiserverSignal is enabled: the second health
 	// signal.
 	Scraper Scraper
+	// PathProber, when set, probes kube-apiserver's own road to a
+	// service-backed webhook (its service proxy) while the apiserver's
+	// calls fail, and while a circuit they opened is open: without it the
+	// apiserver signal opens nothing.
+	PathProber PathProber
+
+	// signal is the apiserver signal's state, when a target enables it.
+	signal *apiserverSignal
 
 	holding atomic.Bool
 	// byConfiguration holds the targets of each configuration, by kind
@@ -95,6 +103,7 @@ func (r *ProbeRunner) Start(ctx context.Context) error {
 		wg.Go(func() { r.loop(ctx, t) })
 	}
 	if s := newAPIServerSignal(r.Targets); s != nil && r.Scraper != nil {
+		r.signal = s
 		wg.Go(func() { r.signalLoop(ctx, s) })
 	}
 	wg.Wait()
@@ -174,6 +183,7 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 	r.Metrics.TargetMissing.WithLabelValues(labels...).Set(0)
 	r.Metrics.TargetUnprobeable.WithLabelValues(labels...).Set(0)
 
+	pathDone := r.startPathProbe(ctx, t, obj, view, wh)
 	res := r.Prober.Probe(ctx, *wh, probe.Spec{
 		Kind: probe.Kind(t.Probe.Kind), Timeout: t.Probe.Timeout, Path: t.Probe.Path,
 		Validating: t.Kind == circuit.KindValidating,
@@ -196,6 +206,7 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 	}
 	counts := r.State.Observe(t.Key(), res, r.Clock.Now())
 	r.reportUnknown(ctx, t, obj, view, counts, res)
+	path := pathDone()
 	holding := r.State.HoldOpen()
 	holdChanged := r.holding.Swap(holding) != holding
 	if holdChanged {
@@ -213,7 +224,8 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 		log.Info("TLS probe failure diagnosed", "diagnosis", diagnosis)
 		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, "ProbeTLSFailure", "Probe", "%s: %s", t.Webhook, diagnosis)
 	}
-	if view.Annotations[circuit.Annotation] == "" && !holdChanged && (res.Outcome != probe.OutcomeFailed || counts.Failures < t.OpenAfter) {
+	pathMayOpen := path.Last.Outcome == probe.OutcomeFailed && path.Failures >= t.OpenAfter
+	if view.Annotations[circuit.Annotation] == "" && !holdChanged && !pathMayOpen && (res.Outcome != probe.OutcomeFailed || counts.Failures < t.OpenAfter) {
 		// The common case, skipped because it runs for every target every
 		// interval: with no circuit open in the configuration there is
 		// nothing to close, and this probe cannot have opened one below its
@@ -221,7 +233,27 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 		// Only the end of a hold could release other openings.
 		return
 	}
-	r.wake(ctx, t.Kind, obj, view, r.inputs(t.Kind, view))
+	in := r.inputs(t.Kind, view)
+	if closes(view, in) {
+		// Count what was admitted without the webhook up to the close.
+		r.refreshAdmitted(ctx, t.Kind, view)
+		in = r.inputs(t.Kind, view)
+	}
+	r.wake(ctx, t.Kind, obj, view, in)
+}
+
+// closes reports whether Plan, given in, would close a circuit on view.
+func closes(view *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) bool {
+	_, changes, err := Plan(view, in)
+	if err != nil {
+		return false
+	}
+	for _, c := range changes {
+		if c.Kind == Closed {
+			return true
+		}
+	}
+	return false
 }
 
 // reportUnknown logs the first Unknown probe of a run at info level (the

@@ -17,6 +17,9 @@ type TargetStatus struct {
 	// APIServer are the apiserver signal's counts: one observation per
 	// scrape of kube-apiserver's /metrics.
 	APIServer Counts
+	// Path is the path probe's evidence: one probe through kube-apiserver's
+	// service proxy per interval while PathProbeNeeded.
+	Path Path
 	// Admitted is how many requests the apiserver admitted without the
 	// webhook since its circuit opened (apiserver signal; memory only).
 	Admitted float64
@@ -93,8 +96,36 @@ func (s *State) SetProblem(key, problem string, unprobeable bool) bool {
 	st.Problem, st.Unprobeable = problem, unprobeable
 	st.Failures, st.Successes = 0, 0
 	st.APIServer.Failures, st.APIServer.Successes = 0, 0
+	st.Path.Counts = Counts{}
 	s.targets[key] = st
 	return changed
+}
+
+// ObservePath records a path probe result for key, about road, and
+// returns the new evidence. shared is Path.SharedWith.
+func (s *State) ObservePath(key string, road Road, shared string, r probe.Result) Path {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.targets[key]
+	st.Path.Road, st.Path.SharedWith = road, shared
+	st.Path.Observe(r)
+	s.targets[key] = st
+	return st.Path
+}
+
+// SetRoad records key's road and whether another configuration shares its
+// webhook's name, and, when the path probe is not needed (run false),
+// zeroes its counts: they would be stale when it is needed again. The
+// last results stay, for status.
+func (s *State) SetRoad(key string, road Road, shared string, run bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.targets[key]
+	st.Path.Road, st.Path.SharedWith = road, shared
+	if !run {
+		st.Path.Failures, st.Path.Successes, st.Path.Unknowns, st.Path.LastUnknown = 0, 0, 0, nil
+	}
+	s.targets[key] = st
 }
 
 // ObserveAPIServer records an apiserver signal observation for key (an
@@ -124,6 +155,17 @@ func (s *State) ObserveAPIServer(key string, r probe.Result, admitted, marked fl
 	}
 	s.targets[key] = st
 	return st
+}
+
+// AddAdmitted adds to key's count of requests admitted without the webhook
+// while its circuit is open, and of objects marked meanwhile.
+func (s *State) AddAdmitted(key string, admitted, marked float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.targets[key]
+	st.Admitted += admitted
+	st.Marked += marked
+	s.targets[key] = st
 }
 
 // NoteOpening records that the breaker opened key's circuit on signal.
@@ -160,6 +202,7 @@ func (s *State) Reset(key string) {
 	st := s.targets[key]
 	st.Failures, st.Successes = 0, 0
 	st.APIServer.Failures, st.APIServer.Successes = 0, 0
+	st.Path.Failures, st.Path.Successes = 0, 0
 	st.Admitted, st.Marked = 0, 0
 	s.targets[key] = st
 }
@@ -177,7 +220,7 @@ func (s *State) Get(key string) (TargetStatus, bool) {
 // being probed and whose transition was not refused at that version,
 // stamped now, for the breaker identity.
 func (s *State) Inputs(targets []config.Target, now time.Time, identity, resourceVersion string) Inputs {
-	in := Inputs{Targets: targets, Counts: map[string]Counts{}, APIServer: map[string]Counts{}, Admitted: map[string]float64{}, Marked: map[string]float64{}, MinOpen: map[string]time.Duration{},
+	in := Inputs{Targets: targets, Counts: map[string]Counts{}, APIServer: map[string]Counts{}, Path: map[string]Path{}, Admitted: map[string]float64{}, Marked: map[string]float64{}, MinOpen: map[string]time.Duration{},
 		Unprobeable: map[string]string{}, Now: now, Identity: identity}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -191,9 +234,14 @@ func (s *State) Inputs(targets []config.Target, now time.Time, identity, resourc
 		case st.Problem == "":
 			in.Counts[t.Webhook] = st.Counts
 			in.APIServer[t.Webhook] = st.APIServer
+			in.Path[t.Webhook] = st.Path
 			in.Admitted[t.Webhook] = st.Admitted
 			in.Marked[t.Webhook] = st.Marked
-			in.MinOpen[t.Webhook] = minOpen(t.APIServerSignal.MinOpen, st.APIServerOpenings)
+			if st.Path.Road != RoadService {
+				// Only a circuit no path probe can close waits out a
+				// minimum: the path probe closes the others.
+				in.MinOpen[t.Webhook] = minOpen(t.APIServerSignal.MinOpen, st.APIServerOpenings)
+			}
 		}
 	}
 	return in

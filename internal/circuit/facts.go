@@ -29,6 +29,9 @@ var (
 	FactOriginalFailurePolicy = Fact{Key: "originalFailurePolicy", Absent: Unset}
 	FactMode                  = Fact{Key: "mode", Absent: "unknown"}
 	FactReason                = Fact{Key: "reason", Absent: "unknown"}
+	// FactUID is the configuration's UID when the circuit opened; the
+	// marking policies compare it with their param's.
+	FactUID = Fact{Key: "uid"}
 )
 
 func (f Fact) prefix() string { return `"` + f.Key + `":"` }

@@ -157,6 +157,40 @@ func signal(p *field.Path, f fileSignal, errs *field.ErrorList) APIServerSignal 
 		s.Enabled = *f.Enabled
 	}
 	s.MinRequests = threshold(p.Child("minRequests"), f.MinRequests, DefaultMinRequests, errs)
+	s.WithoutPathProbe = WithoutPathProbe(f.WithoutPathProbe)
+	switch s.WithoutPathProbe {
+	case "":
+		s.WithoutPathProbe = WithoutPathProbeReport
+	case WithoutPathProbeReport, WithoutPathProbeOpen:
+	default:
+		*errs = append(*errs, field.NotSupported(p.Child("withoutPathProbe"), f.WithoutPathProbe, []string{string(WithoutPathProbeReport), string(WithoutPathProbeOpen)}))
+	}
+	if svc := f.PathProbe.Service; svc != nil {
+		sp := p.Child("pathProbe", "service")
+		s.PathProbe.Service = &Service{Namespace: svc.Namespace, Name: svc.Name, Port: DefaultServicePort}
+		if svc.Namespace == "" {
+			*errs = append(*errs, field.Required(sp.Child("namespace"), "the namespace of the Service the webhook's clientConfig.service names"))
+		}
+		for _, msg := range validation.IsDNS1123Label(svc.Namespace) {
+			if svc.Namespace != "" {
+				*errs = append(*errs, field.Invalid(sp.Child("namespace"), svc.Namespace, msg))
+			}
+		}
+		if svc.Name == "" {
+			*errs = append(*errs, field.Required(sp.Child("name"), "the name of the Service the webhook's clientConfig.service names"))
+		}
+		for _, msg := range validation.IsDNS1035Label(svc.Name) {
+			if svc.Name != "" {
+				*errs = append(*errs, field.Invalid(sp.Child("name"), svc.Name, msg))
+			}
+		}
+		if svc.Port != nil {
+			s.PathProbe.Service.Port = *svc.Port
+			for _, msg := range validation.IsValidPortNum(int(*svc.Port)) {
+				*errs = append(*errs, field.Invalid(sp.Child("port"), *svc.Port, msg))
+			}
+		}
+	}
 	if f.FailureRatio != nil {
 		s.FailureRatio = *f.FailureRatio
 		if !(s.FailureRatio > 0 && s.FailureRatio <= 1) {

@@ -33,7 +33,7 @@ func TestParse_defaults(t *testing.T) {
 		OpenAfter:       3,
 		CloseAfter:      5,
 		Probe:           Probe{Kind: ProbeAdmissionReview, Interval: time.Second},
-		APIServerSignal: APIServerSignal{Enabled: true, MinRequests: DefaultMinRequests, FailureRatio: DefaultFailureRatio, MinOpen: DefaultMinOpen},
+		APIServerSignal: APIServerSignal{Enabled: true, MinRequests: DefaultMinRequests, FailureRatio: DefaultFailureRatio, MinOpen: DefaultMinOpen, WithoutPathProbe: WithoutPathProbeReport},
 	}, cfg.Targets[0])
 }
 
@@ -55,6 +55,12 @@ func TestParse_everyField(t *testing.T) {
     minRequests: 10
     failureRatio: 0.25
     minOpen: 2s
+    pathProbe:
+      service:
+        namespace: webhooks
+        name: slow-mutator
+        port: 8443
+    withoutPathProbe: Open
 - configuration: slow-mutator
   webhook: other.example.com
   allowAdmissionWithoutMutation: true
@@ -66,9 +72,12 @@ func TestParse_everyField(t *testing.T) {
 	assert.Equal(t, Target{
 		Kind:          circuit.KindMutating,
 		Configuration: "slow-mutator", Webhook: "slow-mutator.example.com", Mode: ModeBypass, OpenAfter: 2, CloseAfter: 4,
-		Probe:           Probe{Kind: ProbeHTTPGet, Interval: 200 * time.Millisecond, Timeout: 250 * time.Millisecond, Path: "/healthz"},
-		APIServerSignal: APIServerSignal{Enabled: false, MinRequests: 10, FailureRatio: 0.25, MinOpen: 2 * time.Second},
+		Probe: Probe{Kind: ProbeHTTPGet, Interval: 200 * time.Millisecond, Timeout: 250 * time.Millisecond, Path: "/healthz"},
+		APIServerSignal: APIServerSignal{Enabled: false, MinRequests: 10, FailureRatio: 0.25, MinOpen: 2 * time.Second,
+			PathProbe:        PathProbe{Service: &Service{Namespace: "webhooks", Name: "slow-mutator", Port: 8443}},
+			WithoutPathProbe: WithoutPathProbeOpen},
 	}, cfg.Targets[0])
+	assert.Equal(t, "https:slow-mutator:8443", cfg.Targets[0].APIServerSignal.PathProbe.Service.ProxyName())
 	assert.Equal(t, []string{"slow-mutator", "second"}, cfg.Names(circuit.KindMutating))
 	assert.Empty(t, cfg.Names(circuit.KindValidating))
 	assert.Equal(t, map[string][]string{
@@ -180,6 +189,23 @@ func TestParse_malformed(t *testing.T) {
 			header + minimalTarget + "  apiserverSignal:\n    minRequests: 0\n",
 			"invalid GuardConfiguration: targets[0].apiserverSignal.minRequests: Invalid value: 0: must be at least 1",
 		},
+		"an unknown withoutPathProbe is rejected": {
+			header + minimalTarget + "  apiserverSignal:\n    withoutPathProbe: Trial\n",
+			`invalid GuardConfiguration: targets[0].apiserverSignal.withoutPathProbe: Unsupported value: "Trial": supported values: "Report", "Open"`,
+		},
+		"a path probe service needs a namespace and a name": {
+			header + minimalTarget + "  apiserverSignal:\n    pathProbe:\n      service: {port: 443}\n",
+			"invalid GuardConfiguration: [targets[0].apiserverSignal.pathProbe.service.namespace: Required value: the namespace of the Service the webhook's clientConfig.service names, " +
+				"targets[0].apiserverSignal.pathProbe.service.name: Required value: the name of the Service the webhook's clientConfig.service names]",
+		},
+		"a path probe service port out of range is rejected": {
+			header + minimalTarget + "  apiserverSignal:\n    pathProbe:\n      service: {namespace: webhooks, name: hook, port: 70000}\n",
+			"invalid GuardConfiguration: targets[0].apiserverSignal.pathProbe.service.port: Invalid value: 70000: must be between 1 and 65535, inclusive",
+		},
+		"a path probe service name that is not a Service name is rejected": {
+			header + minimalTarget + "  apiserverSignal:\n    pathProbe:\n      service: {namespace: webhooks, name: hook.example}\n",
+			"invalid GuardConfiguration: targets[0].apiserverSignal.pathProbe.service.name: Invalid value: \"hook.example\": a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')",
+		},
 		"an unknown apiserverSignal field is rejected": {
 			header + minimalTarget + "  apiserverSignal:\n    ratio: 0.5\n",
 			"decoding GuardConfiguration: error unmarshaling JSON: while decoding JSON: json: unknown field \"ratio\"",
@@ -252,4 +278,12 @@ func TestLoad_errorNamesTheFile(t *testing.T) {
 
 	_, err = Load(filepath.Join(t.TempDir(), "missing.yaml"))
 	require.ErrorContains(t, err, "missing.yaml: no such file or directory")
+}
+
+// A path probe service without a port gets clientConfig.service's default.
+func TestParse_pathProbeServicePortDefaultsTo443(t *testing.T) {
+	cfg, err := Parse([]byte(header + minimalTarget + "  apiserverSignal:\n    pathProbe:\n      service: {namespace: webhooks, name: hook}\n"))
+	require.NoError(t, err)
+	assert.Equal(t, &Service{Namespace: "webhooks", Name: "hook", Port: 443}, cfg.Targets[0].APIServerSignal.PathProbe.Service)
+	assert.Equal(t, "https:hook:443", cfg.Targets[0].APIServerSignal.PathProbe.Service.ProxyName())
 }

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
@@ -57,6 +58,25 @@ const (
 	// open at least this long, doubling while the apiserver's calls keep
 	// failing after each close.
 	DefaultMinOpen = 30 * time.Second
+	// DefaultServicePort is clientConfig.service.port's default, and so a
+	// path probe service's.
+	DefaultServicePort = 443
+)
+
+// WithoutPathProbe is what the apiserver signal does for a webhook whose
+// road no path probe can travel: one reached by clientConfig.url.
+type WithoutPathProbe string
+
+const (
+	// WithoutPathProbeReport (the default): the apiserver's failing calls
+	// are reported (SignalsDisagree, webhook_guard_signals_disagree) and
+	// open nothing. Only the direct probe opens and closes the circuit.
+	WithoutPathProbeReport WithoutPathProbe = "Report"
+	// WithoutPathProbeOpen: the apiserver's failing calls alone open the
+	// circuit, as before path probes. Anyone whose requests make the
+	// webhook fail can then open it, and a Bypass circuit so opened
+	// closes by trial after MinOpen.
+	WithoutPathProbeOpen WithoutPathProbe = "Open"
 )
 
 // file is the on-disk form, decoded strictly.
@@ -82,10 +102,22 @@ type fileTarget struct {
 }
 
 type fileSignal struct {
-	Enabled      *bool    `json:"enabled"`
-	MinRequests  *int     `json:"minRequests"`
-	FailureRatio *float64 `json:"failureRatio"`
-	MinOpen      string   `json:"minOpen"`
+	Enabled          *bool         `json:"enabled"`
+	MinRequests      *int          `json:"minRequests"`
+	FailureRatio     *float64      `json:"failureRatio"`
+	MinOpen          string        `json:"minOpen"`
+	PathProbe        filePathProbe `json:"pathProbe"`
+	WithoutPathProbe string        `json:"withoutPathProbe"`
+}
+
+type filePathProbe struct {
+	Service *fileService `json:"service"`
+}
+
+type fileService struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Port      *int32 `json:"port"`
 }
 
 type fileProbe struct {
@@ -151,12 +183,50 @@ type APIServerSignal struct {
 	// and fail-open) that makes an interval failing, in (0, 1]. Default 0.5.
 	FailureRatio float64
 	// MinOpen is how long a Bypass circuit that the apiserver signal
-	// opened stays open at least. While bypassed the apiserver makes no
-	// calls, so only the probe can close it, and the probe cannot see the
+	// opened without a path probe (WithoutPathProbeOpen, a url webhook)
+	// stays open at least. While bypassed the apiserver makes no calls,
+	// so only the probe can close it, and the probe cannot see the
 	// apiserver's path: each close is a trial. When the apiserver signal
 	// opens it again before one healthy observation, the next minimum
-	// doubles (at most 32 times MinOpen). Default 30s.
+	// doubles (at most 32 times MinOpen). A circuit a path probe confirmed
+	// closes on the path probe instead, with no minimum. Default 30s.
 	MinOpen time.Duration
+	// PathProbe names the Service of a service-backed webhook, whose road
+	// the path probe travels: a GET through kube-apiserver's service
+	// proxy, which dials through the same "cluster" egress as the
+	// apiserver's webhook calls. The apiserver's failing calls open a
+	// circuit only when the path probe fails too, and such a circuit
+	// closes when the path probe succeeds CloseAfter times. The guard
+	// always probes the Service the webhook's clientConfig names; this
+	// field grants it (guard manifests rbac: get on services/proxy by
+	// resourceNames). Unset, or naming another Service, the path probe is
+	// Forbidden and Unknown, and the apiserver signal opens nothing.
+	PathProbe PathProbe
+	// WithoutPathProbe is what the signal does for a webhook reached by
+	// clientConfig.url, whose road no path probe can travel. Default
+	// Report.
+	WithoutPathProbe WithoutPathProbe
+}
+
+// PathProbe says which Service the path probe may reach.
+type PathProbe struct {
+	// Service is the webhook's clientConfig.service; nil when not set.
+	Service *Service
+}
+
+// Service names a Service port, as clientConfig.service does.
+type Service struct {
+	// Namespace and Name of the Service.
+	Namespace, Name string
+	// Port is the Service port the webhook is called on. Default 443.
+	Port int32
+}
+
+// ProxyName is the name kube-apiserver's RBAC sees for a service proxy
+// request to s over HTTPS, "https:<name>:<port>": the resourceName that
+// grants the path probe, and the name it requests.
+func (s Service) ProxyName() string {
+	return fmt.Sprintf("https:%s:%d", s.Name, s.Port)
 }
 
 // Key is "kind/configuration/webhook", unique per target: the same names

@@ -3,247 +3,133 @@ package marking
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
-	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/webhook-guard/webhook-guard/internal/circuit"
 )
 
-// Open is one open circuit to mark: the bypassed webhook as it is now in
-// its configuration, and when its circuit opened.
-type Open struct {
-	Webhook  admissionregistrationv1.MutatingWebhook
-	OpenedAt time.Time
+// Circuit names one mutating webhook's circuit.
+type Circuit struct {
+	Configuration, Webhook string
 }
 
-// Keeper keeps the marking policies of one breaker in line with the open
-// circuits. It only ever changes or deletes policies whose "by"
-// annotation (circuit.MarkedByAnnotation) is its Breaker. It is safe for
-// concurrent use.
+// Events creates events.k8s.io Events in one namespace; the canary is a
+// dry-run create (see CanaryLabel). The service may create Events there
+// already, for its own Events.
+type Events interface {
+	Create(ctx context.Context, event *eventsv1.Event, opts metav1.CreateOptions) (*eventsv1.Event, error)
+}
+
+// Keeper checks, before a circuit opens, that its marking policy is in
+// place: installed as Render renders it, and loaded by kube-apiserver. It
+// writes nothing; the policies are installed by an administrator (guard
+// manifests marking). It is safe for concurrent use.
 type Keeper struct {
-	// Client reads (the manager's cache) and writes the policies.
-	Client client.Client
-	// APIReader reads the policies from the apiserver when the cache
-	// lags it: a policy the cache does not have yet, or no longer, may
-	// still exist. Nil means Client.
-	APIReader client.Reader
-	// Breaker signs the policies, as it signs record entries.
-	Breaker string
-	// Settle is how long a policy this breaker wrote needs to take
-	// effect: the apiserver applies a new policy once its informer has
-	// it, and the opening write must not reach the apiserver's webhook
-	// informer first, or a request could be bypassed unmarked. Default
-	// DefaultSettle.
-	Settle time.Duration
+	// Reader reads the installed policies and bindings (the manager's
+	// cache).
+	Reader client.Reader
+	// Canary sends the canary: a dry-run Event create.
+	Canary Events
 
-	mu      sync.Mutex
-	written map[string]time.Time
+	mu sync.Mutex
+	// loaded holds, by policy name, the policy and binding
+	// resourceVersions a canary saw loaded.
+	loaded map[string]string
 }
 
-// DefaultSettle is Keeper.Settle's default. kube-apiserver rebuilds its
-// admission policies once a second (k8s.io/apiserver
-// policy/generic/policy_source.go, policyRefreshIntervalDefault), while a
-// webhook configuration takes effect as soon as its informer has it: a
-// new marking policy needs up to a second more. Measured: with 250 ms, 15
-// of 33 creates across an opening escaped both the mutation and the mark;
-// with 1.5 s, none.
-const DefaultSettle = 1500 * time.Millisecond
+// CanaryNamespace is where the canary Event is created (dry run): the
+// namespace where the service already creates Events about
+// cluster-scoped objects.
+const CanaryNamespace = "default"
 
-// Ensure puts the marking policy and binding of configuration's open
-// circuit in place, creating them or putting back what was changed, and
-// returns when they take effect: Settle after this breaker last wrote
-// either. It never waits itself, so that the caller can wait for many
-// circuits at once without holding a worker. The zero time means now:
-// the webhook matches no CREATE or UPDATE and there is nothing to mark.
-func (k *Keeper) Ensure(ctx context.Context, configuration string, o Open) (time.Time, error) {
-	policy, binding := Render(configuration, o.Webhook, o.OpenedAt, k.Breaker)
-	if policy == nil {
-		return time.Time{}, nil // the webhook matches no CREATE or UPDATE: nothing to mark
+// InstallHint says how to install the marking policies.
+const InstallHint = "install them with \"guard manifests marking --config <file> | kubectl apply -f -\" (the kustomize base includes them)"
+
+// Check returns nil when c's marking policy and binding are installed as
+// Render renders them, and an error that says what differs otherwise.
+// It returns the pair's resourceVersions.
+func (k *Keeper) Check(ctx context.Context, c Circuit) (string, error) {
+	wantPolicy, wantBinding := Render(c.Configuration, c.Webhook)
+	policy := &admissionregistrationv1.MutatingAdmissionPolicy{}
+	binding := &admissionregistrationv1.MutatingAdmissionPolicyBinding{}
+	for _, obj := range []client.Object{policy, binding} {
+		if err := k.Reader.Get(ctx, client.ObjectKey{Name: wantPolicy.Name}, obj); err != nil {
+			if apierrors.IsNotFound(err) {
+				return "", fmt.Errorf("the marking policy of %s/%s is not installed (%T %s not found): %s",
+					c.Configuration, c.Webhook, obj, wantPolicy.Name, InstallHint)
+			}
+			return "", fmt.Errorf("reading the marking policy %s: %w", wantPolicy.Name, err)
+		}
 	}
-	var last time.Time
-	for _, want := range []client.Object{policy, binding} {
-		at, err := k.apply(ctx, want)
+	if !equality.Semantic.DeepEqual(policy.Spec, wantPolicy.Spec) || !equality.Semantic.DeepEqual(binding.Spec, wantBinding.Spec) {
+		return "", fmt.Errorf("the marking policy %s of %s/%s differs from what this release renders (changed by hand, or rendered by another release): %s",
+			wantPolicy.Name, c.Configuration, c.Webhook, InstallHint)
+	}
+	return policy.ResourceVersion + "/" + binding.ResourceVersion, nil
+}
+
+// Ready returns the circuits of cs whose marking policy is not ready yet:
+// installed, but kube-apiserver has not shown that it evaluates that
+// version of it. It checks each (an error when one is not installed as
+// Render renders it) and sends at most one canary (a dry-run Event) for all
+// that no earlier canary saw at their current resourceVersions.
+func (k *Keeper) Ready(ctx context.Context, cs []Circuit) ([]Circuit, error) {
+	versions := map[Circuit]string{}
+	var unknown []Circuit
+	for _, c := range cs {
+		v, err := k.Check(ctx, c)
 		if err != nil {
-			return time.Time{}, err
+			return nil, err
 		}
-		if at.After(last) {
-			last = at
+		versions[c] = v
+		k.mu.Lock()
+		seen := k.loaded[Name(c.Configuration, c.Webhook)] == v
+		k.mu.Unlock()
+		if !seen {
+			unknown = append(unknown, c)
 		}
 	}
-	if last.IsZero() {
-		return last, nil
+	if len(unknown) == 0 {
+		return nil, nil
 	}
-	return last.Add(k.settle()), nil
-}
-
-func (k *Keeper) apiReader() client.Reader {
-	if k.APIReader != nil {
-		return k.APIReader
-	}
-	return k.Client
-}
-
-func (k *Keeper) settle() time.Duration {
-	if k.Settle > 0 {
-		return k.Settle
-	}
-	return DefaultSettle
-}
-
-// apply makes the live object want. It returns when this breaker last
-// wrote it: now when it creates or changes it; otherwise the time this
-// process remembers, or, after a restart, the newest managedFields time
-// of the guard's field manager, rounded up (it has one-second
-// resolution); the zero time when there is none.
-func (k *Keeper) apply(ctx context.Context, want client.Object) (time.Time, error) {
-	kind := want.GetObjectKind().GroupVersionKind().Kind
-	live := want.DeepCopyObject().(client.Object)
-	err := k.Client.Get(ctx, client.ObjectKeyFromObject(want), live)
-	if apierrors.IsNotFound(err) {
-		err = k.Client.Create(ctx, want.DeepCopyObject().(client.Object), client.FieldOwner(circuit.FieldManager))
-		if err == nil {
-			return k.wrote(kind, want.GetName()), nil
-		}
-		if !apierrors.IsAlreadyExists(err) {
-			return time.Time{}, fmt.Errorf("creating %s %s: %w", kind, want.GetName(), err)
-		}
-		// The cache lags the apiserver (a quick re-opening finds the
-		// object a close just deleted, or one it has not seen yet): read
-		// it there, and go on as if the cache had had it.
-		err = k.apiReader().Get(ctx, client.ObjectKeyFromObject(want), live)
-	}
+	review, err := k.Canary.Create(ctx, canary(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	if err != nil {
-		return time.Time{}, fmt.Errorf("reading %s %s: %w", kind, want.GetName(), err)
+		return nil, fmt.Errorf("sending the marking canary (a dry-run Event): %w", err)
 	}
-	if live.GetAnnotations()[circuit.MarkedByAnnotation] != k.Breaker {
-		return time.Time{}, fmt.Errorf("%s %s exists and is not kept by this breaker (%s=%q); webhook-guard leaves it alone",
-			kind, want.GetName(), circuit.MarkedByAnnotation, live.GetAnnotations()[circuit.MarkedByAnnotation])
-	}
-	if sameSpec(live, want) && equality.Semantic.DeepEqual(live.GetAnnotations(), want.GetAnnotations()) {
-		return k.lastWrite(kind, live), nil
-	}
-	next := want.DeepCopyObject().(client.Object)
-	next.SetResourceVersion(live.GetResourceVersion())
-	if err := k.Client.Update(ctx, next, client.FieldOwner(circuit.FieldManager)); err != nil {
-		return time.Time{}, fmt.Errorf("restoring %s %s: %w", kind, want.GetName(), err)
-	}
-	return k.wrote(kind, want.GetName()), nil
-}
-
-// wrote remembers that this breaker wrote kind/name now.
-func (k *Keeper) wrote(kind, name string) time.Time {
-	now := time.Now()
+	var notYet []Circuit
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.written == nil {
-		k.written = map[string]time.Time{}
+	if k.loaded == nil {
+		k.loaded = map[string]string{}
 	}
-	k.written[kind+"/"+name] = now
-	return now
-}
-
-// lastWrite is when this breaker last wrote live, as apply returns it.
-func (k *Keeper) lastWrite(kind string, live client.Object) time.Time {
-	k.mu.Lock()
-	at, ok := k.written[kind+"/"+live.GetName()]
-	k.mu.Unlock()
-	if ok {
-		return at
-	}
-	var last time.Time
-	for _, f := range live.GetManagedFields() {
-		if f.Manager == circuit.FieldManager && f.Time != nil && f.Time.After(last) {
-			last = f.Time.Time
-		}
-	}
-	if last.IsZero() {
-		return last
-	}
-	return last.Add(time.Second)
-}
-
-func sameSpec(live, want client.Object) bool {
-	switch w := want.(type) {
-	case *admissionregistrationv1.MutatingAdmissionPolicy:
-		return equality.Semantic.DeepEqual(live.(*admissionregistrationv1.MutatingAdmissionPolicy).Spec, w.Spec)
-	case *admissionregistrationv1.MutatingAdmissionPolicyBinding:
-		return equality.Semantic.DeepEqual(live.(*admissionregistrationv1.MutatingAdmissionPolicyBinding).Spec, w.Spec)
-	}
-	return false
-}
-
-// Sync makes configuration's marking policies exactly those of its open
-// circuits (by webhook name): each is ensured, and every other policy
-// this breaker keeps for configuration is deleted, binding first. open
-// may come from a cache that lags the breaker's own last write, so before
-// deleting anything Sync asks fresh for the open circuits as the
-// apiserver has them, and deletes only what is closed there too: a
-// marking policy never goes while its circuit is open. It returns how
-// many objects it deleted.
-func (k *Keeper) Sync(ctx context.Context, configuration string, open map[string]Open, fresh func(context.Context) (map[string]Open, error)) (int, error) {
-	for _, o := range open {
-		// The circuit is open already: a repaired policy is not waited for.
-		if _, err := k.Ensure(ctx, configuration, o); err != nil {
-			return 0, err
-		}
-	}
-	keep := map[string]bool{}
-	for name := range open {
-		keep[Name(configuration, name)] = true
-	}
-	deleted := 0
-	bindings := &admissionregistrationv1.MutatingAdmissionPolicyBindingList{}
-	policies := &admissionregistrationv1.MutatingAdmissionPolicyList{}
-	for _, list := range []client.ObjectList{bindings, policies} {
-		if err := k.Client.List(ctx, list, client.MatchingLabels(Labels())); err != nil {
-			return deleted, fmt.Errorf("listing marking policies: %w", err)
-		}
-	}
-	var stale []client.Object
-	for i := range bindings.Items {
-		stale = append(stale, &bindings.Items[i])
-	}
-	for i := range policies.Items {
-		stale = append(stale, &policies.Items[i])
-	}
-	stale = slices.DeleteFunc(stale, func(obj client.Object) bool {
-		a := obj.GetAnnotations()
-		return a[circuit.MarkedByAnnotation] != k.Breaker || keep[obj.GetName()] || !isOf(a[circuit.MarksAnnotation], configuration)
-	})
-	if len(stale) == 0 {
-		return 0, nil
-	}
-	confirmed, err := fresh(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("reading %s again before removing marking policies: %w", configuration, err)
-	}
-	for name := range confirmed {
-		keep[Name(configuration, name)] = true
-	}
-	for _, obj := range stale {
-		if keep[obj.GetName()] {
+	for _, c := range unknown {
+		if review.Annotations[LoadedAnnotation(c.Configuration, c.Webhook)] == Digest(c.Configuration, c.Webhook) {
+			k.loaded[Name(c.Configuration, c.Webhook)] = versions[c]
 			continue
 		}
-		if err := k.Client.Delete(ctx, obj, client.Preconditions{UID: ptrUID(obj)}); err != nil && !apierrors.IsNotFound(err) {
-			return deleted, fmt.Errorf("deleting %s %s: %w", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName(), err)
-		}
-		deleted++
+		notYet = append(notYet, c)
 	}
-	return deleted, nil
+	return notYet, nil
 }
 
-func isOf(target, configuration string) bool {
-	return len(target) > len(configuration) && target[:len(configuration)+1] == configuration+"/"
-}
-
-func ptrUID(obj client.Object) *types.UID {
-	uid := obj.GetUID()
-	return &uid
+// canary is the dry-run Event that the marking policies answer: valid,
+// so that the dry run succeeds, and about nothing in particular.
+func canary() *eventsv1.Event {
+	return &eventsv1.Event{
+		ObjectMeta:          metav1.ObjectMeta{GenerateName: "webhook-guard-marking-canary-", Labels: map[string]string{CanaryLabel: "true"}},
+		EventTime:           metav1.NowMicro(),
+		ReportingController: "webhook-guard.io/marking-canary",
+		ReportingInstance:   "webhook-guard",
+		Action:              "Canary",
+		Reason:              "MarkingCanary",
+		Type:                corev1.EventTypeNormal,
+		Note:                "a dry run: asks the marking policies whether kube-apiserver has loaded them",
+		Regarding:           corev1.ObjectReference{APIVersion: "v1", Kind: "Namespace", Name: "default"},
+	}
 }

@@ -3,63 +3,124 @@ package marking
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
-	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 )
 
-// A re-opening soon after a close may find the cache behind the
-// apiserver: the cache says the policy is gone while the apiserver still
-// has it (or has it again). Ensure reads it from the apiserver and goes
-// on, instead of failing with "already exists".
-func TestKeeper_Ensure_aCacheBehindTheApiserverIsNoError(t *testing.T) {
+// answers is a fake kube-apiserver for the canary: it answers for the
+// policies in loaded, with the digest each was loaded with.
+type answers struct {
+	loaded map[Circuit]string
+	sent   []*eventsv1.Event
+	opts   []metav1.CreateOptions
+}
+
+func (a *answers) Create(_ context.Context, e *eventsv1.Event, opts metav1.CreateOptions) (*eventsv1.Event, error) {
+	a.sent = append(a.sent, e)
+	a.opts = append(a.opts, opts)
+	out := e.DeepCopy()
+	out.Annotations = map[string]string{}
+	for c, digest := range a.loaded {
+		out.Annotations[LoadedAnnotation(c.Configuration, c.Webhook)] = digest
+	}
+	return out, nil
+}
+
+func installed(t *testing.T, cs ...Circuit) client.Client {
+	t.Helper()
 	scheme := runtime.NewScheme()
 	require.NoError(t, clientgoscheme.AddToScheme(scheme))
-	opened := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	wh := admissionregistrationv1.MutatingWebhook{Name: "inject.example.com", Rules: []admissionregistrationv1.RuleWithOperations{{
-		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
-		Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}},
-	}}}
-	policy, binding := Render("injector", wh, opened, "breaker")
-	apiserver := fake.NewClientBuilder().WithScheme(scheme).WithObjects(policy, binding).Build()
+	b := fake.NewClientBuilder().WithScheme(scheme)
+	for _, c := range cs {
+		p, pb := Render(c.Configuration, c.Webhook)
+		b = b.WithObjects(p, pb)
+	}
+	return b.Build()
+}
 
-	tests := map[string]struct {
-		reader    client.Reader
-		wantError string
-	}{
-		"with an APIReader, the apiserver's copy is used":                 {reader: apiserver},
-		"without one, the cache is read again and the error is explained": {wantError: "reading MutatingAdmissionPolicy"},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			creates := 0
-			// The cache: every Get says not found; writes reach the apiserver.
-			cache := interceptor.NewClient(apiserver.(client.WithWatch), interceptor.Funcs{
-				Get: func(ctx context.Context, _ client.WithWatch, key client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
-					return apierrors.NewNotFound(schema.GroupResource{Resource: "mutatingadmissionpolicies"}, key.Name)
-				},
-				Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
-					creates++
-					return c.Create(ctx, obj, opts...)
-				},
-			})
-			k := &Keeper{Client: cache, APIReader: tc.reader, Breaker: "breaker"}
-			_, err := k.Ensure(context.Background(), "injector", Open{Webhook: wh, OpenedAt: opened})
-			if tc.wantError != "" {
-				require.ErrorContains(t, err, tc.wantError)
-				return
-			}
-			require.NoError(t, err)
-			assert.Equal(t, 2, creates, "both creates were tried, and both found the object")
-		})
-	}
+func TestKeeper_Check(t *testing.T) {
+	ctx := context.Background()
+	a := Circuit{"injector", "inject.example.com"}
+	t.Run("installed as rendered", func(t *testing.T) {
+		k := &Keeper{Reader: installed(t, a)}
+		v, err := k.Check(ctx, a)
+		require.NoError(t, err)
+		assert.NotEmpty(t, v)
+	})
+	t.Run("not installed: says which and how to install it", func(t *testing.T) {
+		k := &Keeper{Reader: installed(t)}
+		_, err := k.Check(ctx, a)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "the marking policy of injector/inject.example.com is not installed")
+		assert.Contains(t, err.Error(), "guard manifests marking --config")
+	})
+	t.Run("edited: refused", func(t *testing.T) {
+		c := installed(t, a)
+		p := &admissionregistrationv1.MutatingAdmissionPolicy{}
+		require.NoError(t, c.Get(ctx, client.ObjectKey{Name: Name(a.Configuration, a.Webhook)}, p))
+		p.Spec.MatchConditions[0].Expression = "true"
+		require.NoError(t, c.Update(ctx, p))
+		_, err := (&Keeper{Reader: c}).Check(ctx, a)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "differs from what this release renders")
+	})
+	t.Run("the binding re-pointed: refused", func(t *testing.T) {
+		c := installed(t, a)
+		b := &admissionregistrationv1.MutatingAdmissionPolicyBinding{}
+		require.NoError(t, c.Get(ctx, client.ObjectKey{Name: Name(a.Configuration, a.Webhook)}, b))
+		b.Spec.ParamRef.Name = "another"
+		require.NoError(t, c.Update(ctx, b))
+		_, err := (&Keeper{Reader: c}).Check(ctx, a)
+		require.Error(t, err)
+	})
+}
+
+// One dry-run canary answers for every policy at once; a policy seen
+// loaded at its resourceVersions is not asked about again until it
+// changes; a policy loaded with another digest (another release's, or
+// an edit the cache has not seen) is not ready.
+func TestKeeper_Ready(t *testing.T) {
+	ctx := context.Background()
+	a, b := Circuit{"injector", "a.example.com"}, Circuit{"injector", "b.example.com"}
+	c := installed(t, a, b)
+	fake := &answers{loaded: map[Circuit]string{a: Digest(a.Configuration, a.Webhook), b: "another-release"}}
+	k := &Keeper{Reader: c, Canary: fake}
+
+	notYet, err := k.Ready(ctx, []Circuit{a, b})
+	require.NoError(t, err)
+	assert.Equal(t, []Circuit{b}, notYet)
+	require.Len(t, fake.sent, 1, "one canary for both")
+	assert.Equal(t, []string{metav1.DryRunAll}, fake.opts[0].DryRun, "the canary is never stored")
+	assert.Equal(t, "true", fake.sent[0].Labels[CanaryLabel])
+
+	notYet, err = k.Ready(ctx, []Circuit{a})
+	require.NoError(t, err)
+	assert.Empty(t, notYet)
+	assert.Len(t, fake.sent, 1, "a is known loaded: no canary")
+
+	fake.loaded[b] = Digest(b.Configuration, b.Webhook)
+	notYet, err = k.Ready(ctx, []Circuit{a, b})
+	require.NoError(t, err)
+	assert.Empty(t, notYet)
+	assert.Len(t, fake.sent, 2)
+
+	// A changed policy (a new resourceVersion, even with the same spec)
+	// is asked about again.
+	p := &admissionregistrationv1.MutatingAdmissionPolicy{}
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Name: Name(a.Configuration, a.Webhook)}, p))
+	p.Labels["touched"] = "yes"
+	require.NoError(t, c.Update(ctx, p))
+	delete(fake.loaded, a)
+	notYet, err = k.Ready(ctx, []Circuit{a, b})
+	require.NoError(t, err)
+	assert.Equal(t, []Circuit{a}, notYet)
+	assert.Len(t, fake.sent, 3)
 }

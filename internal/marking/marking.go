@@ -3,12 +3,15 @@ package marking
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
-	"slices"
+	"regexp"
+	"strings"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 )
@@ -33,79 +36,235 @@ func Labels() map[string]string {
 
 // Note is the Annotation's value.
 func Note(configuration, webhook string, openedAt time.Time) string {
-	return fmt.Sprintf("%s/%s since %s", configuration, webhook, openedAt.UTC().Format(time.RFC3339))
+	return fmt.Sprintf("%s/%s since %s", configuration, webhook, openedAt.UTC().Format("2006-01-02T15:04:05Z"))
 }
 
-// Render returns the marking policy and binding for wh, the bypassed
-// webhook of configuration, open since openedAt, kept by breaker. The
-// policy mirrors wh's match criteria exactly: its rules (for CREATE and
-// UPDATE, the operations a mutation applies to), selectors, matchPolicy
-// and its own matchConditions without the bypass marker. It only adds
-// the unmutated label and annotation; failurePolicy Ignore and
-// reinvocation Never. nil when the webhook matches no CREATE or UPDATE.
-func Render(configuration string, wh admissionregistrationv1.MutatingWebhook, openedAt time.Time, breaker string) (*admissionregistrationv1.MutatingAdmissionPolicy, *admissionregistrationv1.MutatingAdmissionPolicyBinding) {
-	var rules []admissionregistrationv1.NamedRuleWithOperations
-	for _, r := range wh.Rules {
-		var ops []admissionregistrationv1.OperationType
-		for _, op := range r.Operations {
-			switch op {
-			case admissionregistrationv1.OperationAll:
-				ops = append(ops, admissionregistrationv1.Create, admissionregistrationv1.Update)
-			case admissionregistrationv1.Create, admissionregistrationv1.Update:
-				ops = append(ops, op)
-			}
-		}
-		slices.Sort(ops)
-		ops = slices.Compact(ops)
-		if len(ops) == 0 {
-			continue
-		}
-		rule := *r.DeepCopy()
-		rule.Operations = ops
-		rules = append(rules, admissionregistrationv1.NamedRuleWithOperations{RuleWithOperations: rule})
-	}
-	if len(rules) == 0 {
-		return nil, nil
-	}
-	var conditions []admissionregistrationv1.MatchCondition
-	for _, mc := range wh.MatchConditions {
-		if mc.Name != circuit.BypassCondition {
-			conditions = append(conditions, mc)
-		}
-	}
-	name := Name(configuration, wh.Name)
+// LoadedAnnotation is the annotation a marking policy puts on a canary
+// (see Canary): its key names the circuit, its value is the policy's
+// Digest. Seeing it proves that kube-apiserver evaluates that version
+// of the policy and its binding.
+func LoadedAnnotation(configuration, webhook string) string {
+	return "webhook-guard.io/loaded-" + ID(configuration, webhook)
+}
+
+// CanaryLabel on the dry-run create of an events.k8s.io Event asks every
+// marking policy to answer on it with its LoadedAnnotation. Only dry-run
+// creates are answered: nothing answered is ever stored.
+const CanaryLabel = "webhook-guard.io/marking-canary"
+
+// Render returns the marking policy and binding of configuration's
+// mutating webhook, as an administrator installs them (guard manifests
+// marking). They need nothing from the running service:
+//
+//   - The binding's param is the MutatingWebhookConfiguration itself
+//     (paramKind), so the policy reads the circuit record from the
+//     object the breaker writes: the one write that opens the circuit
+//     arms the policy, and the one that closes it disarms it. kube-
+//     apiserver reads that param from the same informer its webhook
+//     dispatcher reads, and runs MutatingAdmissionPolicies before
+//     webhooks, so no request sees the webhook skipped before the policy
+//     armed (docs/platform-facts.md).
+//   - The policy matches every CREATE and UPDATE and mirrors the
+//     webhook's rules, scope, namespaceSelector and objectSelector in CEL
+//     from the param, so it follows the webhook as it is now. It does not
+//     mirror the webhook's own matchConditions (CEL cannot evaluate CEL):
+//     objects they would have excluded are marked too. Marks are hints.
+//   - Its only mutation is the unmutated label and annotation, and on a
+//     canary Event the LoadedAnnotation.
+//
+// The service's token can neither create nor change these objects.
+func Render(configuration, webhook string) (*admissionregistrationv1.MutatingAdmissionPolicy, *admissionregistrationv1.MutatingAdmissionPolicyBinding) {
+	return render(configuration, webhook, Digest(configuration, webhook))
+}
+
+// render is Render with the digest the canary answers with.
+func render(configuration, webhook, digest string) (*admissionregistrationv1.MutatingAdmissionPolicy, *admissionregistrationv1.MutatingAdmissionPolicyBinding) {
+	name := Name(configuration, webhook)
 	meta := metav1.ObjectMeta{
 		Name:        name,
 		Labels:      Labels(),
-		Annotations: map[string]string{circuit.MarksAnnotation: configuration + "/" + wh.Name, circuit.MarkedByAnnotation: breaker},
+		Annotations: map[string]string{circuit.MarksAnnotation: configuration + "/" + webhook},
 	}
 	failurePolicy := admissionregistrationv1.Ignore
-	expression := fmt.Sprintf("Object{metadata: Object.metadata{labels: {%s: %s}, annotations: {%s: %s}}}",
-		circuit.QuoteCEL(circuit.UnmutatedLabel), circuit.QuoteCEL(ID(configuration, wh.Name)),
-		circuit.QuoteCEL(circuit.UnmutatedAnnotation), circuit.QuoteCEL(Note(configuration, wh.Name, openedAt)))
 	policy := &admissionregistrationv1.MutatingAdmissionPolicy{
 		TypeMeta:   metav1.TypeMeta{APIVersion: admissionregistrationv1.SchemeGroupVersion.String(), Kind: "MutatingAdmissionPolicy"},
 		ObjectMeta: meta,
 		Spec: admissionregistrationv1.MutatingAdmissionPolicySpec{
+			ParamKind: &admissionregistrationv1.ParamKind{APIVersion: admissionregistrationv1.SchemeGroupVersion.String(), Kind: "MutatingWebhookConfiguration"},
+			// Defaults written out, so that the installed policy reads
+			// back exactly as rendered (Keeper.Check compares them).
 			MatchConstraints: &admissionregistrationv1.MatchResources{
-				NamespaceSelector: wh.NamespaceSelector.DeepCopy(),
-				ObjectSelector:    wh.ObjectSelector.DeepCopy(),
-				MatchPolicy:       wh.MatchPolicy,
-				ResourceRules:     rules,
+				NamespaceSelector: &metav1.LabelSelector{},
+				ObjectSelector:    &metav1.LabelSelector{},
+				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{"*"}, APIVersions: []string{"*"}, Resources: []string{"*/*"}, Scope: ptr.To(admissionregistrationv1.AllScopes)},
+				}}},
+				MatchPolicy: ptr.To(admissionregistrationv1.Equivalent),
 			},
-			MatchConditions: conditions,
+			Variables: variables(configuration, webhook),
+			// The policy applies only to a canary, or while the record
+			// arms it to a request the webhook's rules and objectSelector
+			// match; its mutation then checks the namespaceSelector (a
+			// matchCondition gets no namespaceObject). So kube-apiserver's
+			// count of its applications
+			// (apiserver_mutating_admission_policy_check_total) is the
+			// marks, plus requests outside the webhook's namespaceSelector
+			// that its rules match. While the circuit is closed the
+			// record's lookup is all that runs. matchConditions cannot read
+			// variables, so they are written out here.
+			MatchConditions: []admissionregistrationv1.MatchCondition{{Name: "circuit-open-or-canary",
+				Expression: inline("variables.canary || (variables.open && variables.matches)", variables(configuration, webhook))}},
 			Mutations: []admissionregistrationv1.Mutation{{
 				PatchType:          admissionregistrationv1.PatchTypeApplyConfiguration,
-				ApplyConfiguration: &admissionregistrationv1.ApplyConfiguration{Expression: expression},
+				ApplyConfiguration: &admissionregistrationv1.ApplyConfiguration{Expression: mutation(configuration, webhook, digest)},
 			}},
 			FailurePolicy:      &failurePolicy,
 			ReinvocationPolicy: admissionregistrationv1.NeverReinvocationPolicy,
 		},
 	}
+	allow := admissionregistrationv1.AllowAction
 	binding := &admissionregistrationv1.MutatingAdmissionPolicyBinding{
 		TypeMeta:   metav1.TypeMeta{APIVersion: admissionregistrationv1.SchemeGroupVersion.String(), Kind: "MutatingAdmissionPolicyBinding"},
 		ObjectMeta: *meta.DeepCopy(),
-		Spec:       admissionregistrationv1.MutatingAdmissionPolicyBindingSpec{PolicyName: name},
+		Spec: admissionregistrationv1.MutatingAdmissionPolicyBindingSpec{
+			PolicyName: name,
+			// The configuration itself; while it does not exist, there is
+			// nothing to mark.
+			ParamRef: &admissionregistrationv1.ParamRef{Name: configuration, ParameterNotFoundAction: &allow},
+		},
 	}
 	return policy, binding
+}
+
+// Digest identifies what Render returns for one circuit: it changes
+// whenever a release changes the policy. The canary's LoadedAnnotation
+// carries it, so a loaded policy of another version does not count.
+func Digest(configuration, webhook string) string {
+	// The digest is part of the canary's mutation: leave it out of what
+	// it digests.
+	return digestOf(render(configuration, webhook, ""))
+}
+
+func digestOf(policy *admissionregistrationv1.MutatingAdmissionPolicy, binding *admissionregistrationv1.MutatingAdmissionPolicyBinding) string {
+	data, _ := json.Marshal([]any{policy.Spec, binding.Spec})
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:8])
+}
+
+// mutation is the policy's mutation: on a canary, the
+// LoadedAnnotation with digest; otherwise the unmutated label (the
+// circuit's ID) and annotation ("<configuration>/<webhook> since
+// <openedAt>", openedAt read from the record entry).
+func mutation(configuration, webhook, digest string) string {
+	note := circuit.QuoteCEL(configuration+"/"+webhook+" since ") + " + " + circuit.FactOpenedAt.ShowCEL("variables.entry")
+	return "variables.canary\n" +
+		"? Object{metadata: Object.metadata{annotations: {" + circuit.QuoteCEL(LoadedAnnotation(configuration, webhook)) + ": " + circuit.QuoteCEL(digest) + "}}}\n" +
+		": !variables.inNamespace ? Object{}\n" +
+		": Object{metadata: Object.metadata{\n" +
+		"    labels: {" + circuit.QuoteCEL(circuit.UnmutatedLabel) + ": " + circuit.QuoteCEL(ID(configuration, webhook)) + "},\n" +
+		"    annotations: {" + circuit.QuoteCEL(circuit.UnmutatedAnnotation) + ": " + note + "}}}"
+}
+
+// variableRef is a reference to a CEL variable.
+var variableRef = regexp.MustCompile(`variables\.([A-Za-z]+)`)
+
+// inline writes every variable expr refers to out, in parentheses,
+// recursively: an expression that cannot read variables (a matchCondition)
+// reads the same thing.
+func inline(expr string, vars []admissionregistrationv1.Variable) string {
+	byName := map[string]string{}
+	for _, v := range vars {
+		byName[v.Name] = v.Expression
+	}
+	var expand func(string) string
+	expand = func(e string) string {
+		return variableRef.ReplaceAllStringFunc(e, func(ref string) string {
+			return "(" + expand(byName[variableRef.FindStringSubmatch(ref)[1]]) + ")"
+		})
+	}
+	return expand(expr)
+}
+
+// variables are the policy's CEL variables. request, object, oldObject,
+// namespaceObject and params are kube-apiserver's; every field that may
+// be absent is tested with has() first.
+func variables(configuration, webhook string) []admissionregistrationv1.Variable {
+	v := func(name, expression string) admissionregistrationv1.Variable {
+		return admissionregistrationv1.Variable{Name: name, Expression: expression}
+	}
+	return []admissionregistrationv1.Variable{
+		// The canary: the service's evidence that this policy is
+		// loaded. Never stored.
+		v("canary", canaryExpr),
+		// The circuit record on the configuration, '' when there is none.
+		v("record", recordExpr),
+		// The webhook's entry in it, '' when its circuit is closed.
+		v("entry", `variables.record == '' ? '' : `+circuit.EntryTextCEL("variables.record", circuit.QuoteCEL(webhook))),
+		// Open: an entry for this configuration (a copy carried to a
+		// configuration re-created under the same name has another UID).
+		v("open", openExpr(webhook, "variables.record")),
+		v("webhook", `has(params.webhooks) ? params.webhooks.filter(w, w.name == `+circuit.QuoteCEL(webhook)+`) : []`),
+		v("subresource", `has(request.subResource) ? request.subResource : ''`),
+		v("requestNamespace", `has(request.namespace) ? request.namespace : ''`),
+		v("isNamespace", `request.resource.group == '' && request.resource.version == 'v1' && request.resource.resource == 'namespaces'`),
+		v("objectLabels", `object != null && has(object.metadata.labels) ? object.metadata.labels : {}`),
+		v("oldObjectLabels", `oldObject != null && has(oldObject.metadata.labels) ? oldObject.metadata.labels : {}`),
+		v("namespaceLabels", `variables.isNamespace ? variables.objectLabels :
+namespaceObject != null && has(namespaceObject.metadata.labels) ? namespaceObject.metadata.labels : {}`),
+		// The webhook's other match criteria as kube-apiserver applies
+		// them (k8s.io/apiserver admission/plugin/webhook/predicates):
+		// rules, scope and objectSelector (the new or the old object). With matchPolicy Equivalent (the default) any version
+		// of the group and resource matches.
+		// In the webhook's namespaceSelector (skipped for cluster-scoped
+		// objects other than namespaces). Only the mutation reads it:
+		// kube-apiserver gives matchConditions no namespaceObject.
+		v("inNamespace", `variables.webhook.exists(w, !has(w.namespaceSelector) || (!variables.isNamespace && variables.requestNamespace == '') ||
+    `+selects("w.namespaceSelector", "variables.namespaceLabels")+`)`),
+		v("matches", `variables.webhook.exists(w,
+  has(w.rules) && w.rules.exists(r,
+    has(r.operations) && r.operations.exists(o, o == '*' || o == request.operation) &&
+    has(r.apiGroups) && r.apiGroups.exists(g, g == '*' || g == request.resource.group) &&
+    ((has(w.matchPolicy) && w.matchPolicy == 'Exact')
+      ? (has(r.apiVersions) && r.apiVersions.exists(v, v == '*' || v == request.resource.version))
+      : true) &&
+    has(r.resources) && r.resources.exists(x,
+      (x.split('/')[0] == '*' || x.split('/')[0] == request.resource.resource) &&
+      (size(x.split('/')) == 1 ? variables.subresource == '' : (x.split('/')[1] == '*' || x.split('/')[1] == variables.subresource))) &&
+    (!has(r.scope) || r.scope == '*' ||
+      (r.scope == 'Namespaced' && !variables.isNamespace && variables.requestNamespace != '') ||
+      (r.scope == 'Cluster' && (variables.isNamespace || variables.requestNamespace == '')))) &&
+  (!has(w.objectSelector) || `+selects("w.objectSelector", "variables.objectLabels")+` ||
+    (oldObject != null && `+selects("w.objectSelector", "variables.oldObjectLabels")+`)))`),
+	}
+}
+
+// canaryExpr is true on a canary: the dry-run create of an
+// events.k8s.io Event labelled CanaryLabel.
+var canaryExpr = `request.resource.group == 'events.k8s.io' && request.resource.resource == 'events' &&
+has(request.dryRun) && request.dryRun && has(object.metadata.labels) && ` + circuit.QuoteCEL(CanaryLabel) + ` in object.metadata.labels`
+
+// recordExpr is the circuit record on the configuration (the param), the
+// empty string when there is none.
+var recordExpr = `(has(params.metadata.annotations) && ` + circuit.QuoteCEL(circuit.Annotation) + ` in params.metadata.annotations
+? params.metadata.annotations[` + circuit.QuoteCEL(circuit.Annotation) + `] : '')`
+
+// openExpr is true when record (a CEL string) holds an entry for webhook
+// with the configuration's UID: a copy carried to a configuration
+// re-created under the same name has another.
+func openExpr(webhook, record string) string {
+	entry := circuit.EntryTextCEL(record, circuit.QuoteCEL(webhook))
+	return "(" + circuit.HasEntryCEL(record, circuit.QuoteCEL(webhook)) + " &&\n" + circuit.FactUID.CEL(entry) + " == string(params.metadata.uid))"
+}
+
+// selects is a CEL expression: the label selector (a CEL expression of a
+// metav1.LabelSelector) selects labels (a CEL map), as
+// metav1.LabelSelectorAsSelector would.
+func selects(selector, labels string) string {
+	return strings.NewReplacer("$S", selector, "$L", labels).Replace(`((!has($S.matchLabels) || $S.matchLabels.all(k, k in $L && $L[k] == $S.matchLabels[k])) &&
+    (!has($S.matchExpressions) || $S.matchExpressions.all(e,
+      e.operator == 'In' ? (e.key in $L && has(e.values) && e.values.exists(x, x == $L[e.key])) :
+      e.operator == 'NotIn' ? (!(e.key in $L) || !has(e.values) || !e.values.exists(x, x == $L[e.key])) :
+      e.operator == 'Exists' ? e.key in $L :
+      e.operator == 'DoesNotExist' ? !(e.key in $L) : false)))`)
 }

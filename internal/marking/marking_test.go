@@ -1,15 +1,13 @@
 package marking
 
 import (
+	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/utils/ptr"
 
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 )
@@ -21,45 +19,86 @@ func TestID_isShortStableAndAValidLabelValue(t *testing.T) {
 	assert.NotEqual(t, id, ID("sidecar-injector", "other.example.com"))
 	assert.Empty(t, validation.IsValidLabelValue(id))
 	assert.Empty(t, validation.IsDNS1123Subdomain(Name("a", "b")))
+	assert.Empty(t, validation.IsQualifiedName(LoadedAnnotation("a", "b")))
 }
 
-func TestRender_mirrorsTheWebhooksMatchCriteria(t *testing.T) {
-	opened := time.Date(2026, 11, 30, 10, 21, 0, 0, time.UTC)
-	wh := admissionregistrationv1.MutatingWebhook{
-		Name: "inject.example.com",
-		Rules: []admissionregistrationv1.RuleWithOperations{
-			{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.OperationAll},
-				Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}}},
-			{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Delete},
-				Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"secrets"}}},
-		},
-		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"inject": "true"}},
-		ObjectSelector:    &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
-		MatchPolicy:       ptr.To(admissionregistrationv1.Equivalent),
-		MatchConditions: []admissionregistrationv1.MatchCondition{
-			{Name: "not-system", Expression: "request.namespace != 'kube-system'"},
-			{Name: circuit.BypassCondition, Expression: circuit.BypassExpression},
-		},
-	}
-	p, b := Render("sidecar-injector", wh, opened, "system:serviceaccount:webhook-guard-system:webhook-guard")
+// The marking policy needs nothing from the running service: it is bound
+// to the configuration itself as its param, dormant until the record
+// holds the webhook's entry, and it only ever adds the two marks (or,
+// on a dry-run canary, the LoadedAnnotation).
+func TestRender_isBoundToTheConfigurationAndDormantUntilTheRecordArmsIt(t *testing.T) {
+	p, b := Render("sidecar-injector", "inject.example.com")
 	require.NotNil(t, p)
-	assert.Equal(t, Name("sidecar-injector", wh.Name), p.Name)
-	assert.Equal(t, "sidecar-injector/inject.example.com", p.Annotations[circuit.MarksAnnotation])
-	assert.Equal(t, admissionregistrationv1.Ignore, *p.Spec.FailurePolicy)
-	assert.Equal(t, admissionregistrationv1.NeverReinvocationPolicy, p.Spec.ReinvocationPolicy)
-	require.Len(t, p.Spec.MatchConstraints.ResourceRules, 1, "DELETE only: a mutation never applies to it")
-	assert.Equal(t, []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update}, p.Spec.MatchConstraints.ResourceRules[0].Operations)
-	assert.Equal(t, wh.NamespaceSelector, p.Spec.MatchConstraints.NamespaceSelector)
-	assert.Equal(t, wh.ObjectSelector, p.Spec.MatchConstraints.ObjectSelector)
-	assert.Equal(t, wh.MatchPolicy, p.Spec.MatchConstraints.MatchPolicy)
-	assert.Equal(t, wh.MatchConditions[:1], p.Spec.MatchConditions, "its own matchConditions, not the bypass marker")
-	assert.Equal(t, "Object{metadata: Object.metadata{labels: {'webhook-guard.io/unmutated': '"+ID("sidecar-injector", wh.Name)+
-		"'}, annotations: {'webhook-guard.io/unmutated-by': 'sidecar-injector/inject.example.com since 2026-11-30T10:21:00Z'}}}",
-		p.Spec.Mutations[0].ApplyConfiguration.Expression)
-	assert.Equal(t, p.Name, b.Spec.PolicyName)
+	require.NotNil(t, b)
+	name := Name("sidecar-injector", "inject.example.com")
+	t.Run("names and labels", func(t *testing.T) {
+		assert.Equal(t, name, p.Name)
+		assert.Equal(t, name, b.Name)
+		assert.Equal(t, name, b.Spec.PolicyName)
+		assert.Equal(t, "sidecar-injector/inject.example.com", p.Annotations[circuit.MarksAnnotation])
+		assert.Equal(t, Labels(), p.Labels)
+	})
+	t.Run("the param is the configuration", func(t *testing.T) {
+		assert.Equal(t, &admissionregistrationv1.ParamKind{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingWebhookConfiguration"}, p.Spec.ParamKind)
+		require.NotNil(t, b.Spec.ParamRef)
+		assert.Equal(t, "sidecar-injector", b.Spec.ParamRef.Name)
+		assert.Equal(t, admissionregistrationv1.AllowAction, *b.Spec.ParamRef.ParameterNotFoundAction, "no configuration, nothing to mark, nothing refused")
+	})
+	t.Run("it never refuses and never reinvokes", func(t *testing.T) {
+		assert.Equal(t, admissionregistrationv1.Ignore, *p.Spec.FailurePolicy)
+		assert.Equal(t, admissionregistrationv1.NeverReinvocationPolicy, p.Spec.ReinvocationPolicy)
+	})
+	t.Run("it applies only where it marks: the webhook's match criteria", func(t *testing.T) {
+		expr := p.Spec.MatchConditions[0].Expression
+		for _, field := range []string{"w.rules", "r.operations", "r.apiGroups", "r.apiVersions", "r.resources", "r.scope", "w.objectSelector", "w.matchPolicy"} {
+			assert.Contains(t, expr, field, "in the matchCondition")
+		}
+		assert.NotContains(t, expr, "namespaceObject", "kube-apiserver gives matchConditions none")
+		assert.Contains(t, p.Spec.Mutations[0].ApplyConfiguration.Expression, "variables.inNamespace", "the mutation checks the namespaceSelector")
+		var inNamespace string
+		for _, v := range p.Spec.Variables {
+			if v.Name == "inNamespace" {
+				inNamespace = v.Expression
+			}
+		}
+		assert.Contains(t, inNamespace, "w.namespaceSelector")
+	})
+	t.Run("dormant: its one matchCondition reads the record and the canary only", func(t *testing.T) {
+		require.Len(t, p.Spec.MatchConditions, 1)
+		expr := p.Spec.MatchConditions[0].Expression
+		assert.Contains(t, expr, "params.metadata.annotations["+circuit.QuoteCEL(circuit.Annotation)+"]")
+		assert.Contains(t, expr, "'inject.example.com'")
+		assert.Contains(t, expr, "params.metadata.uid", "a copied record with another UID does not arm it")
+		assert.Contains(t, expr, "request.dryRun", "only a dry run is a canary")
+		assert.NotContains(t, expr, "variables.", "matchConditions cannot read variables")
+	})
+	t.Run("its only mutation is the marks", func(t *testing.T) {
+		require.Len(t, p.Spec.Mutations, 1)
+		m := p.Spec.Mutations[0]
+		assert.Equal(t, admissionregistrationv1.PatchTypeApplyConfiguration, m.PatchType)
+		expr := m.ApplyConfiguration.Expression
+		assert.Contains(t, expr, circuit.QuoteCEL(circuit.UnmutatedLabel)+": "+circuit.QuoteCEL(ID("sidecar-injector", "inject.example.com")))
+		assert.Contains(t, expr, circuit.QuoteCEL(circuit.UnmutatedAnnotation))
+		assert.Contains(t, expr, circuit.QuoteCEL(LoadedAnnotation("sidecar-injector", "inject.example.com"))+": "+circuit.QuoteCEL(Digest("sidecar-injector", "inject.example.com")))
+		assert.Equal(t, 3, strings.Count(expr, "Object{"), "the canary's answer, nothing outside the namespaceSelector, or the marks")
+	})
+}
 
-	wh.Rules = wh.Rules[1:]
-	p, b = Render("sidecar-injector", wh, opened, "me")
-	assert.Nil(t, p, "a webhook that only sees DELETE has nothing to mark")
-	assert.Nil(t, b)
+func TestDigest_tellsCircuitsAndReleasesApart(t *testing.T) {
+	d := Digest("sidecar-injector", "inject.example.com")
+	assert.Len(t, d, 16)
+	assert.Equal(t, d, Digest("sidecar-injector", "inject.example.com"), "stable")
+	assert.NotEqual(t, d, Digest("sidecar-injector", "other.example.com"))
+	assert.NotEqual(t, d, Digest("other", "inject.example.com"))
+	// A release that changes the policy changes the digest: it covers the
+	// whole spec, the canary's own answer aside.
+	p, b := render("sidecar-injector", "inject.example.com", "")
+	p.Spec.FailurePolicy = new(admissionregistrationv1.FailurePolicyType)
+	*p.Spec.FailurePolicy = admissionregistrationv1.Fail
+	assert.NotEqual(t, d, digestOf(p, b))
+}
+
+func TestInline_writesVariablesOut(t *testing.T) {
+	vars := []admissionregistrationv1.Variable{{Name: "a", Expression: "1 + variables.b"}, {Name: "b", Expression: "2"}}
+	assert.Equal(t, "(1 + (2)) * (2)", inline("variables.a * variables.b", vars))
 }

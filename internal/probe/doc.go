@@ -11,11 +11,15 @@
 //   - verifying the response the way kube-apiserver verifies it;
 //   - classifying the outcome as Healthy, Failed (with a FailureReason) or
 //     Unknown (the guard itself could not tell, e.g. its own API lookups or
-//     context failed; an Unknown result must never count as a failure).
+//     context failed; an Unknown result must never count as a failure);
+//   - the path probe (PathProber): a GET through kube-apiserver's service
+//     proxy, which travels the apiserver's own road to a service-backed
+//     webhook, judged as that road's health, not the webhook's.
 //
 // It must not:
-//   - write anything to the cluster (the only cluster access is the read-only
-//     Service lookup in ServiceResolver);
+//   - write anything to the cluster (its only cluster access is the
+//     read-only Service lookup in ServiceResolver and the path probe's GET
+//     through services/proxy);
 //   - decide anything about circuits, thresholds or failure policies: it only
 //     reports outcomes, and callers decide what they mean;
 //   - import any package of this repository but the circuit contract.

@@ -8,7 +8,6 @@ import (
 
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
-	"github.com/webhook-guard/webhook-guard/internal/marking"
 )
 
 // TargetsRoleName is the name of the ClusterRole rendered by RenderTargetsRole.
@@ -25,7 +24,9 @@ func Labels() map[string]string {
 // (the breaker's one write per transition is a JSON patch) on
 // mutatingwebhookconfigurations and on
 // validatingwebhookconfigurations, each limited by resourceNames to the
-// names of cfg's targets of that kind, sorted and without repeats, and
+// names of cfg's targets of that kind, sorted and without repeats; get on
+// services/proxy limited to the "https:<service>:<port>" names of the
+// targets' apiserverSignal.pathProbe.service (the path probe); and
 // nothing else. Reading configurations is granted by the static ClusterRole
 // webhook-guard.
 //
@@ -53,16 +54,17 @@ func RenderTargetsRole(cfg *config.Configuration) *rbacv1.ClusterRole {
 			Verbs:         []string{"patch"},
 		})
 	}
-	if marks := markingNames(cfg); len(marks) > 0 {
-		// The marking policies of open circuits (internal/marking): their
-		// names are derived from the targets, so update and delete are
-		// limited to them. Creating them is granted by the static role:
-		// create cannot be limited by name.
+	if names := pathProbeNames(cfg); len(names) > 0 {
+		// The path probe: a GET through kube-apiserver's service proxy to
+		// each target's webhook Service. RBAC sees the name the request
+		// carries, "https:<service>:<port>" (proven against a real
+		// apiserver in test/e2e/partition). A ClusterRole's resourceNames
+		// name no namespace: see docs/security.md.
 		role.Rules = append(role.Rules, rbacv1.PolicyRule{
-			APIGroups:     []string{"admissionregistration.k8s.io"},
-			Resources:     []string{"mutatingadmissionpolicies", "mutatingadmissionpolicybindings"},
-			ResourceNames: marks,
-			Verbs:         []string{"update", "delete"},
+			APIGroups:     []string{""},
+			Resources:     []string{"services/proxy"},
+			ResourceNames: names,
+			Verbs:         []string{"get"},
 		})
 	}
 	if cfg != nil && cfg.Instance != "" {
@@ -79,16 +81,17 @@ func RenderTargetsRole(cfg *config.Configuration) *rbacv1.ClusterRole {
 	return role
 }
 
-// markingNames returns the marking policy names of cfg's mutating
-// targets, sorted.
-func markingNames(cfg *config.Configuration) []string {
+// pathProbeNames returns the service proxy names of cfg's path probe
+// Services, sorted and without repeats, for targets whose apiserver
+// signal is enabled.
+func pathProbeNames(cfg *config.Configuration) []string {
 	if cfg == nil {
 		return nil
 	}
 	var names []string
 	for _, t := range cfg.Targets {
-		if t.Kind == circuit.KindMutating {
-			names = append(names, marking.Name(t.Configuration, t.Webhook))
+		if svc := t.APIServerSignal.PathProbe.Service; t.APIServerSignal.Enabled && svc != nil {
+			names = append(names, svc.ProxyName())
 		}
 	}
 	slices.Sort(names)

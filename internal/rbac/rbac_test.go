@@ -1,7 +1,6 @@
 package rbac_test
 
 import (
-	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
-	"github.com/webhook-guard/webhook-guard/internal/marking"
 	"github.com/webhook-guard/webhook-guard/internal/rbac"
 )
 
@@ -104,30 +102,70 @@ func TestRenderTargetsRole_doesNotModifyTheConfiguration(t *testing.T) {
 func TestRenderTargetsRole_aNamedInstanceMayUpdateItsOwnPolicyOnly(t *testing.T) {
 	cfg := &config.Configuration{Instance: "canary", Targets: []config.Target{{Kind: circuit.KindMutating, Configuration: "a", Webhook: "a.example.com"}}}
 	role := rbac.RenderTargetsRole(cfg)
-	require.Len(t, role.Rules, 3)
+	require.Len(t, role.Rules, 2)
 	assert.Equal(t, rbacv1.PolicyRule{
 		APIGroups:     []string{"admissionregistration.k8s.io"},
 		Resources:     []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"},
 		ResourceNames: []string{"webhook-guard-canary"},
 		Verbs:         []string{"update"},
-	}, role.Rules[2])
+	}, role.Rules[1])
 	cfg.Instance = ""
-	assert.Len(t, rbac.RenderTargetsRole(cfg).Rules, 2, "the default installation's policy is granted by the static role")
+	assert.Len(t, rbac.RenderTargetsRole(cfg).Rules, 1, "the default installation's policy is granted by the static role")
 }
 
-func TestRenderTargetsRole_markingPoliciesMayBeUpdatedAndDeletedByNameOnly(t *testing.T) {
-	cfg := &config.Configuration{Targets: []config.Target{
+// The service's token may not write any MutatingAdmissionPolicy or
+// binding: the marking policies are installed by an administrator.
+func TestRenderTargetsRole_grantsNoWriteOnMutatingAdmissionPolicies(t *testing.T) {
+	cfg := &config.Configuration{Instance: "canary", Targets: []config.Target{
 		{Kind: circuit.KindMutating, Configuration: "a", Webhook: "a.example.com"},
 		{Kind: circuit.KindMutating, Configuration: "b", Webhook: "b.example.com"},
 		{Kind: circuit.KindValidating, Configuration: "v", Webhook: "v.example.com"},
 	}}
-	role := rbac.RenderTargetsRole(cfg)
-	want := []string{marking.Name("a", "a.example.com"), marking.Name("b", "b.example.com")}
-	slices.Sort(want)
-	assert.Contains(t, role.Rules, rbacv1.PolicyRule{
-		APIGroups:     []string{"admissionregistration.k8s.io"},
-		Resources:     []string{"mutatingadmissionpolicies", "mutatingadmissionpolicybindings"},
-		ResourceNames: want,
-		Verbs:         []string{"update", "delete"},
-	}, "validating targets are not marked")
+	for _, r := range rbac.RenderTargetsRole(cfg).Rules {
+		for _, res := range r.Resources {
+			assert.NotContains(t, []string{"mutatingadmissionpolicies", "mutatingadmissionpolicybindings", "*"}, res, "rule %v", r)
+		}
+	}
+}
+
+// The path probe may GET through kube-apiserver's service proxy to the
+// Services its targets name, by the name RBAC sees, and nowhere else.
+func TestRenderTargetsRole_pathProbeMayReachItsTargetsServicesOnly(t *testing.T) {
+	withService := func(configuration, svc string, port int32, enabled bool) config.Target {
+		tgt := config.Target{Kind: circuit.KindMutating, Configuration: configuration, Webhook: configuration + ".example.com"}
+		tgt.APIServerSignal.Enabled = enabled
+		if svc != "" {
+			tgt.APIServerSignal.PathProbe.Service = &config.Service{Namespace: "webhooks", Name: svc, Port: port}
+		}
+		return tgt
+	}
+	cfg := &config.Configuration{Targets: []config.Target{
+		withService("b", "zeta", 443, true),
+		withService("a", "alpha", 8443, true),
+		withService("c", "zeta", 443, true), // the same Service twice: once
+		withService("d", "", 0, true),       // none configured: nothing
+		withService("e", "off", 443, false), // the signal is off: no path probe
+		{Kind: circuit.KindValidating, Configuration: "v", Webhook: "v.example.com"},
+	}}
+	var proxy []rbacv1.PolicyRule
+	for _, r := range rbac.RenderTargetsRole(cfg).Rules {
+		if r.Resources[0] == "services/proxy" {
+			proxy = append(proxy, r)
+		}
+	}
+	assert.Equal(t, []rbacv1.PolicyRule{{
+		APIGroups:     []string{""},
+		Resources:     []string{"services/proxy"},
+		ResourceNames: []string{"https:alpha:8443", "https:zeta:443"},
+		Verbs:         []string{"get"},
+	}}, proxy)
+	assert.Empty(t, func() []rbacv1.PolicyRule {
+		var out []rbacv1.PolicyRule
+		for _, r := range rbac.RenderTargetsRole(&config.Configuration{Targets: []config.Target{withService("d", "", 0, true)}}).Rules {
+			if r.Resources[0] == "services/proxy" {
+				out = append(out, r)
+			}
+		}
+		return out
+	}(), "no path probe Service: no rule, never one without resourceNames")
 }

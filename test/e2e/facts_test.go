@@ -1,8 +1,10 @@
 package e2e
 
 // These tests pin the platform facts that webhook-guard's design rests on
-// (see docs/platform-facts.md, "Platform facts it rests on"). If Kubernetes
-// ever changes one of them, a test here fails and tells us which.
+// (see docs/platform-facts.md, "Platform facts it rests on", and the
+// decisions they shape in docs/design/, first of all
+// docs/design/20261130.enforcement-points.md). If Kubernetes ever changes one
+// of them, a test here fails and tells us which.
 
 import (
 	"context"

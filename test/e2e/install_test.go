@@ -35,6 +35,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
+	"github.com/webhook-guard/webhook-guard/internal/marking"
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
 )
 
@@ -53,6 +54,10 @@ const (
 	installValidatingWebhook = "validate.policy-engine.example.com"
 	installLeaseName         = "webhook-guard.webhook-guard.io"
 )
+
+// installMarking is the example target's marking policy, installed by
+// the base (generated/marking.yaml).
+var installMarking = marking.Name(installTarget, installTargetWebhook)
 
 // installOverlays are the overlays under deploy/kustomize/overlays;
 // TestInstall_everyOverlayAndComponentIsApplied keeps the list complete.
@@ -105,8 +110,9 @@ func TestInstall_overlaysApplyCleanlyAndIdempotently(t *testing.T) {
 			require.NotEmpty(t, objs)
 			for _, obj := range objs {
 				// kube-apiserver never calls an API-registered webhook for
-				// writes to MutatingWebhookConfigurations (docs/platform-facts.md): no
-				// overlay may ship one.
+				// writes to MutatingWebhookConfigurations (docs/platform-facts.md;
+				// docs/design/20261130.enforcement-points.md): no overlay may
+				// ship one.
 				assert.NotEqual(t, "ValidatingWebhookConfiguration", obj["kind"], "overlay %s ships a ValidatingWebhookConfiguration", overlay)
 			}
 
@@ -245,6 +251,18 @@ func TestInstall_RBACIsLeastPrivilege(t *testing.T) {
 		"create SelfSubjectAccessReviews":                          {[]string{"create", "selfsubjectaccessreviews.authorization.k8s.io"}, true},
 		"not create Pods in its namespace":                         {[]string{"create", "pods", "-n", installNamespace}, false},
 		"not impersonate":                                          {[]string{"impersonate", "serviceaccounts", "-A"}, false},
+		// Issue 20: the token cannot mutate anything. The marking policies
+		// are installed with everything else; the service only reads them.
+		"read marking policies":                         {[]string{"get", "mutatingadmissionpolicies.admissionregistration.k8s.io/" + installMarking}, true},
+		"watch marking policies":                        {[]string{"watch", "mutatingadmissionpolicies.admissionregistration.k8s.io"}, true},
+		"not create mutating admission policies":        {[]string{"create", "mutatingadmissionpolicies.admissionregistration.k8s.io"}, false},
+		"not create mutating admission policy bindings": {[]string{"create", "mutatingadmissionpolicybindings.admissionregistration.k8s.io"}, false},
+		"not update the marking policy":                 {[]string{"update", "mutatingadmissionpolicies.admissionregistration.k8s.io/" + installMarking}, false},
+		"not patch the marking policy":                  {[]string{"patch", "mutatingadmissionpolicies.admissionregistration.k8s.io/" + installMarking}, false},
+		"not delete the marking policy":                 {[]string{"delete", "mutatingadmissionpolicies.admissionregistration.k8s.io/" + installMarking}, false},
+		"not update the marking binding":                {[]string{"update", "mutatingadmissionpolicybindings.admissionregistration.k8s.io/" + installMarking}, false},
+		"not delete the marking binding":                {[]string{"delete", "mutatingadmissionpolicybindings.admissionregistration.k8s.io/" + installMarking}, false},
+		"not update any mutating admission policy":      {[]string{"update", "mutatingadmissionpolicies.admissionregistration.k8s.io/other"}, false},
 	}
 	require.GreaterOrEqual(t, len(cases), 10)
 

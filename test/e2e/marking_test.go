@@ -20,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/webhook-guard/webhook-guard/internal/breaker"
@@ -27,6 +28,19 @@ import (
 	"github.com/webhook-guard/webhook-guard/internal/marking"
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
 )
+
+// installMarking installs the circuit's marking policy and binding as an
+// administrator does ("guard manifests marking"), and returns the policy.
+func (s *breakerSetup) installMarking() *admissionregistrationv1.MutatingAdmissionPolicy {
+	s.t.Helper()
+	policy, binding := marking.Render(s.name, s.hook)
+	for _, obj := range []client.Object{policy, binding} {
+		if err := env.Client.Create(context.Background(), obj); !apierrors.IsAlreadyExists(err) {
+			require.NoError(s.t, err)
+		}
+	}
+	return s.markingPolicy()
+}
 
 // markingPolicy returns the circuit's marking policy, or nil.
 func (s *breakerSetup) markingPolicy() *admissionregistrationv1.MutatingAdmissionPolicy {
@@ -38,14 +52,6 @@ func (s *breakerSetup) markingPolicy() *admissionregistrationv1.MutatingAdmissio
 	}
 	require.NoError(s.t, err)
 	return p
-}
-
-func (s *breakerSetup) waitNoMarkingPolicy() {
-	s.t.Helper()
-	require.Eventually(s.t, func() bool {
-		b := &admissionregistrationv1.MutatingAdmissionPolicyBinding{}
-		return s.markingPolicy() == nil && apierrors.IsNotFound(env.Client.Get(context.Background(), client.ObjectKey{Name: marking.Name(s.name, s.hook)}, b))
-	}, transition, 20*time.Millisecond, "the marking policy and binding were never removed")
 }
 
 func (s *breakerSetup) createCM(name string, labels map[string]string) *corev1.ConfigMap {
@@ -63,9 +69,12 @@ func (s *breakerSetup) createCM(name string, labels map[string]string) *corev1.C
 // The webhook's mutation adds the label mutated=yes. While its circuit is
 // open in Bypass mode, what the apiserver admits without it carries the
 // mark; what it mutated before and after does not, and neither does what
-// the webhook would never have seen (its matchCondition, another
-// namespace). No object escapes both the mutation and the mark, even
-// while the circuit opens under a stream of creates.
+// the webhook would never have seen in another namespace. What its own
+// matchConditions would have excluded is marked too: the marking policy
+// cannot evaluate them (marks are hints). No object escapes both the
+// mutation and the mark, even while the circuit opens under a stream of
+// creates. The marking policy is the one installed with everything else,
+// unchanged by the service.
 func TestMarking_bypassMarksWhatWasAdmittedWithoutTheMutation(t *testing.T) {
 	ctx := context.Background()
 	s := newBreakerSetup(t, setupOptions{mode: "Bypass"})
@@ -98,14 +107,13 @@ func TestMarking_bypassMarksWhatWasAdmittedWithoutTheMutation(t *testing.T) {
 		}
 	})
 	s.wh.SetBehaviour(webhookPath, harness.Delayed(2*time.Second, mutate))
+	installed := s.markingPolicy()
+	require.NotNil(t, installed, "installed with the guard")
 	_, open := s.waitOpen()
 	entry := mustRecord(t, open)[s.hook]
 	policy := s.markingPolicy()
-	require.NotNil(t, policy, "an open circuit without its marking policy")
-	assert.Equal(t, admissionregistrationv1.Ignore, *policy.Spec.FailurePolicy)
-	assert.Equal(t, admissionregistrationv1.NeverReinvocationPolicy, policy.Spec.ReinvocationPolicy)
-	assert.Equal(t, s.original.NamespaceSelector, policy.Spec.MatchConstraints.NamespaceSelector)
-	assert.Equal(t, s.original.MatchConditions, policy.Spec.MatchConditions, "its own matchConditions, without the bypass marker")
+	require.NotNil(t, policy)
+	assert.Equal(t, installed.ResourceVersion, policy.ResourceVersion, "the service never writes the marking policy")
 
 	require.Eventually(t, func() bool {
 		mu.Lock()
@@ -129,7 +137,7 @@ func TestMarking_bypassMarksWhatWasAdmittedWithoutTheMutation(t *testing.T) {
 	assert.Equal(t, marking.Note(s.name, s.hook, entry.OpenedAt.Time), during.Annotations[circuit.UnmutatedAnnotation])
 	skipped := s.createCM("skipped", map[string]string{"skip-slow": "true"})
 	_, ok := marked(skipped)
-	assert.False(t, ok, "outside the webhook's matchConditions: not marked")
+	assert.True(t, ok, "outside the webhook's own matchConditions: marked all the same (a hint, not proof)")
 	otherNS := uniqueName(t, "unwatched")
 	require.NoError(t, env.EnsureNamespace(ctx, otherNS))
 	outside := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: otherNS, Name: "outside", Labels: map[string]string{"app": "demo"}}}
@@ -137,10 +145,10 @@ func TestMarking_bypassMarksWhatWasAdmittedWithoutTheMutation(t *testing.T) {
 	_, ok = marked(outside)
 	assert.False(t, ok, "outside the webhook's namespaceSelector: not marked")
 
-	// Close: the policy goes only after the close; after it, nothing is marked.
+	// Close: the closing write disarms the policy; after it, nothing is
+	// marked, and the policy stays installed, dormant.
 	s.wh.SetBehaviour(webhookPath, mutate)
 	s.waitRestored()
-	s.waitNoMarkingPolicy()
 	close(stop)
 	wg.Wait()
 	var after *corev1.ConfigMap
@@ -154,6 +162,8 @@ func TestMarking_bypassMarksWhatWasAdmittedWithoutTheMutation(t *testing.T) {
 		return !ok
 	}, transition, 50*time.Millisecond, "creates stayed marked after the close")
 	assert.Equal(t, "yes", after.Labels["mutated"])
+	require.NotNil(t, s.markingPolicy())
+	assert.Equal(t, installed.ResourceVersion, s.markingPolicy().ResourceVersion)
 
 	// No unmarked escape across the whole run.
 	mu.Lock()
@@ -205,62 +215,105 @@ func TestMarking_bypassMarksWhatWasAdmittedWithoutTheMutation(t *testing.T) {
 	assert.LessOrEqual(t, admittedCount, without+1, "counted at most once each")
 }
 
-// Crash safety: a guard killed after putting the marking policy in place
-// but before the opening write, or after the closing write but before
-// removing it, leaves a policy that the next guard removes.
-func TestMarking_aCrashNeverLeavesAPolicyWithoutAnOpenCircuit(t *testing.T) {
-	for _, point := range []string{"before-write", "after-write"} {
-		t.Run(point, func(t *testing.T) {
-			s := newBreakerSetup(t, setupOptions{mode: "Bypass"})
-			if point == "after-write" {
-				s.openThenStop()
-				require.NotNil(t, s.markingPolicy())
-			}
-			g, err := env.StartGuard(harness.GuardOptions{
-				Name: "crash-" + point, Kubeconfig: s.guardID.KubeconfigPath, Config: s.config(""),
-				Failpoints: point + "=1",
-			})
-			require.NoError(t, err)
-			t.Cleanup(g.Stop)
-			if point == "before-write" {
-				s.wh.SetBehaviour(webhookPath, harness.Delayed(2*time.Second, harness.Allow()))
-			} else {
-				s.wh.SetBehaviour(webhookPath, harness.Allow())
-			}
-			_, err = g.Wait(transition)
-			require.NoError(t, err, "the failpoint never killed the guard")
-			if point == "before-write" {
-				require.NotNil(t, s.markingPolicy(), "killed after marking, before opening")
-				_, open := mustRecord(t, s.get())[s.hook]
-				require.False(t, open)
-				s.wh.SetBehaviour(webhookPath, harness.Allow())
-			} else {
-				_, open := mustRecord(t, s.get())[s.hook]
-				require.False(t, open, "killed after the closing write")
-				require.NotNil(t, s.markingPolicy(), "before removing the policy")
-			}
-			s.startGuard("after-" + point)
-			s.waitNoMarkingPolicy()
-		})
-	}
-}
-
-// An administrator's edit to a marking policy is put back.
-func TestMarking_anEditedMarkingPolicyIsPutBack(t *testing.T) {
+// The service's token cannot write a mutating admission policy: kube-
+// apiserver does not run admission on writes to policy objects, so RBAC is
+// the only limit, and the installed RBAC grants no create, update, patch
+// or delete on them. Every attempt with the token to create a policy that
+// mutates something else, to change or delete an installed marking
+// policy, or to bind one anew is refused. kubectl auth can-i agrees.
+func TestMarking_theServiceTokenCannotWriteAdmissionPolicies(t *testing.T) {
 	ctx := context.Background()
 	s := newBreakerSetup(t, setupOptions{mode: "Bypass"})
-	s.startGuard("tamper")
+	installed := s.installMarking()
+	token := s.guardID.Client
+
+	for _, verb := range []string{"create", "update", "patch", "delete", "deletecollection"} {
+		for _, resource := range []string{"mutatingadmissionpolicies", "mutatingadmissionpolicybindings"} {
+			r := env.Kubectl(ctx, s.guardID.KubeconfigPath, nil, "auth", "can-i", verb, resource+".admissionregistration.k8s.io")
+			assert.Equal(t, "no", strings.TrimSpace(r.Stdout), "kubectl auth can-i %s %s as the service", verb, resource)
+			r = env.Kubectl(ctx, s.guardID.KubeconfigPath, nil, "auth", "can-i", verb, resource+".admissionregistration.k8s.io/"+installed.Name)
+			assert.Equal(t, "no", strings.TrimSpace(r.Stdout), "kubectl auth can-i %s %s/%s as the service", verb, resource, installed.Name)
+		}
+	}
+
+	// A policy that adds a subject to every RoleBinding, under the marking
+	// policies' own name prefix, and a binding for it.
+	evil := &admissionregistrationv1.MutatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: circuit.MarkingPolicyPrefix + "0123456789"},
+		Spec: admissionregistrationv1.MutatingAdmissionPolicySpec{
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+				Rule:       admissionregistrationv1.Rule{APIGroups: []string{"rbac.authorization.k8s.io"}, APIVersions: []string{"v1"}, Resources: []string{"rolebindings"}},
+			}}}},
+			Mutations: []admissionregistrationv1.Mutation{{PatchType: admissionregistrationv1.PatchTypeJSONPatch, JSONPatch: &admissionregistrationv1.JSONPatch{
+				Expression: `[JSONPatch{op: "add", path: "/subjects/-", value: {"kind": "User", "name": "mallory", "apiGroup": "rbac.authorization.k8s.io"}}]`}}},
+			ReinvocationPolicy: admissionregistrationv1.NeverReinvocationPolicy,
+		},
+	}
+	err := token.Create(ctx, evil)
+	assert.True(t, apierrors.IsForbidden(err), "creating a mutating policy with the token: %v", err)
+	evilBinding := &admissionregistrationv1.MutatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: evil.Name}, Spec: admissionregistrationv1.MutatingAdmissionPolicyBindingSpec{PolicyName: installed.Name}}
+	err = token.Create(ctx, evilBinding)
+	assert.True(t, apierrors.IsForbidden(err), "creating a binding with the token: %v", err)
+
+	// The installed marking policy: rewritten to mutate RoleBindings,
+	// patched, deleted.
+	changed := installed.DeepCopy()
+	changed.Spec = evil.Spec
+	err = token.Update(ctx, changed)
+	assert.True(t, apierrors.IsForbidden(err), "updating the marking policy with the token: %v", err)
+	err = token.Patch(ctx, installed.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(`{"spec":{"failurePolicy":"Fail"}}`)))
+	assert.True(t, apierrors.IsForbidden(err), "patching the marking policy with the token: %v", err)
+	err = token.Delete(ctx, installed.DeepCopy())
+	assert.True(t, apierrors.IsForbidden(err), "deleting the marking policy with the token: %v", err)
+	binding := &admissionregistrationv1.MutatingAdmissionPolicyBinding{}
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Name: installed.Name}, binding))
+	binding.Spec.PolicyName = evil.Name
+	err = token.Update(ctx, binding)
+	assert.True(t, apierrors.IsForbidden(err), "re-pointing the marking binding with the token: %v", err)
+
+	after := s.markingPolicy()
+	require.NotNil(t, after)
+	assert.Equal(t, installed.ResourceVersion, after.ResourceVersion, "the installed policy is unchanged")
+}
+
+// A marking policy that is missing or not what the release renders: the
+// service refuses to start, naming it and the command that installs it;
+// one edited while the service runs refuses the opening (MarkingFailed)
+// until it is put back, and then the circuit opens.
+func TestMarking_aMissingOrEditedMarkingPolicyRefusesToOpen(t *testing.T) {
+	ctx := context.Background()
+	s := newBreakerSetup(t, setupOptions{mode: "Bypass"})
+	require.Nil(t, s.markingPolicy())
+
+	g, err := env.StartGuard(harness.GuardOptions{Name: "no-marking", Kubeconfig: s.guardID.KubeconfigPath, Config: s.config(""), WithoutMarking: true})
+	require.NoError(t, err)
+	t.Cleanup(g.Stop)
+	code, err := g.Wait(transition)
+	require.NoError(t, err, "the guard started without its marking policy")
+	assert.NotZero(t, code)
+	assert.Contains(t, g.Logs(), "the marking policy of "+s.name+"/"+s.hook+" is not installed")
+	assert.Contains(t, g.Logs(), "guard manifests marking --config")
+
+	// Installed, the guard starts; then someone edits the policy.
+	policy, _ := marking.Render(s.name, s.hook)
+	s.installMarking()
+	waitHealthyProbes(t, s.startGuard("edited"), 1)
+	edited := s.markingPolicy()
+	edited.Spec.MatchConditions[0].Expression = "false"
+	require.NoError(t, env.Client.Update(ctx, edited))
 	s.wh.SetBehaviour(webhookPath, harness.Delayed(2*time.Second, harness.Allow()))
-	s.waitOpen()
-	p := s.markingPolicy()
-	require.NotNil(t, p)
-	want := p.Spec.DeepCopy()
-	p.Spec.MatchConditions = append(p.Spec.MatchConditions, admissionregistrationv1.MatchCondition{Name: "not-me", Expression: "false"})
-	require.NoError(t, env.Client.Update(ctx, p))
 	require.Eventually(t, func() bool {
-		p := s.markingPolicy()
-		return p != nil && len(p.Spec.MatchConditions) == len(want.MatchConditions) && !strings.Contains(fmt.Sprint(p.Spec.MatchConditions), "not-me")
-	}, transition, 20*time.Millisecond, "the edited marking policy was never put back")
+		return strings.Contains(eventNotes(t, circuit.KindMutating, s.name)["MarkingFailed"], "differs from what this release renders")
+	}, transition, 50*time.Millisecond, "no MarkingFailed Event")
+	_, open := mustRecord(t, s.get())[s.hook]
+	assert.False(t, open, "opened without its marking policy in place")
+
+	// Put back as rendered: the circuit opens.
+	current := s.markingPolicy()
+	current.Spec = policy.Spec
+	require.NoError(t, env.Client.Update(ctx, current))
+	s.waitOpen()
 }
 
 // guard unmutated lists exactly what was marked, grouped by the workload
@@ -317,10 +370,8 @@ func TestMarking_guardUnmutatedListsGroupsAndClears(t *testing.T) {
 	}
 	s.wh.SetBehaviour(webhookPath, harness.Allow())
 	s.waitRestored()
-	s.waitNoMarkingPolicy()
-	// The apiserver stops applying the removed policy a moment later (its
-	// informer): over-marking in that window is accepted. Creates made
-	// after it are not marked.
+	// The closing write disarms the policy: creates made after it are not
+	// marked.
 	require.Eventually(t, func() bool {
 		after := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, GenerateName: "after-"}}
 		if env.Client.Create(ctx, after) != nil {
@@ -430,4 +481,100 @@ func TestMarking_eachAdmittedRequestCountsOnce(t *testing.T) {
 	t.Logf("admitted without the mutation: %.0f before, %.0f after %d creates", before, after, creates)
 	assert.Equal(t, float64(creates), after-before, "each request admitted without the mutation counts once")
 	assert.True(t, isOpen(s.get(), s.hook, s.mode), "the circuit stayed open throughout")
+}
+
+// Across 20 openings and closings under a stream of about 10 creates a
+// second, no object is admitted without both the mutation and the mark:
+// the write that opens the circuit arms the installed marking policy, and
+// kube-apiserver reads the policy's param from the informer its webhook
+// dispatcher reads, before the webhooks run.
+func TestMarking_twentyOpeningsUnderAStreamAdmitNothingUnmarked(t *testing.T) {
+	ctx := context.Background()
+	s := newBreakerSetup(t, setupOptions{mode: "Bypass"})
+	mutate := harness.PatchLabel("mutated", "yes")
+	s.wh.SetBehaviour(webhookPath, mutate)
+	// The probe alone judges, so that each circuit closes as soon as the
+	// webhook answers again (no minOpen).
+	g, err := env.StartGuard(harness.GuardOptions{Name: "twenty", Kubeconfig: s.guardID.KubeconfigPath,
+		Config: s.config("  apiserverSignal:\n    enabled: false\n")})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		g.Stop()
+		if t.Failed() {
+			t.Logf("guard logs:\n%s", g.Logs())
+		}
+	})
+	waitHealthyProbes(t, g, 2)
+
+	// About 10 creates a second, each on its own: one waiting for the
+	// webhook's timeout holds back no other.
+	var mu sync.Mutex
+	var streamed []string
+	admitted := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(streamed)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			name := fmt.Sprintf("stream-%d", i)
+			wg.Go(func() {
+				if err := env.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: name, Labels: map[string]string{"app": "demo"}}}); err == nil {
+					mu.Lock()
+					streamed = append(streamed, name)
+					mu.Unlock()
+				}
+			})
+		}
+	})
+	// Each phase lasts until creates got through it.
+	waitAdmitted := func(n int, phase string) {
+		before := admitted()
+		require.Eventually(t, func() bool { return admitted() >= before+n }, transition, 20*time.Millisecond, "no create got through while %s", phase)
+	}
+	start := time.Now()
+	const openings = 20
+	for i := range openings {
+		s.wh.SetBehaviour(webhookPath, harness.Delayed(2*time.Second, mutate))
+		_, open := s.waitOpen()
+		require.Contains(t, mustRecord(t, open), s.hook, "opening %d", i+1)
+		waitAdmitted(3, "open")
+		s.wh.SetBehaviour(webhookPath, mutate)
+		s.waitRestored()
+		waitAdmitted(3, "closed")
+	}
+	close(stop)
+	wg.Wait()
+	elapsed := time.Since(start)
+
+	mu.Lock()
+	defer mu.Unlock()
+	escaped, markedCount, mutated := 0, 0, 0
+	for _, name := range streamed {
+		cm := &corev1.ConfigMap{}
+		require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: name}, cm))
+		_, isMarked := marked(cm)
+		switch {
+		case isMarked:
+			markedCount++
+		case cm.Labels["mutated"] == "yes":
+			mutated++
+		default:
+			escaped++
+			t.Errorf("%s was admitted without the mutation and without the mark", name)
+		}
+	}
+	t.Logf("%d openings in %v; %d creates admitted (%.1f/s): %d mutated, %d marked, %d escaped both",
+		openings, elapsed.Round(time.Second), len(streamed), float64(len(streamed))/elapsed.Seconds(), mutated, markedCount, escaped)
+	assert.Zero(t, escaped)
+	assert.GreaterOrEqual(t, markedCount, openings, "creates admitted while circuits were open")
 }

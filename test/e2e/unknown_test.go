@@ -75,7 +75,12 @@ func TestUnknown_whileOpen(t *testing.T) {
 
 			if tc.closes {
 				s.waitRestored()
-				closing := eventNotes(t, circuit.KindMutating, s.name)[string(breaker.Closed)]
+				// The Event follows the write; wait for it.
+				var closing string
+				require.Eventually(t, func() bool {
+					closing = eventNotes(t, circuit.KindMutating, s.name)[string(breaker.Closed)]
+					return closing != ""
+				}, transition, 50*time.Millisecond, "no CircuitClosed Event")
 				assert.Contains(t, closing, "intervals in which the probe could not run")
 				assert.Contains(t, closing, "while the apiserver's own calls to the webhook succeeded")
 				return

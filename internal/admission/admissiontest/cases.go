@@ -360,6 +360,19 @@ func setAnnotation(obj *admissionregistrationv1.MutatingWebhookConfiguration, ke
 // more than it owns.
 const BreakerOverreach = "webhook-guard's own identity"
 
+// Paths, with the reason, that the denial of the breaker's identity names
+// for the metadata beyond labels and annotations.
+const (
+	// OwnerReferencesChange names a change to the owner references.
+	OwnerReferencesChange = "metadata.ownerReferences (the garbage collector deletes a configuration whose owners are gone)"
+	// FinalizersChange names a change to the finalizers.
+	FinalizersChange = "metadata.finalizers (a finalizer holds the configuration's deletion until someone removes it)"
+	// GenerateNameChange names a change to generateName.
+	GenerateNameChange = "metadata.generateName"
+	// BreakerOwns is what the denial says the breaker may change.
+	BreakerOwns = "no metadata but its record (" + CircuitPath + ")"
+)
+
 func withEmptyOverride(old func(string) *admissionregistrationv1.MutatingWebhookConfiguration) func(string) *admissionregistrationv1.MutatingWebhookConfiguration {
 	return func(name string) *admissionregistrationv1.MutatingWebhookConfiguration {
 		obj := old(name)
@@ -458,6 +471,50 @@ func addLabel(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
 	obj.Labels["team"] = "platform"
 }
 
+func changeLabel(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
+	obj.Labels["example.com/test"] = "changed"
+}
+
+func addAnnotation(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
+	setAnnotation(obj, "example.com/note", "written by the breaker")
+}
+
+// Owner is the owner reference the table adds: a Namespace that does not
+// exist. On a configuration, it would have the garbage collector delete
+// the configuration.
+var Owner = metav1.OwnerReference{
+	APIVersion: "v1",
+	Kind:       "Namespace",
+	Name:       "webhook-guard-gone",
+	UID:        "00000000-0000-0000-0000-0000000000ff",
+}
+
+// Finalizer is the finalizer the table adds.
+const Finalizer = "example.com/hold"
+
+func addOwner(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
+	obj.OwnerReferences = append(obj.OwnerReferences, Owner)
+}
+
+func removeOwners(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
+	obj.OwnerReferences = nil
+}
+
+// Owned is Healthy with Owner as its owner.
+func Owned(name string) *admissionregistrationv1.MutatingWebhookConfiguration {
+	obj := Healthy(name)
+	addOwner(obj)
+	return obj
+}
+
+func addFinalizer(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
+	obj.Finalizers = append(obj.Finalizers, Finalizer)
+}
+
+func setGenerateName(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
+	obj.GenerateName = "generated-"
+}
+
 func all(edits ...func(*admissionregistrationv1.MutatingWebhookConfiguration)) func(*admissionregistrationv1.MutatingWebhookConfiguration) {
 	return func(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
 		for _, e := range edits {
@@ -499,6 +556,11 @@ var validatingCases = map[string]bool{
 	"an admin changes the other webhook's failurePolicy in the same configuration":  true,
 	"an admin removes the override annotation alone":                                true,
 	"another service account forges a circuit record on an unmanaged configuration": true,
+	"the breaker adds an ownerReference":                                            true,
+	"the breaker adds a finalizer":                                                  true,
+	"the breaker changes its record and another annotation":                         true,
+	"the breaker changes only its record":                                           true,
+	"an admin adds an ownerReference while the circuit is open":                     true,
 }
 
 func mutatingCases() []Case {
@@ -517,6 +579,19 @@ func mutatingCases() []Case {
 		{Name: "the breaker adds the override annotation", Actor: Breaker, Managed: true, Old: Healthy, Override: OverridePresent, WantAllowed: false, WantMessageContains: []string{BreakerOverreach, "metadata.annotations"}},
 		{Name: "the breaker removes a webhook", Actor: Breaker, Managed: true, Old: Healthy, Edit: removeManagedWebhook, Override: OverrideAbsent, WantAllowed: false, WantMessageContains: []string{BreakerOverreach, "webhooks (added, removed or reordered)"}},
 		{Name: "the breaker sets another webhook's failurePolicy", Actor: Breaker, Managed: true, Old: Healthy, Edit: setPolicy(OtherWebhook, admissionregistrationv1.Ignore), Override: OverrideAbsent, WantAllowed: false, WantMessageContains: []string{BreakerOverreach, "webhooks[name=" + OtherWebhook + "]"}},
+
+		// The breaker and metadata: nothing but its record.
+		{Name: "the breaker adds an ownerReference", Actor: Breaker, Managed: true, Old: Healthy, Edit: addOwner, Override: OverrideAbsent, WantAllowed: false, WantMessageContains: []string{BreakerOverreach, BreakerOwns, OwnerReferencesChange}},
+		{Name: "the breaker opens a circuit and adds an ownerReference", Actor: Breaker, Managed: true, Old: Healthy, Edit: all(openBypass, addOwner), Override: OverrideAbsent, WantAllowed: false, WantMessageContains: []string{BreakerOverreach, OwnerReferencesChange}},
+		{Name: "the breaker removes the ownerReferences", Actor: Breaker, Managed: true, Old: Owned, Edit: removeOwners, Override: OverrideAbsent, WantAllowed: false, WantMessageContains: []string{BreakerOverreach, OwnerReferencesChange}},
+		{Name: "the breaker adds a finalizer", Actor: Breaker, Managed: true, Old: Healthy, Edit: addFinalizer, Override: OverrideAbsent, WantAllowed: false, WantMessageContains: []string{BreakerOverreach, BreakerOwns, FinalizersChange}},
+		{Name: "the breaker closes a circuit and adds a finalizer", Actor: Breaker, Managed: true, Old: BypassOpen, Edit: all(closeCircuit, addFinalizer), Override: OverrideAbsent, WantAllowed: false, WantMessageContains: []string{BreakerOverreach, FinalizersChange}},
+		{Name: "the breaker changes a label's value", Actor: Breaker, Managed: true, Old: Healthy, Edit: changeLabel, Override: OverrideAbsent, WantAllowed: false, WantMessageContains: []string{BreakerOverreach, "metadata.labels"}},
+		{Name: "the breaker changes its record and another annotation", Actor: Breaker, Managed: true, Old: BypassOpen, Edit: all(changeRecord, addAnnotation), Override: OverrideAbsent, WantAllowed: false, WantMessageContains: []string{BreakerOverreach, "metadata.annotations"}},
+		{Name: "the breaker sets generateName", Actor: Breaker, Managed: true, Old: Healthy, Edit: setGenerateName, Override: OverrideAbsent, WantAllowed: false, WantMessageContains: []string{BreakerOverreach, GenerateNameChange}},
+		{Name: "the breaker adds an ownerReference, a finalizer and a label", Actor: Breaker, Managed: true, Old: Healthy, Edit: all(addOwner, addFinalizer, addLabel), Override: OverrideAbsent, WantAllowed: false, WantMessageContains: []string{BreakerOverreach, "metadata.labels, " + OwnerReferencesChange + ", " + FinalizersChange}},
+		{Name: "the breaker changes only its record", Actor: Breaker, Managed: true, Old: BypassOpen, Edit: changeRecord, Override: OverrideAbsent, WantAllowed: true},
+		{Name: "the breaker opens a circuit on a configuration with an owner", Actor: Breaker, Managed: true, Old: Owned, Edit: openBypass, Override: OverrideAbsent, WantAllowed: true},
 
 		// An administrator and the owned failurePolicy.
 		{Name: "an admin restores Fail while the circuit is open", Actor: Admin, Managed: true, Old: BypassOpen, Edit: restoreFail, Override: OverrideAbsent, WantAllowed: false, WantMessageContains: want(FailurePolicyPath, "circuit open since "+OpenedAt+", original failurePolicy Fail", "webhook-guard (")},
@@ -557,6 +632,11 @@ func mutatingCases() []Case {
 		{Name: "an admin changes the other webhook's failurePolicy in the same configuration", Actor: Admin, Managed: true, Old: BypassOpen, Edit: setPolicy(OtherWebhook, admissionregistrationv1.Ignore), Override: OverrideAbsent, WantAllowed: true},
 		{Name: "an admin removes the managed webhook from a healthy configuration", Actor: Admin, Managed: true, Old: Healthy, Edit: removeManagedWebhook, Override: OverrideAbsent, WantAllowed: true},
 		{Name: "an admin adds a label while the circuit is open", Actor: Admin, Managed: true, Old: BypassOpen, Edit: addLabel, Override: OverrideAbsent, WantAllowed: true},
+		{Name: "an admin adds an ownerReference while the circuit is open", Actor: Admin, Managed: true, Old: BypassOpen, Edit: addOwner, Override: OverrideAbsent, WantAllowed: true},
+		{Name: "an admin removes the ownerReferences", Actor: Admin, Managed: true, Old: Owned, Edit: removeOwners, Override: OverrideAbsent, WantAllowed: true},
+		{Name: "an admin changes another annotation while the circuit is open", Actor: Admin, Managed: true, Old: BypassOpen, Edit: addAnnotation, Override: OverrideAbsent, WantAllowed: true},
+		{Name: "another service account adds an ownerReference", Actor: OtherSA, Managed: true, Old: Healthy, Edit: addOwner, Override: OverrideAbsent, WantAllowed: true},
+		{Name: "an admin adds an ownerReference and restores Fail", Actor: Admin, Managed: true, Old: BypassOpen, Edit: all(addOwner, restoreFail), Override: OverrideAbsent, WantAllowed: false, WantMessageContains: want(FailurePolicyPath)},
 
 		// The override annotation itself.
 		{Name: "an admin adds the override annotation alone", Actor: Admin, Managed: true, Old: BypassOpen, Override: OverridePresent, WantAllowed: true},

@@ -27,10 +27,15 @@ type ConnectProxy struct {
 	mu       sync.Mutex
 	cut      map[string]bool
 	routes   map[string]string
+	// open holds the established tunnels by the address they were asked
+	// for, so that a cut ends them too.
+	open map[string]map[net.Conn]bool
+	// heal is closed when the cut of an address heals, to release the
+	// CONNECTs held on it at once.
+	heal map[string]chan struct{}
 	// tunnels counts CONNECTs forwarded; held counts those held on a cut
 	// route.
 	tunnels, held atomic.Int64
-	conns         sync.WaitGroup
 	done          chan struct{}
 }
 
@@ -41,7 +46,7 @@ func StartConnectProxy() (*ConnectProxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &ConnectProxy{SocketPath: filepath.Join(dir, "proxy.sock"), cut: map[string]bool{}, routes: map[string]string{}, done: make(chan struct{})}
+	p := &ConnectProxy{SocketPath: filepath.Join(dir, "proxy.sock"), cut: map[string]bool{}, routes: map[string]string{}, open: map[string]map[net.Conn]bool{}, heal: map[string]chan struct{}{}, done: make(chan struct{})}
 	if p.listener, err = net.Listen("unix", p.SocketPath); err != nil {
 		return nil, fmt.Errorf("listening on %s: %w", p.SocketPath, err)
 	}
@@ -69,10 +74,39 @@ egressSelections:
 
 // Cut makes CONNECTs to addr (host:port) hang until the route heals or
 // the caller gives up: the apiserver sees "context deadline exceeded".
+// Tunnels to addr already established end, as when the agent that
+// carried them loses the node: a kept-alive connection does not outlive
+// the road.
 func (p *ConnectProxy) Cut(addr string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if !p.cut[addr] {
+		p.heal[addr] = make(chan struct{})
+	}
 	p.cut[addr] = true
+	for c := range p.open[addr] {
+		_ = c.Close()
+	}
+	delete(p.open, addr)
+}
+
+// track records c as a tunnel to addr until the returned func is called,
+// and reports false (recording nothing) when addr was cut meanwhile.
+func (p *ConnectProxy) track(addr string, c net.Conn) (func(), bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cut[addr] {
+		return nil, false
+	}
+	if p.open[addr] == nil {
+		p.open[addr] = map[net.Conn]bool{}
+	}
+	p.open[addr][c] = true
+	return func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		delete(p.open[addr], c)
+	}, true
 }
 
 // Route sends CONNECTs to from (host:port, for example a pod IP that the
@@ -98,6 +132,23 @@ func (p *ConnectProxy) Heal(addr string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	delete(p.cut, addr)
+	if ch, ok := p.heal[addr]; ok {
+		close(ch)
+		delete(p.heal, addr)
+	}
+}
+
+// healed returns a channel closed when addr's cut heals (an already closed
+// one when it is not cut).
+func (p *ConnectProxy) healed(addr string) <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if ch, ok := p.heal[addr]; ok {
+		return ch
+	}
+	ch := make(chan struct{})
+	close(ch)
+	return ch
 }
 
 func (p *ConnectProxy) isCut(addr string) bool {
@@ -150,10 +201,15 @@ func (p *ConnectProxy) handle(c net.Conn) {
 		// Hold the CONNECT unanswered, like a tunnel whose agent cannot
 		// reach the node, until the caller gives up or the route heals.
 		for p.isCut(req.Host) {
+			// Released at once by the heal; whether the caller gave up is
+			// looked at now and then, so that thousands of held CONNECTs
+			// cost little.
 			select {
 			case <-p.done:
 				return
-			case <-time.After(50 * time.Millisecond):
+			case <-p.healed(req.Host):
+				continue
+			case <-time.After(500 * time.Millisecond):
 			}
 			_ = c.SetReadDeadline(time.Now().Add(time.Millisecond))
 			if _, err := br.Peek(1); err != nil && !isTimeout(err) {
@@ -168,6 +224,11 @@ func (p *ConnectProxy) handle(c net.Conn) {
 		return
 	}
 	defer func() { _ = up.Close() }()
+	untrack, ok := p.track(req.Host, up)
+	if !ok {
+		return // cut while dialing
+	}
+	defer untrack()
 	p.tunnels.Add(1)
 	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 		return

@@ -3,7 +3,9 @@ package harness
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net"
 	"os"
@@ -17,10 +19,10 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/webhook-guard/webhook-guard/internal/marking"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 )
 
 // BuildGuard compiles cmd/guard into e.Dir once and returns its path.
@@ -74,6 +76,9 @@ type GuardOptions struct {
 	Config string
 	// Args are extra flags, e.g. --leader-elect.
 	Args []string
+	// WithoutMarking skips installing the marking policies that "guard
+	// manifests marking" renders for Config (InstallMarking).
+	WithoutMarking bool
 	// Failpoints, when set, runs a guard built with -tags failpoints and
 	// WEBHOOK_GUARD_FAILPOINTS set to it ("before-write=0.5,..." for
 	// SIGKILLs, "before-write=sleep:3s" for a pause the first time).
@@ -92,6 +97,11 @@ func (e *Env) StartGuard(opts GuardOptions) (*Guard, error) {
 	cfg := filepath.Join(e.Dir, fmt.Sprintf("guard-%s-%d.yaml", opts.Name, time.Now().UnixNano()))
 	if err := os.WriteFile(cfg, []byte(opts.Config), 0o600); err != nil {
 		return nil, err
+	}
+	if !opts.WithoutMarking {
+		if err := e.InstallMarking(context.Background(), bin, cfg); err != nil {
+			return nil, err
+		}
 	}
 	statusAddr, err := FreeLoopbackAddr()
 	if err != nil {
@@ -202,11 +212,12 @@ func FreeLoopbackAddr() (string, error) {
 }
 
 // GuardRules are the permissions the installed RBAC gives the guard, for
-// the given target configuration names and marking policy names, by a
-// short name per rule.
-func GuardRules(names []string, marks ...string) map[string]rbacv1.PolicyRule {
+// the given target configuration names, by a short name per rule. The path
+// probe's rule depends on the targets' Services, not their names:
+// PathProbeRule renders it, and GrantPathProbe grants it.
+func GuardRules(names []string) map[string]rbacv1.PolicyRule {
 	rules := map[string]rbacv1.PolicyRule{
-		"read-create-marks":   {APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingadmissionpolicies", "mutatingadmissionpolicybindings"}, Verbs: []string{"get", "list", "watch", "create"}},
+		"read-marks":          {APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingadmissionpolicies", "mutatingadmissionpolicybindings"}, Verbs: []string{"get", "list", "watch"}},
 		"read-configurations": {APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations", "validatingwebhookconfigurations"}, Verbs: []string{"get", "list", "watch"}},
 		"write-targets":       {APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations", "validatingwebhookconfigurations"}, Verbs: []string{"patch"}, ResourceNames: names},
 		"read-policy":         {APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"}, Verbs: []string{"get", "list", "watch"}},
@@ -223,33 +234,42 @@ func GuardRules(names []string, marks ...string) map[string]rbacv1.PolicyRule {
 		"apiserver-metrics":   {NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}},
 		"leases":              {APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
 	}
-	if len(marks) > 0 {
-		rules["write-marks"] = rbacv1.PolicyRule{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingadmissionpolicies", "mutatingadmissionpolicybindings"}, Verbs: []string{"update", "delete"}, ResourceNames: marks}
-	}
 	return rules
 }
 
-// markingNames are the marking policy names of every webhook of the
-// named MutatingWebhookConfigurations that exist now, as make manifests
-// derives them from the targets.
-func (e *Env) markingNames(ctx context.Context, names []string) []string {
-	var out []string
-	for _, name := range names {
-		mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
-		if e.Client.Get(ctx, client.ObjectKey{Name: name}, mwc) != nil {
+// InstallMarking installs what "guard manifests marking --config
+// configPath" renders, as an administrator installs it with everything
+// else: the marking policies of the configuration's mutating targets.
+// Those already installed are left alone. A configuration that does not
+// load installs nothing: the guard refuses it anyway.
+func (e *Env) InstallMarking(ctx context.Context, bin, configPath string) error {
+	out, err := exec.CommandContext(ctx, bin, "manifests", "marking", "--config", configPath).Output()
+	if err != nil {
+		return nil
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
+	for {
+		obj := &unstructured.Unstructured{}
+		if err := dec.Decode(&obj.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("reading guard manifests marking: %w", err)
+		}
+		if len(obj.Object) == 0 {
 			continue
 		}
-		for _, wh := range mwc.Webhooks {
-			out = append(out, marking.Name(name, wh.Name))
+		if err := e.Client.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("installing %s %s: %w", obj.GetKind(), obj.GetName(), err)
 		}
 	}
-	return out
 }
 
-// GrantGuard binds GuardRules (minus the rules named in without) to the identity's ServiceAccount in namespace, and waits until
-// RBAC lets it read MutatingWebhookConfigurations.
+// GrantGuard binds GuardRules (minus the rules named in without)
+// to the identity's ServiceAccount in namespace, and waits until RBAC lets
+// it read MutatingWebhookConfigurations.
 func (e *Env) GrantGuard(ctx context.Context, namespace string, id *Identity, names []string, without ...string) error {
-	rules := GuardRules(names, e.markingNames(ctx, names)...)
+	rules := GuardRules(names)
 	var kept []rbacv1.PolicyRule
 	for _, name := range slices.Sorted(maps.Keys(rules)) {
 		if !slices.Contains(without, name) {

@@ -21,6 +21,9 @@ type Behaviour struct {
 	// Answer produces the response; nil means drop the connection.
 	answer func(w http.ResponseWriter, review *admissionv1.AdmissionReview)
 	name   string
+	// choose, when set, picks the behaviour for each request from its
+	// review (an empty one for a GET).
+	choose func(review *admissionv1.AdmissionReview) Behaviour
 }
 
 // String names the behaviour for logs.
@@ -64,6 +67,24 @@ func Garbage() Behaviour {
 func WrongUID() Behaviour {
 	return Behaviour{name: "wrong-uid", answer: func(w http.ResponseWriter, r *admissionv1.AdmissionReview) {
 		writeReview(w, r, &admissionv1.AdmissionResponse{Allowed: true, UID: "not-the-request-uid"})
+	}}
+}
+
+// ByLabel answers a request whose object carries the label key=value
+// with match, and every other request (and every GET) with other: a
+// webhook that fails only on some requests' content.
+func ByLabel(key, value string, match, other Behaviour) Behaviour {
+	return Behaviour{name: fmt.Sprintf("%s if %s=%s, else %s", match, key, value, other), choose: func(r *admissionv1.AdmissionReview) Behaviour {
+		if r.Request == nil {
+			return other
+		}
+		var obj struct {
+			Metadata metav1.ObjectMeta `json:"metadata"`
+		}
+		if json.Unmarshal(r.Request.Object.Raw, &obj) == nil && obj.Metadata.Labels[key] == value {
+			return match
+		}
+		return other
 	}}
 }
 
@@ -141,6 +162,9 @@ func (wh *Webhook) serve(w http.ResponseWriter, r *http.Request) {
 		wh.mu.Lock()
 		wh.requests[r.URL.Path] = append(wh.requests[r.URL.Path], review)
 		wh.mu.Unlock()
+	}
+	if b.choose != nil {
+		b = b.choose(&review)
 	}
 	if b.Delay > 0 {
 		select {

@@ -49,16 +49,21 @@ type world struct {
 	ns, name, hook string
 	wh             *harness.Webhook
 	// addr is the ClusterIP:port the apiserver dials through the proxy.
-	addr     string
+	addr string
+	// podAddr is the pod address the service proxy dials through the
+	// proxy, once withRoad put a pod behind the Service.
+	podAddr  string
 	id       *harness.Identity
 	original admissionregistrationv1.MutatingWebhook
+	// mode is the target's mode; Bypass unless a test says otherwise.
+	mode string
 }
 
 func newWorld(t *testing.T, withoutRBAC ...string) *world {
 	t.Helper()
 	ctx := context.Background()
 	n := seq.Add(1)
-	w := &world{t: t, ns: fmt.Sprintf("partition-%d", n), name: fmt.Sprintf("partition-%d", n)}
+	w := &world{t: t, ns: fmt.Sprintf("partition-%d", n), name: fmt.Sprintf("partition-%d", n), mode: "Bypass"}
 	w.hook = "slow." + w.name + ".webhook-guard.io"
 	require.NoError(t, env.EnsureNamespace(ctx, w.ns))
 	ip := harness.NextServiceIP()
@@ -102,7 +107,9 @@ func newWorld(t *testing.T, withoutRBAC ...string) *world {
 	return w
 }
 
-// config is the world's GuardConfiguration.
+// config is the world's GuardConfiguration. It names the webhook's
+// Service for the path probe; the probe can reach it once withRoad put a
+// pod behind the Service and granted the RBAC.
 func (w *world) config(signal bool, minOpen time.Duration) string {
 	return fmt.Sprintf(`apiVersion: config.webhook-guard.io/v1alpha1
 kind: GuardConfiguration
@@ -110,7 +117,7 @@ targets:
 - configuration: %s
   webhook: %s
   allowAdmissionWithoutMutation: true
-  mode: Bypass
+  mode: %s
   openAfter: 3
   closeAfter: 3
   probe:
@@ -120,14 +127,17 @@ targets:
     enabled: %t
     minRequests: 3
     minOpen: %s
-`, w.name, w.hook, signal, minOpen)
+    pathProbe:
+      service: {namespace: %s, name: hook, port: %d}
+`, w.name, w.hook, w.mode, signal, minOpen, w.ns, w.wh.Port())
 }
 
 // startGuard runs the real guard binary on this world's target, with or
 // without the apiserver signal.
 func (w *world) startGuard(name string, signal bool, minOpen time.Duration, args ...string) *harness.Guard {
 	w.t.Helper()
-	g, err := env.StartGuard(harness.GuardOptions{Name: name, Kubeconfig: w.id.KubeconfigPath, Config: w.config(signal, minOpen), Args: args})
+	// This apiserver serves no MutatingAdmissionPolicy: nothing to install.
+	g, err := env.StartGuard(harness.GuardOptions{Name: name, Kubeconfig: w.id.KubeconfigPath, Config: w.config(signal, minOpen), Args: args, WithoutMarking: true})
 	require.NoError(w.t, err)
 	w.t.Cleanup(func() {
 		g.Stop()
@@ -224,6 +234,8 @@ type result struct {
 	start   time.Time
 	latency time.Duration
 	err     error
+	// created is what the apiserver stored, when it did.
+	created *corev1.ConfigMap
 }
 
 // load creates ConfigMaps in ns at rate per second, each in its own
@@ -237,9 +249,20 @@ type load struct {
 
 func startLoad(t *testing.T, ns string) *load {
 	t.Helper()
+	return startLoadWith(t, ns, rate, nil)
+}
+
+// startLoadWith is startLoad at perSecond creates a second, of ConfigMaps
+// carrying labels (and always some label, so that a JSONPatch can add
+// one).
+func startLoadWith(t *testing.T, ns string, perSecond int, labels map[string]string) *load {
+	t.Helper()
+	if labels == nil {
+		labels = map[string]string{"load": "yes"}
+	}
 	l := &load{stop: make(chan struct{})}
 	l.wg.Go(func() {
-		tick := time.NewTicker(time.Second / rate)
+		tick := time.NewTicker(time.Second / time.Duration(perSecond))
 		defer tick.Stop()
 		for {
 			select {
@@ -251,9 +274,9 @@ func startLoad(t *testing.T, ns string) *load {
 				ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 				defer cancel()
 				start := time.Now()
-				_, err := env.Clientset.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "load-"}}, metav1.CreateOptions{})
+				created, err := env.Clientset.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "load-", Labels: labels}}, metav1.CreateOptions{})
 				l.mu.Lock()
-				l.results = append(l.results, result{start: start, latency: time.Since(start), err: err})
+				l.results = append(l.results, result{start: start, latency: time.Since(start), err: err, created: created})
 				l.mu.Unlock()
 			})
 		}
@@ -309,6 +332,7 @@ func (w *world) excluded() float64 {
 // webhook is cut, while the guard reaches it directly.
 func TestPartition_apiserverSignalOpensWhatTheProbeCannotSee(t *testing.T) {
 	w := newWorld(t)
+	w.withRoad()
 	ctx := context.Background()
 
 	// Control: the probe alone. Creates fail, the probe stays healthy, and
@@ -316,7 +340,7 @@ func TestPartition_apiserverSignalOpensWhatTheProbeCannotSee(t *testing.T) {
 	control := w.startGuard("control", false, time.Second)
 	waitHealthyProbes(t, control, 3)
 	cut := time.Now()
-	proxy.Cut(w.addr)
+	w.cutRoad()
 	l := startLoad(t, w.ns)
 	require.Eventually(t, func() bool { return failedCalling(l.done(cut, time.Now())) >= 15 }, transition, 50*time.Millisecond,
 		"creates never failed on the cut route")
@@ -340,6 +364,7 @@ func TestPartition_apiserverSignalOpensWhatTheProbeCannotSee(t *testing.T) {
 	msg := w.waitEvent(string(breaker.Opened))
 	assert.Contains(t, msg, "consecutive failing intervals of the apiserver's own calls")
 	assert.Contains(t, msg, "while the direct probe was healthy: the apiserver's path to the webhook is broken")
+	assert.Contains(t, msg, "failed probes in a row through kube-apiserver's service proxy")
 	assert.Contains(t, w.waitEvent("SignalsDisagree"), "the direct probe is healthy but the apiserver's own calls fail")
 
 	// Bypass: creates no longer wait for the webhook's timeout. (The
@@ -351,10 +376,10 @@ func TestPartition_apiserverSignalOpensWhatTheProbeCannotSee(t *testing.T) {
 		assert.Less(t, r.latency, timeoutSeconds*time.Second, "a bypassed create waited for the webhook")
 	}
 	_, open = w.entry()
-	require.True(t, open, "the circuit must still be open while the creates above ran (minOpen 5s)")
+	require.True(t, open, "the circuit must still be open while the creates above ran: the path probe still fails")
 
 	// The route heals: the circuit closes, and the webhook is called again.
-	proxy.Heal(w.addr)
+	w.healRoad()
 	callsBefore := w.wh.APIServerCalls(path)
 	w.waitClosed()
 	closed := time.Now()
@@ -369,6 +394,8 @@ func TestPartition_apiserverSignalOpensWhatTheProbeCannotSee(t *testing.T) {
 	// accounting and against what the test sent.
 	closing := w.waitEvent(string(breaker.Closed))
 	t.Logf("events:\n%s", strings.Join(w.events(""), "\n"))
+	assert.Contains(t, closing, "consecutive healthy probes through kube-apiserver's service proxy: its road to the webhook works again")
+	assert.NotContains(t, closing, "opens again", "closed on the road's evidence, not as a trial")
 	var admitted int
 	_, err := fmt.Sscanf(closing[strings.Index(closing, "the apiserver admitted "):], "the apiserver admitted %d requests without the mutation", &admitted)
 	require.NoError(t, err, closing)
@@ -382,8 +409,8 @@ func TestPartition_apiserverSignalOpensWhatTheProbeCannotSee(t *testing.T) {
 	t.Logf("admitted without the webhook while open: guard %d, apiserver's exclusions %.0f, creates the test sent that succeeded while open %d", admitted, apiserverCount, sent)
 	// The guard counts from the first scrape after its cache shows the
 	// circuit open to the last one before the close, so it may miss a
-	// scrape interval or two of creates at each end.
-	slack := float64(rate) // one second of load
+	// scrape interval (breaker.MinScrapeInterval) of creates at each end.
+	slack := 2 * float64(rate) * breaker.MinScrapeInterval.Seconds()
 	assert.InDelta(t, apiserverCount, float64(admitted), slack)
 	assert.InDelta(t, float64(sent), float64(admitted), 2*slack)
 	assert.Positive(t, admitted)

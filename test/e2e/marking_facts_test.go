@@ -1,0 +1,117 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
+	"github.com/webhook-guard/webhook-guard/internal/marking"
+)
+
+// Fact: kube-apiserver v1.37 accepts a MutatingAdmissionPolicy whose
+// paramKind is MutatingWebhookConfiguration, bound to one configuration
+// by name, and evaluates it against the configuration as it is now: a
+// write to the configuration's annotations arms the marking policy within
+// a bounded time, and the next write disarms it. The installed policy
+// also answers a canary (a dry-run Event) with its digest, the evidence
+// that this version of it is loaded.
+func TestFact_markingPolicyReadsTheWebhookConfigurationAsItsParam(t *testing.T) {
+	ctx := context.Background()
+	ns := testNamespace(t)
+	dumpOnFailure(t, ns)
+	name := uniqueName(t, "fact-param")
+	hook := "mark.example.com"
+	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{
+			Name: hook,
+			// Never called: its bypass matchCondition is false, as in an
+			// open circuit of Bypass mode.
+			ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://127.0.0.1:1/never")},
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+				Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}},
+			}},
+			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}},
+			MatchConditions:         []admissionregistrationv1.MatchCondition{{Name: circuit.BypassCondition, Expression: circuit.BypassExpression}},
+			FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			AdmissionReviewVersions: []string{"v1"},
+		}},
+	}
+	require.NoError(t, env.Client.Create(ctx, mwc))
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), mwc) })
+	policy, binding := marking.Render(name, hook)
+	require.NoError(t, env.Client.Create(ctx, policy))
+	require.NoError(t, env.Client.Create(ctx, binding))
+	t.Cleanup(func() {
+		_ = env.Client.Delete(context.Background(), binding)
+		_ = env.Client.Delete(context.Background(), policy)
+	})
+
+	cs, err := kubernetes.NewForConfig(env.Config)
+	require.NoError(t, err)
+	keeper := &marking.Keeper{Reader: env.Client, Canary: cs.EventsV1().Events("default")}
+	circuits := []marking.Circuit{{Configuration: name, Webhook: hook}}
+	start := time.Now()
+	require.Eventually(t, func() bool {
+		notYet, err := keeper.Ready(ctx, circuits)
+		require.NoError(t, err)
+		return len(notYet) == 0
+	}, propagation, 20*time.Millisecond, "the canary never showed the policy loaded")
+	t.Logf("policy loaded %v after its creation", time.Since(start))
+
+	create := func(labels map[string]string) *corev1.ConfigMap {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "cm-", Labels: labels}}
+		require.NoError(t, env.Client.Create(ctx, cm))
+		return cm
+	}
+	assert.NotContains(t, create(nil).Labels, circuit.UnmutatedLabel, "dormant: no record")
+
+	// Arm: the record gets an entry for the webhook, as the breaker's
+	// opening write puts it.
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(mwc), mwc))
+	opened := metav1.NewTime(time.Now().Truncate(time.Second))
+	rec := circuit.Record{hook: {UID: mwc.UID, Mode: circuit.ModeBypass, OpenedAt: opened, Reason: "timeout", By: "someone"}}
+	text, err := rec.Text()
+	require.NoError(t, err)
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{circuit.Annotation: text}}})
+	armedAt := time.Now()
+	require.NoError(t, env.Client.Patch(ctx, mwc, client.RawPatch(types.MergePatchType, patch)))
+	var marked *corev1.ConfigMap
+	require.Eventually(t, func() bool {
+		marked = create(nil)
+		return marked.Labels[circuit.UnmutatedLabel] != ""
+	}, propagation, 5*time.Millisecond, "the armed policy never marked")
+	t.Logf("armed %v after the write", time.Since(armedAt))
+	assert.Equal(t, marking.ID(name, hook), marked.Labels[circuit.UnmutatedLabel])
+	assert.Equal(t, marking.Note(name, hook, opened.Time), marked.Annotations[circuit.UnmutatedAnnotation])
+
+	// The webhook's own match criteria still apply: another namespace is
+	// not marked.
+	other := testNamespace(t)
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: other, Name: "elsewhere"}}
+	require.NoError(t, env.Client.Create(ctx, cm))
+	assert.NotContains(t, cm.Labels, circuit.UnmutatedLabel, "outside the webhook's namespaceSelector")
+
+	// A stale copy (another UID) does not arm it.
+	stale := circuit.Record{hook: {UID: "00000000-0000-0000-0000-000000000000", Mode: circuit.ModeBypass, OpenedAt: opened, Reason: "timeout"}}
+	text, err = stale.Text()
+	require.NoError(t, err)
+	patch, _ = json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{circuit.Annotation: text}}})
+	require.NoError(t, env.Client.Patch(ctx, mwc, client.RawPatch(types.MergePatchType, patch)))
+	require.Eventually(t, func() bool { return create(nil).Labels[circuit.UnmutatedLabel] == "" }, propagation, 5*time.Millisecond,
+		"a record with another configuration's UID armed the policy")
+}
