@@ -8,12 +8,14 @@ import (
 	"time"
 
 	"k8s.io/utils/clock"
+
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
 )
 
 // Defaults of Options. They are applied in one place, Options.complete.
 const (
 	// DefaultNamespace is the namespace of the Secret and the Service.
-	DefaultNamespace = "webhook-guard-system"
+	DefaultNamespace = circuit.DefaultNamespace
 	// DefaultSecretName is the Secret that holds the CA and serving pair.
 	DefaultSecretName = "webhook-guard-certs"
 	// DefaultServiceName is the Service in front of the webhook server.

@@ -6,6 +6,8 @@ import (
 	"net"
 	"strconv"
 	"time"
+
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
 )
 
 // runOptions are the flags of "guard run". Defaults are applied in
@@ -63,7 +65,7 @@ func newRunFlags(o *runOptions) *flag.FlagSet {
 	fs.StringVar(&o.PprofAddr, "pprof-bind-address", "0", "Address of net/http/pprof (unauthenticated: bind it to loopback); \"0\" turns it off.")
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "Address of /healthz and /readyz.")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", false, "Elect a leader on a Lease; only the leader probes and writes.")
-	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "webhook-guard-system", "Namespace of the leader-election Lease.")
+	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", circuit.DefaultNamespace, "Namespace of the leader-election Lease.")
 	fs.DurationVar(&o.LeaseDuration, "leader-election-lease-duration", 15*time.Second, "How long a Lease is valid without renewal; a crashed leader is replaced after it.")
 	fs.DurationVar(&o.RenewDeadline, "leader-election-renew-deadline", 10*time.Second, "How long the leader keeps trying to renew before it steps down.")
 	fs.DurationVar(&o.RetryPeriod, "leader-election-retry-period", 2*time.Second, "How often candidates try to acquire or renew the Lease.")

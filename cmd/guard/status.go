@@ -218,7 +218,7 @@ type orphanRow struct {
 func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer, restConfig func() (*rest.Config, error)) error {
 	fs := flagSet("status", stderr)
 	path := fs.String("config", "", "GuardConfiguration file; default: the one installed in the cluster (the ConfigMap --deployment mounts).")
-	namespace := fs.String("namespace", "webhook-guard-system", "Namespace of the installation.")
+	namespace := fs.String("namespace", circuit.DefaultNamespace, "Namespace of the installation.")
 	deployment := fs.String("deployment", "webhook-guard", "The guard's Deployment, whose volume \"config\" names the installed ConfigMap.")
 	endpoint := fs.String("endpoint", "", "A /status URL to read counts from instead of the leader's pod: https://... (for example a port-forward to the metrics port; a status token is requested and sent, the self-signed certificate is not verified) or http://127.0.0.1:... (--status-bind-address of a guard run by hand); default: the leader's pod through the apiserver.")
 	output := fs.String("o", "table", "Output format: table, json or yaml.")

@@ -47,7 +47,7 @@ type unmarked struct {
 func unmutatedCommand(ctx context.Context, args []string, stdout, stderr io.Writer, restConfig func() (*rest.Config, error)) error {
 	fs := flagSet("unmutated", stderr)
 	path := fs.String("config", "", "GuardConfiguration file; default: the one installed in the cluster (the ConfigMap --deployment mounts).")
-	namespace := fs.String("namespace", "webhook-guard-system", "Namespace of the installation.")
+	namespace := fs.String("namespace", circuit.DefaultNamespace, "Namespace of the installation.")
 	deployment := fs.String("deployment", "webhook-guard", "The guard's Deployment, whose volume \"config\" names the installed ConfigMap.")
 	clear := fs.Bool("clear", false, "Remove the mark from every listed object (after repairing them).")
 	addKubeconfigFlag(fs)

@@ -140,7 +140,7 @@ func webhooksCommand(ctx context.Context, args []string, stdout, stderr io.Write
 		fs.PrintDefaults()
 	}
 	path := fs.String("config", "", "GuardConfiguration file, for which webhooks the guard manages; default: the one installed in the cluster (the ConfigMap --deployment mounts).")
-	namespace := fs.String("namespace", "webhook-guard-system", "Namespace of the installation.")
+	namespace := fs.String("namespace", circuit.DefaultNamespace, "Namespace of the installation.")
 	deployment := fs.String("deployment", "webhook-guard", "The guard's Deployment, whose volume \"config\" names the installed ConfigMap.")
 	window := fs.Duration("window", 0, "Report the calls of this window (for example 10s or 5m) from two scrapes of /metrics, instead of the cumulative counts since the apiserver started.")
 	output := fs.String("o", "table", "Output format: table, json or yaml.")

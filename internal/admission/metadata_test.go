@@ -11,6 +11,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/webhook-guard/webhook-guard/internal/admission"
 	"github.com/webhook-guard/webhook-guard/internal/admission/admissiontest"
@@ -55,7 +56,7 @@ func TestDecide_breakerKeepsWhatTheAPIServerKeeps(t *testing.T) {
 	old.ResourceVersion = "41"
 	old.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: circuit.FieldManager, Operation: metav1.ManagedFieldsOperationUpdate, Time: &metav1.Time{Time: time.Unix(1, 0)}}}
 	closed := old.DeepCopy()
-	closed.Webhooks[0].FailurePolicy = ptrTo(admissionregistrationv1.Fail)
+	closed.Webhooks[0].FailurePolicy = ptr.To(admissionregistrationv1.Fail)
 	closed.Webhooks[0].MatchConditions = nil
 	delete(closed.Annotations, circuit.Annotation)
 	closed.ResourceVersion = "42"
@@ -80,5 +81,3 @@ func TestDecide_breakerKeepsWhatTheAPIServerKeeps(t *testing.T) {
 		assert.Equal(t, d.Message, message)
 	}
 }
-
-func ptrTo[T any](v T) *T { return &v }

@@ -9,6 +9,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 )
@@ -93,13 +94,13 @@ func RenderPolicy(opts Options) (*admissionregistrationv1.ValidatingAdmissionPol
 				Expression:        breakerValidationExpression,
 				MessageExpression: onDenial(breakerValidationExpression, breakerDenialCEL(opts.Breaker())),
 				Message:           fmt.Sprintf("webhook-guard's own identity (%s) may change only the fields it owns", opts.Breaker()),
-				Reason:            ptrTo(metav1.StatusReasonForbidden),
+				Reason:            ptr.To(metav1.StatusReasonForbidden),
 			}, {
 				Expression:        validationExpression,
 				MessageExpression: onDenial(validationExpression, messageCEL(opts.Breaker())),
 				Message: fmt.Sprintf("fields owned by webhook-guard (%s) may not be changed; to hand the configuration over, run: %s",
 					opts.Breaker(), AnnotateCommand("<kind>", "<name>", false)),
-				Reason: ptrTo(metav1.StatusReasonForbidden),
+				Reason: ptr.To(metav1.StatusReasonForbidden),
 			}},
 		},
 	}
@@ -123,8 +124,6 @@ func RenderPolicy(opts Options) (*admissionregistrationv1.ValidatingAdmissionPol
 	}
 	return policy, binding
 }
-
-func ptrTo[T any](v T) *T { return &v }
 
 // resourceNames are the names the policy matches for kind: its managed
 // configurations, or noManagedConfigurationName when it has none.

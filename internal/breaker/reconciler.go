@@ -30,7 +30,7 @@ import (
 )
 
 // TargetReconciler writes the circuit's transitions to the target webhook
-// configurations of one kind, one Update per transition, with a
+// configurations of one kind, one JSON patch per transition, with a
 // resourceVersion precondition. It is level-based: from the object (seen
 // through circuit.View) and the probe counts Plan computes the wanted
 // object, and the reconciler writes it, so a repeated or late reconcile is
