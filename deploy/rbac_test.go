@@ -20,7 +20,15 @@ import (
 // "file: kind/name".
 func roles(t *testing.T) map[string]rbacv1.ClusterRole {
 	t.Helper()
-	out := map[string]rbacv1.ClusterRole{}
+	return kustomizeObjects[rbacv1.ClusterRole](t, "Role", "ClusterRole") // Role has the same fields
+}
+
+// kustomizeObjects reads every rbac.authorization.k8s.io/v1 object of the
+// given kinds in the kustomize tree into T, by "file: kind/name". JSON
+// patches are skipped.
+func kustomizeObjects[T any](t *testing.T, kinds ...string) map[string]T {
+	t.Helper()
+	out := map[string]T{}
 	docSep := regexp.MustCompile(`(?m)^---\s*$`)
 	err := filepath.WalkDir("kustomize", func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || filepath.Ext(path) != ".yaml" {
@@ -41,13 +49,24 @@ func roles(t *testing.T) map[string]rbacv1.ClusterRole {
 			if _, object := generic.(map[string]any); !object {
 				continue // a JSON patch
 			}
-			var role rbacv1.ClusterRole // Role has the same fields
-			if err := yaml.Unmarshal([]byte(doc), &role); err != nil {
+			var meta struct {
+				APIVersion string `json:"apiVersion"`
+				Kind       string `json:"kind"`
+				Metadata   struct {
+					Name string `json:"name"`
+				} `json:"metadata"`
+			}
+			if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
 				return err
 			}
-			if role.APIVersion == rbacv1.SchemeGroupVersion.String() && (role.Kind == "Role" || role.Kind == "ClusterRole") {
-				out[path+": "+role.Kind+"/"+role.Name] = role
+			if meta.APIVersion != rbacv1.SchemeGroupVersion.String() || !slices.Contains(kinds, meta.Kind) {
+				continue
 			}
+			var obj T
+			if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+				return err
+			}
+			out[path+": "+meta.Kind+"/"+meta.Metadata.Name] = obj
 		}
 		return nil
 	})

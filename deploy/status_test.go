@@ -1,9 +1,7 @@
 package deploy_test
 
 import (
-	"bytes"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -147,37 +145,5 @@ func statusObjects[T any](t *testing.T, kind string) []T {
 // tree, by "file: kind/name".
 func bindings(t *testing.T) map[string]rbacv1.RoleBinding {
 	t.Helper()
-	out := map[string]rbacv1.RoleBinding{}
-	docSep := regexp.MustCompile(`(?m)^---\s*$`)
-	err := filepath.WalkDir("kustomize", func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || filepath.Ext(path) != ".yaml" {
-			return err
-		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		for _, doc := range docSep.Split(string(data), -1) {
-			if len(bytes.TrimSpace([]byte(doc))) == 0 {
-				continue
-			}
-			var generic any
-			if err := yaml.Unmarshal([]byte(doc), &generic); err != nil {
-				return err
-			}
-			if _, object := generic.(map[string]any); !object {
-				continue // a JSON patch
-			}
-			var b rbacv1.RoleBinding // ClusterRoleBinding has the same fields
-			if err := yaml.Unmarshal([]byte(doc), &b); err != nil {
-				return err
-			}
-			if b.APIVersion == rbacv1.SchemeGroupVersion.String() && (b.Kind == "RoleBinding" || b.Kind == "ClusterRoleBinding") {
-				out[path+": "+b.Kind+"/"+b.Name] = b
-			}
-		}
-		return nil
-	})
-	require.NoError(t, err)
-	return out
+	return kustomizeObjects[rbacv1.RoleBinding](t, "RoleBinding", "ClusterRoleBinding") // ClusterRoleBinding has the same fields
 }

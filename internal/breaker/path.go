@@ -3,6 +3,8 @@ package breaker
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -127,35 +129,31 @@ func pathProbePath(t config.Target, svc admissionregistrationv1.ServiceReference
 // revisions do exactly this).
 func (r *ProbeRunner) sharedName(ctx context.Context, t config.Target) string {
 	opts := &client.ListOptions{UnsafeDisableDeepCopy: ptr.To(true)}
+	webhooks := map[string][]string{} // configuration name → webhook names
 	if t.Kind == circuit.KindValidating {
 		list := &admissionregistrationv1.ValidatingWebhookConfigurationList{}
 		if err := r.Reader.List(ctx, list, opts); err != nil {
 			return ""
 		}
 		for _, c := range list.Items {
-			if c.Name == t.Configuration {
-				continue
-			}
 			for _, wh := range c.Webhooks {
-				if wh.Name == t.Webhook {
-					return c.Name
-				}
+				webhooks[c.Name] = append(webhooks[c.Name], wh.Name)
 			}
 		}
-		return ""
-	}
-	list := &admissionregistrationv1.MutatingWebhookConfigurationList{}
-	if err := r.Reader.List(ctx, list, opts); err != nil {
-		return ""
-	}
-	for _, c := range list.Items {
-		if c.Name == t.Configuration {
-			continue
+	} else {
+		list := &admissionregistrationv1.MutatingWebhookConfigurationList{}
+		if err := r.Reader.List(ctx, list, opts); err != nil {
+			return ""
 		}
-		for _, wh := range c.Webhooks {
-			if wh.Name == t.Webhook {
-				return c.Name
+		for _, c := range list.Items {
+			for _, wh := range c.Webhooks {
+				webhooks[c.Name] = append(webhooks[c.Name], wh.Name)
 			}
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(webhooks)) {
+		if name != t.Configuration && slices.Contains(webhooks[name], t.Webhook) {
+			return name
 		}
 	}
 	return ""
