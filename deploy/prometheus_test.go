@@ -58,7 +58,7 @@ var fromKubeAPIServer = sets.New(
 )
 
 // guardMetrics registers the guard's collectors on controller-runtime's
-// metrics.Registry the way cmd/guard/run.go does (breaker.NewMetrics and
+// metrics.Registry the way internal/cli/run/run.go does (breaker.NewMetrics and
 // admission.NewPolicyRepairs), once per test binary. It returns the
 // names the guard's collectors describe, and those that are histograms,
 // whose series carry the _bucket, _sum and _count suffixes.

@@ -16,8 +16,8 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// The names of rbac/status_role.yaml, as cmd/guard uses them
-// (statusReaderServiceAccount) and as people bind them.
+// The names of rbac/status_role.yaml, as internal/status uses them
+// (ReaderServiceAccount) and as people bind them.
 const (
 	statusReader = "webhook-guard-status-reader"
 	statusUser   = "webhook-guard-status-user"
@@ -25,8 +25,8 @@ const (
 
 // TestDeployment_servesStatusOnlyOnTheMetricsPort: the unauthenticated
 // /status listener is off and its port is gone; "guard status" finds
-// /status on the container port named "metrics" (cmd/guard metricsPort),
-// where the manager serves its HTTPS metrics endpoint.
+// /status on the container port named "metrics" (internal/status
+// MetricsPort), where the manager serves its HTTPS metrics endpoint.
 func TestDeployment_servesStatusOnlyOnTheMetricsPort(t *testing.T) {
 	pod := managerPod(t)
 	require.Len(t, pod.Spec.Containers, 1)

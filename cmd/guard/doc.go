@@ -1,4 +1,7 @@
-// Command guard wires webhook-guard together: flags, configuration,
-// the controller-runtime manager, the breaker and the guard. It holds no
-// decision logic of its own.
+// Command guard is webhook-guard: it keeps admission working when an
+// approved mutating webhook goes down, and guards the fields it changes.
+//
+// This package wires it together: the signal context, the root command
+// with one subcommand per package under internal/cli, and the exit codes.
+// It holds no flags and no decision logic of its own.
 package main

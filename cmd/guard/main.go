@@ -1,120 +1,110 @@
-// Command guard is webhook-guard: it keeps admission working when an
-// approved mutating webhook goes down, and guards the fields it changes.
 package main
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 
-	certmanagerv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
+	"github.com/spf13/cobra"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/webhook-guard/webhook-guard/internal/cli"
+	"github.com/webhook-guard/webhook-guard/internal/cli/factory"
+	"github.com/webhook-guard/webhook-guard/internal/cli/manifests"
+	runcmd "github.com/webhook-guard/webhook-guard/internal/cli/run"
+	"github.com/webhook-guard/webhook-guard/internal/cli/status"
+	"github.com/webhook-guard/webhook-guard/internal/cli/unmutated"
+	versioncmd "github.com/webhook-guard/webhook-guard/internal/cli/version"
+	"github.com/webhook-guard/webhook-guard/internal/cli/webhooks"
 )
 
+// version and commit are set at build time with -ldflags
+// "-X main.version=... -X main.commit=..." (Makefile, Dockerfile).
 var (
-	scheme   = runtime.NewScheme()
-	setupLog = ctrl.Log.WithName("setup")
+	version = "dev"
+	commit  = "unknown"
 )
 
-func init() {
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		panic(err)
-	}
-	if err := certmanagerv1.AddToScheme(scheme); err != nil {
-		panic(err)
-	}
-}
+// Exit codes. A command may choose another with a cli.ExitError ("guard
+// status --exit-code").
+const (
+	exitFailure = 1
+	exitUsage   = 2
+)
 
 func main() {
-	if err := run(ctrl.SetupSignalHandler(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "guard:", err)
-		}
+	if err := run(ctrl.SetupSignalHandler(), os.Args[1:], os.Stdout, os.Stderr, factory.LoadRESTConfig); err != nil {
+		fmt.Fprintln(os.Stderr, "guard:", err)
 		os.Exit(exitCode(err))
 	}
 }
 
 func exitCode(err error) int {
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
+	var exit cli.ExitError
+	if errors.As(err, &exit) {
+		return exit.Code
 	}
-	var u usageError
-	if errors.As(err, &u) {
-		return 2
+	if errors.As(err, new(cli.UsageError)) {
+		return exitUsage
 	}
-	return 1
+	return exitFailure
 }
 
-// usageError marks a mistake on the command line.
-type usageError struct{ error }
-
-func (u usageError) Unwrap() error { return u.error }
-
-const usage = `guard keeps admission working when an approved mutating webhook goes down.
-
-Usage:
-  guard <command> [flags]
-
-Commands:
-  run               run the breaker and the guard (the service)
-  status            print every configured target with its circuit state and probe counts
-  webhooks          list every webhook in the cluster, riskiest first: failurePolicy, timeout, failure ratio and p99 from kube-apiserver's metrics, managed or not
-  unmutated         list the objects admitted without a webhook's mutation while its circuit was open
-  manifests static  render the static admission webhook manifest (webhook-guard.static.k8s.io)
-  manifests policy  render the ValidatingAdmissionPolicy and binding
-  manifests rbac    render the ClusterRole that may update the target configurations
-  manifests marking render the marking policies of the mutating targets (installed with everything else)
-  version           print the version
-
-Run "guard <command> --help" for the flags of a command.
-`
-
-// run dispatches a subcommand. It is main without the process: tests call
-// it to check flags and configuration handling without starting servers.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return dispatch(ctx, args, stdout, stderr, ctrl.GetConfig)
+// run runs the command args name. It is main without the process: tests
+// call it with a load that fails them, to check that flags and
+// configuration are validated before anything reaches the cluster.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, load factory.Loader) error {
+	root := newRootCommand(cli.IOStreams{Out: stdout, ErrOut: stderr}, load)
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	return root.ExecuteContext(ctx)
 }
 
-func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer, restConfig func() (*rest.Config, error)) error {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return usageError{errors.New("no command given")}
+// newRootCommand is "guard", with a subcommand per package of
+// internal/cli, each with a Factory of its own.
+func newRootCommand(streams cli.IOStreams, load factory.Loader) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "guard",
+		Short: "guard keeps admission working when an approved mutating webhook goes down.",
+		// Without a subcommand: a command that is not one, or none.
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usage(cmd, fmt.Errorf("unknown command %q", args[0]))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return usage(cmd, errors.New("no command given"))
+		},
+		// The log of every command but run, which replaces it with its own.
+		PersistentPreRun: func(*cobra.Command, []string) {
+			ctrl.SetLogger(zap.New(zap.WriteTo(streams.ErrOut)))
+		},
+		// main prints the error, once, and chooses the exit code.
+		SilenceErrors:     true,
+		SilenceUsage:      true,
+		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
 	}
-	switch args[0] {
-	case "-h", "--help", "help":
-		fmt.Fprint(stdout, usage)
-		return nil
-	case "version":
-		fmt.Fprintln(stdout, versionString())
-		return nil
-	case "run":
-		return runCommand(ctx, args[1:], stderr, restConfig)
-	}
-	ctrl.SetLogger(zap.New(zap.WriteTo(stderr)))
-	switch args[0] {
-	case "status":
-		return statusCommand(ctx, args[1:], stdout, stderr, restConfig)
-	case "webhooks":
-		return webhooksCommand(ctx, args[1:], stdout, stderr, restConfig)
-	case "unmutated":
-		return unmutatedCommand(ctx, args[1:], stdout, stderr, restConfig)
-	case "manifests":
-		return manifestsCommand(args[1:], stdout, stderr)
-	default:
-		fmt.Fprint(stderr, usage)
-		return usageError{fmt.Errorf("unknown command %q", args[0])}
-	}
+	root.SetFlagErrorFunc(usage)
+	build := versioncmd.Build{Version: version, Commit: commit}
+	root.AddCommand(
+		runcmd.NewCmd(streams, factory.New(load), build),
+		status.NewCmd(streams, factory.New(load)),
+		webhooks.NewCmd(streams, factory.New(load)),
+		unmutated.NewCmd(streams, factory.New(load)),
+		manifests.NewCmd(streams, factory.New(load)),
+		versioncmd.NewCmd(streams, build),
+	)
+	return root
 }
 
-func flagSet(name string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	return fs
+// usage prints cmd's usage on stderr, as a mistake on the command line
+// deserves, and marks err as a cli.UsageError.
+func usage(cmd *cobra.Command, err error) error {
+	cmd.PrintErr(cmd.UsageString())
+	return cli.UsageError{Err: err}
 }

@@ -3,7 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
-	"net"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -11,11 +12,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/client-go/rest"
+
+	"github.com/webhook-guard/webhook-guard/internal/cli"
+	"github.com/webhook-guard/webhook-guard/internal/cli/factory"
 )
 
 // noCluster fails the test if a command tries to reach a cluster.
-func noCluster(t *testing.T) func() (*rest.Config, error) {
-	return func() (*rest.Config, error) {
+func noCluster(t *testing.T) factory.Loader {
+	return func(string, string) (*rest.Config, error) {
 		t.Fatal("the command reached for the cluster before validating its input")
 		return nil, nil
 	}
@@ -28,6 +32,14 @@ func writeConfig(t *testing.T, body string) string {
 	return p
 }
 
+const validConfig = `apiVersion: config.webhook-guard.io/v1alpha1
+kind: GuardConfiguration
+targets:
+- configuration: slow-mutator
+  webhook: slow-mutator.example.com
+  allowAdmissionWithoutMutation: true
+`
+
 func TestDispatch_badInputExitsNonZeroAndTouchesNothing(t *testing.T) {
 	bad := writeConfig(t, "apiVersion: config.webhook-guard.io/v1alpha1\nkind: GuardConfiguration\ntargets:\n- configuration: a\n  webhook: a.example.com\n")
 	cases := map[string]struct {
@@ -38,19 +50,20 @@ func TestDispatch_badInputExitsNonZeroAndTouchesNothing(t *testing.T) {
 		"no command is a usage error":               {nil, 2, "no command given"},
 		"an unknown command is a usage error":       {[]string{"serve"}, 2, `unknown command "serve"`},
 		"run without --config is a usage error":     {[]string{"run"}, 2, "--config is required"},
-		"run with an unknown flag is a usage error": {[]string{"run", "--confg", bad}, 2, "flag provided but not defined: -confg"},
+		"run with an unknown flag is a usage error": {[]string{"run", "--confg", bad}, 2, "unknown flag: --confg"},
 		"run with a missing file names the file": {[]string{"run", "--config", "/nonexistent/guard.yaml"}, 1,
 			"reading configuration: open /nonexistent/guard.yaml: no such file or directory"},
 		"run with an unapproved target names the file, field and value": {[]string{"run", "--config", bad}, 1,
 			bad + ": invalid GuardConfiguration: targets[0].allowAdmissionWithoutMutation: Required value"},
 		"status with a bad configuration touches nothing": {[]string{"status", "--config", bad}, 1, "allowAdmissionWithoutMutation: Required value"},
+		"status with an unknown output is a usage error":  {[]string{"status", "--output", "wide"}, 2, `-o "wide": must be table, json or yaml`},
 		"manifests with an unknown kind is a usage error": {[]string{"manifests", "crd"}, 2, `want "static", "policy", "rbac" or "marking"`},
 		"manifests static without --url is a usage error": {[]string{"manifests", "static", "--config", writeConfig(t, validConfig)}, 2, "--url and --ca-file are required"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			err := dispatch(context.Background(), tc.args, &stdout, &stderr, noCluster(t))
+			err := run(context.Background(), tc.args, &stdout, &stderr, noCluster(t))
 			require.Error(t, err)
 			assert.Equal(t, tc.wantCode, exitCode(err))
 			assert.Contains(t, err.Error(), tc.wantErr)
@@ -59,63 +72,38 @@ func TestDispatch_badInputExitsNonZeroAndTouchesNothing(t *testing.T) {
 	}
 }
 
-// A port in use fails the start at once, naming the flag and the address,
-// before anything reaches the cluster.
-func TestDispatch_aPortInUseIsReportedFirst(t *testing.T) {
-	busy, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer busy.Close()
-	cfg := writeConfig(t, validConfig)
-	for _, flag := range []string{"--metrics-bind-address", "--health-probe-bind-address", "--status-bind-address", "--pprof-bind-address"} {
-		t.Run(flag, func(t *testing.T) {
-			var stdout, stderr bytes.Buffer
-			err := dispatch(context.Background(), []string{"run", "--config", cfg, "--health-probe-bind-address", "127.0.0.1:0", "--status-bind-address", "0", flag, busy.Addr().String()}, &stdout, &stderr, noCluster(t))
-			require.Error(t, err)
-			assert.Contains(t, err.Error(), flag+" "+busy.Addr().String()+": cannot listen")
-			assert.Contains(t, err.Error(), "address already in use")
+func TestDispatch_versionAndHelp(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	require.NoError(t, run(context.Background(), []string{"version"}, &stdout, &stderr, noCluster(t)))
+	assert.Contains(t, stdout.String(), "webhook-guard ")
+
+	for _, help := range [][]string{{"--help"}, {"help"}, {"-h"}} {
+		stdout.Reset()
+		require.NoError(t, run(context.Background(), help, &stdout, &stderr, noCluster(t)))
+		for _, cmd := range []string{"run", "status", "webhooks", "unmutated", "manifests static", "version"} {
+			assert.Contains(t, stdout.String(), cmd, "%v", help)
+		}
+	}
+
+	// Each command's help names its flags, -o and --output both.
+	stdout.Reset()
+	require.NoError(t, run(context.Background(), []string{"status", "--help"}, &stdout, &stderr, noCluster(t)))
+	for _, flag := range []string{"-o, --output", "-n, --namespace", "--kubeconfig", "--context", "--deployment", "--config", "--exit-code"} {
+		assert.Contains(t, stdout.String(), flag)
+	}
+}
+
+func TestExitCode(t *testing.T) {
+	for name, tc := range map[string]struct {
+		err  error
+		want int
+	}{
+		"a failure is 1":     {errors.New("boom"), 1},
+		"a usage error is 2": {fmt.Errorf("wrapped: %w", cli.UsageError{Err: errors.New("bad flag")}), 2},
+		"a command's exit error carries its own code": {cli.ExitError{Code: 3, Err: errors.New("no leader")}, 3},
+	} {
+		t.Run(name, func(t *testing.T) {
+			assert.Equal(t, tc.want, exitCode(tc.err))
 		})
 	}
 }
-
-const validConfig = `apiVersion: config.webhook-guard.io/v1alpha1
-kind: GuardConfiguration
-targets:
-- configuration: slow-mutator
-  webhook: slow-mutator.example.com
-  allowAdmissionWithoutMutation: true
-`
-
-func TestDispatch_versionAndHelp(t *testing.T) {
-	var stdout, stderr bytes.Buffer
-	require.NoError(t, dispatch(context.Background(), []string{"version"}, &stdout, &stderr, noCluster(t)))
-	assert.Contains(t, stdout.String(), "webhook-guard ")
-
-	stdout.Reset()
-	require.NoError(t, dispatch(context.Background(), []string{"--help"}, &stdout, &stderr, noCluster(t)))
-	for _, cmd := range []string{"run", "status", "manifests static", "version"} {
-		assert.Contains(t, stdout.String(), cmd)
-	}
-}
-
-func TestDispatch_manifestsPolicyRendersManagedNames(t *testing.T) {
-	var stdout, stderr bytes.Buffer
-	require.NoError(t, dispatch(context.Background(), []string{"manifests", "policy", "--config", writeConfig(t, validConfig)}, &stdout, &stderr, noCluster(t)))
-	assert.Contains(t, stdout.String(), "kind: ValidatingAdmissionPolicy\n")
-	assert.Contains(t, stdout.String(), "kind: ValidatingAdmissionPolicyBinding\n")
-	assert.Contains(t, stdout.String(), "- slow-mutator\n")
-}
-
-func TestRunFlags_defaults(t *testing.T) {
-	var o runOptions
-	require.NoError(t, newRunFlags(&o).Parse(nil))
-	assert.Equal(t, "0", o.MetricsAddr)
-	assert.Equal(t, ":8081", o.ProbeAddr)
-	assert.False(t, o.LeaderElect)
-	assert.Equal(t, "webhook-guard-system", o.LeaderElectionNamespace)
-	assert.Equal(t, 9443, o.WebhookPort)
-	assert.Empty(t, o.WebhookCertDir)
-}
-
-// The breaker writes and the guard protects the same names; they live in
-// two sibling packages that must not import each other, so this is where
-// they meet.

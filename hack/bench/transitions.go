@@ -4,10 +4,12 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -34,11 +36,14 @@ const (
 )
 
 // observer watches a fleet's configurations and counts the writes to
-// them, until told to wait for all of them to be open or closed.
+// them, until told to wait for all of them to be open or closed. A write
+// that changes nothing but the marking's arming entries
+// (circuit.ArmingAnnotation) is counted apart from the transitions.
 type observer struct {
 	mu     sync.Mutex
 	state  map[string]*admissionregistrationv1.MutatingWebhookConfiguration
 	writes int
+	arming int
 	change chan struct{}
 	stop   func()
 }
@@ -63,8 +68,12 @@ func observe(ctx context.Context, env *harness.Env, f *fleet) (*observer, error)
 				continue
 			}
 			o.mu.Lock()
+			if prev := o.state[m.Name]; prev != nil && onlyArming(prev, m) {
+				o.arming++
+			} else {
+				o.writes++
+			}
 			o.state[m.Name] = m
-			o.writes++
 			o.mu.Unlock()
 			select {
 			case o.change <- struct{}{}:
@@ -75,13 +84,27 @@ func observe(ctx context.Context, env *harness.Env, f *fleet) (*observer, error)
 	return o, nil
 }
 
-// takeWrites returns the writes counted since the last call.
-func (o *observer) takeWrites() int {
+// takeWrites returns the transition writes and the arming writes
+// counted since the last call.
+func (o *observer) takeWrites() (writes, arming int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	n := o.writes
-	o.writes = 0
-	return n
+	writes, arming = o.writes, o.arming
+	o.writes, o.arming = 0, 0
+	return writes, arming
+}
+
+// onlyArming reports whether b differs from a in the arming entries
+// alone.
+func onlyArming(a, b *admissionregistrationv1.MutatingWebhookConfiguration) bool {
+	without := func(m map[string]string) map[string]string {
+		c := maps.Clone(m)
+		delete(c, circuit.ArmingAnnotation)
+		return c
+	}
+	return a.Annotations[circuit.ArmingAnnotation] != b.Annotations[circuit.ArmingAnnotation] &&
+		equality.Semantic.DeepEqual(without(a.Annotations), without(b.Annotations)) &&
+		equality.Semantic.DeepEqual(a.Webhooks, b.Webhooks)
 }
 
 // waitAll waits until every webhook of every configuration is open
@@ -125,19 +148,26 @@ func allAre(m *admissionregistrationv1.MutatingWebhookConfiguration, open bool) 
 }
 
 // transition turns the fleet failing (or healthy again) and measures how
-// long until every circuit is open (closed), and the writes that took.
-func transition(ctx context.Context, o *observer, f *fleet, failing bool, timeout time.Duration) (seconds float64, writes int, err error) {
+// long until every circuit is open (closed), and the writes that took:
+// the transitions', and the arming writes (an opening's arming, and the
+// disarming of an earlier closing if it landed meanwhile).
+func transition(ctx context.Context, o *observer, f *fleet, failing bool, timeout time.Duration) (seconds float64, writes, arming int, err error) {
 	o.takeWrites()
 	start := time.Now()
 	f.failing.Store(failing)
 	at, err := o.waitAll(ctx, failing, timeout)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	// Let a late duplicate write, if any, be counted.
 	time.Sleep(interval)
-	return at.Sub(start).Seconds(), o.takeWrites(), nil
+	writes, arming = o.takeWrites()
+	return at.Sub(start).Seconds(), writes, arming, nil
 }
+
+// disarmSettle is how long after the last closing the breaker's
+// disarming writes have landed (it disarms 2 s after a closing).
+const disarmSettle = 3 * time.Second
 
 // cycles opens and closes one webhook's circuit ten times per run.
 func cycles(ctx context.Context, b *Bench) ([]Row, error) {
@@ -151,7 +181,7 @@ func cycles(ctx context.Context, b *Bench) ([]Row, error) {
 		return nil, err
 	}
 	defer f.delete(ctx, env)
-	var openS, closeS, openW, closeW []float64
+	var openS, closeS, openW, closeW, armW []float64
 	for range b.Runs {
 		r, err := startGuard(ctx, env, f, "Bypass", 3, 0, true)
 		if err != nil {
@@ -168,12 +198,15 @@ func cycles(ctx context.Context, b *Bench) ([]Row, error) {
 		}
 		time.Sleep(3 * interval)
 		var opens, closes, ow, cw []float64
+		arming := 0
 		for range n {
-			s, w, err := transition(ctx, o, f, true, time.Minute)
+			s, w, a, err := transition(ctx, o, f, true, time.Minute)
+			arming += a
 			if err == nil {
 				opens, ow = append(opens, s), append(ow, float64(w))
-				s, w, err = transition(ctx, o, f, false, time.Minute)
+				s, w, a, err = transition(ctx, o, f, false, time.Minute)
 				closes, cw = append(closes, s), append(cw, float64(w))
+				arming += a
 			}
 			if err != nil {
 				o.stop()
@@ -181,10 +214,14 @@ func cycles(ctx context.Context, b *Bench) ([]Row, error) {
 				return nil, fmt.Errorf("%w\n%s", err, r.g.Logs())
 			}
 		}
+		time.Sleep(disarmSettle)
+		_, a := o.takeWrites()
+		arming += a
 		o.stop()
 		r.stop()
 		openS, closeS = append(openS, median(opens)), append(closeS, median(closes))
 		openW, closeW = append(openW, median(ow)), append(closeW, median(cw))
+		armW = append(armW, float64(arming)/n)
 	}
 	name := fmt.Sprintf("1 webhook, Bypass, %d cycles per run", n)
 	note := fmt.Sprintf("probes every %s, open after %d failures, close after %d successes; opening includes the marking canary", interval, openAfter, closeAfter)
@@ -193,6 +230,8 @@ func cycles(ctx context.Context, b *Bench) ([]Row, error) {
 		{Section: "transitions", Case: name, Metric: "time to close, median (s)", Runs: closeS},
 		Row{Section: "transitions", Case: name, Metric: "writes per opening", Runs: openW}.AtMost(1),
 		Row{Section: "transitions", Case: name, Metric: "writes per closing", Runs: closeW}.AtMost(1),
+		Row{Section: "transitions", Case: name, Metric: "arming writes per cycle", Runs: armW,
+			Note: "marking armed before each opening and disarmed 2 s after each closing, each in a write that changes only the arming entries"}.AtMost(2),
 	}, nil
 }
 
@@ -212,7 +251,7 @@ func massFailure(ctx context.Context, b *Bench) ([]Row, error) {
 		if err != nil {
 			return rows, err
 		}
-		var openS, closeS, openW, closeW, conflicts, created []float64
+		var openS, closeS, openW, closeW, conflicts, created, arming []float64
 		for range b.Runs {
 			// holdWhenAllFail 0: every target of the guard fails at once
 			// here, which the default hold would take for the guard's own
@@ -230,7 +269,7 @@ func massFailure(ctx context.Context, b *Bench) ([]Row, error) {
 			}
 			openS, closeS = append(openS, res[0]), append(closeS, res[1])
 			openW, closeW, conflicts = append(openW, res[2]), append(closeW, res[3]), append(conflicts, res[4])
-			created = append(created, res[5])
+			created, arming = append(created, res[5]), append(arming, res[6])
 		}
 		f.delete(ctx, env)
 		name := fmt.Sprintf("%d webhooks in %d configurations, Ignore", n, len(f.configs))
@@ -239,7 +278,9 @@ func massFailure(ctx context.Context, b *Bench) ([]Row, error) {
 				Note: fmt.Sprintf("inside the Deployment's %.2g-core limit; each opening first sends one canary for its marking policies", limit)}.AtMost(float64(openAfter)*interval.Seconds()+1),
 			Row{Section: "mass failure", Case: name, Metric: "all closed after (s)", Runs: closeS}.AtMost(float64(closeAfter)*interval.Seconds()+1),
 			Row{Section: "mass failure", Case: name, Metric: "writes to open all", Runs: openW}.AtMost(float64(len(f.configs))*1.1),
-			Row{Section: "mass failure", Case: name, Metric: "writes to close all", Runs: closeW},
+			Row{Section: "mass failure", Case: name, Metric: "writes to close all", Runs: closeW}.AtMost(float64(len(f.configs))*1.1),
+			Row{Section: "mass failure", Case: name, Metric: "arming writes, opening and closing all", Runs: arming,
+				Note: "one before the openings and one 2 s after the closings, per configuration"}.AtMost(float64(len(f.configs))*2*1.1),
 			Row{Section: "mass failure", Case: name, Metric: "write conflicts", Runs: conflicts},
 			Row{Section: "mass failure", Case: name, Metric: "admission policy objects created while opening", Runs: created,
 				Note: "the marking policies are installed beforehand; before, the service created 2 per mutating webhook"}.AtMost(0),
@@ -250,8 +291,8 @@ func massFailure(ctx context.Context, b *Bench) ([]Row, error) {
 
 // massRun measures one failure and recovery of every webhook of f:
 // seconds to all open, to all closed, writes for each, and conflicts.
-func massRun(ctx context.Context, env *harness.Env, f *fleet, r *guardRun) ([6]float64, error) {
-	var out [6]float64
+func massRun(ctx context.Context, env *harness.Env, f *fleet, r *guardRun) ([7]float64, error) {
+	var out [7]float64
 	if err := r.waitServing(ctx); err != nil {
 		return out, err
 	}
@@ -272,7 +313,7 @@ func massRun(ctx context.Context, env *harness.Env, f *fleet, r *guardRun) ([6]f
 	if err != nil {
 		return out, err
 	}
-	openS, openW, err := transition(ctx, o, f, true, 2*time.Minute)
+	openS, openW, armOpen, err := transition(ctx, o, f, true, 2*time.Minute)
 	if err != nil {
 		return out, err
 	}
@@ -280,15 +321,17 @@ func massRun(ctx context.Context, env *harness.Env, f *fleet, r *guardRun) ([6]f
 	if err != nil {
 		return out, err
 	}
-	closeS, closeW, err := transition(ctx, o, f, false, 2*time.Minute)
+	closeS, closeW, armClose, err := transition(ctx, o, f, false, 2*time.Minute)
 	if err != nil {
 		return out, err
 	}
+	time.Sleep(disarmSettle)
+	_, disarm := o.takeWrites()
 	m1, err := r.metrics(ctx)
 	if err != nil {
 		return out, err
 	}
-	return [6]float64{openS, closeS, float64(openW), float64(closeW), m1["webhook_guard_write_conflicts_total"] - m0["webhook_guard_write_conflicts_total"], float64(after - before)}, nil
+	return [7]float64{openS, closeS, float64(openW), float64(closeW), m1["webhook_guard_write_conflicts_total"] - m0["webhook_guard_write_conflicts_total"], float64(after - before), float64(armOpen + armClose + disarm)}, nil
 }
 
 // admissionPolicyObjects counts the MutatingAdmissionPolicies and their

@@ -55,9 +55,9 @@ func messageCEL(breaker string) string {
 	return oneLineCEL(strings.Join([]string{
 		`variables.kindName + ' "' + object.metadata.name + '": user "' + request.userInfo.username + '" may not change fields owned by webhook-guard (' + ` + circuit.QuoteCEL(breaker) + ` + '): ' + variables.ownedChanges.join(', ') + '.'`,
 		`(size(variables.openNotes) > 0 ? ' ' + variables.openNotes.join('; ') + '.' : '')`,
-		`' To hand this configuration over, run: ' + ` + annotateCommandCEL(`variables.kindName`, `object.metadata.name`, `(`+circuit.QuoteCEL(circuit.OverrideAnnotation)+` in variables.oldAnnotations)`),
+		`' To hand this configuration over, run: ' + ` + annotateCommandCEL(`variables.kindName`, `object.metadata.name`, `(variables.overrideKey in variables.oldAnnotations)`),
 		`' and retry; remove the annotation to give it back to webhook-guard.'`,
-	}, " + "))
+	}, "\n+ "))
 }
 
 // breakerOwns lists, in a denial of the breaker's identity, what it may

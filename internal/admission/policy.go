@@ -81,7 +81,7 @@ func RenderPolicy(opts Options) (*admissionregistrationv1.ValidatingAdmissionPol
 			FailurePolicy: &failurePolicy,
 			MatchConditions: []admissionregistrationv1.MatchCondition{{
 				Name:       ownedMayChangeCondition,
-				Expression: ownedMayChangeCEL(opts.Breaker()),
+				Expression: ownedMayChange(opts.Breaker()),
 			}},
 			MatchConstraints: &admissionregistrationv1.MatchResources{
 				NamespaceSelector: &metav1.LabelSelector{},
@@ -166,143 +166,329 @@ func ruleDigest(spec admissionregistrationv1.ValidatingAdmissionPolicySpec) stri
 // the guard, each admitted write would also pay for the message's
 // variables (the open circuits' notes, the breaker's other changes).
 func onDenial(validation, message string) string {
-	return "(" + validation + ") ? '' : " + message
+	return "(" + validation + ")\n? '' : " + message
 }
+
+// The policy's CEL. Each expression is a constant, written as it appears
+// in the rendered policy, one clause a line. Two values depend on Options
+// and are filled in when rendering: the breaker's username (isBreaker, the
+// matchCondition and the messages) and the managed webhooks
+// (managedByResource, celManagedMap). The names package circuit gives the
+// record's annotation, the override annotation, the bypass matchCondition
+// and an unset failurePolicy are bound once, as the first variables; only
+// the matchCondition, which sees no variables, has the record's key filled
+// in. Two parts are rendered from Go instead of written here: the metadata
+// the breaker may not change (breakerMetadata, which the Go rule reads
+// too) and the record's grammar (circuit's *CEL functions, which the
+// marking policies share). TestPolicy_CEL_agreesWithGo and
+// FuzzRule_CELAgreesWithGo compile the policy offline, as kube-apiserver
+// does, and hold it to the Go rule.
+//
+// A change to any of this text is a change to the rule: record it (see
+// recordedRuleFiles) so that the next version's replicas recognise it.
 
 // ownedMayChangeCondition names the policy's matchCondition.
 const ownedMayChangeCondition = "owned-fields-may-change"
 
-// ownedMayChangeCEL renders the policy's matchCondition: false, so that
+// ownedMayChangeCEL is the policy's matchCondition: false, so that
 // kube-apiserver skips the policy (no variable, validation or message is
 // evaluated), only for a request the rule always admits: an UPDATE, not by
-// the breaker, that keeps the webhooks (equal metadata.generation, see the
-// webhooksKept variable) and the circuit record. Then no owned field
-// changes, and only the breaker's identity is limited to owned fields.
-// These are most writes to a managed configuration (labels, annotations).
-func ownedMayChangeCEL(breaker string) string {
-	annotation := circuit.QuoteCEL(circuit.Annotation)
-	hasRecord := func(obj string) string {
-		return fmt.Sprintf(`(has(%s.metadata.annotations) && %s in %s.metadata.annotations)`, obj, annotation, obj)
-	}
-	return strings.Join([]string{
-		`oldObject == null`,
-		`has(request.userInfo.username) && request.userInfo.username == ` + circuit.QuoteCEL(breaker),
-		`!has(object.metadata.generation) || !has(oldObject.metadata.generation) || object.metadata.generation != oldObject.metadata.generation`,
-		hasRecord("object") + ` != ` + hasRecord("oldObject"),
-		fmt.Sprintf(`%s && object.metadata.annotations[%s] != oldObject.metadata.annotations[%s]`, hasRecord("object"), annotation, annotation),
-	}, " || ")
+// the breaker, that keeps the webhooks (equal metadata.generation, see
+// webhooksKeptCEL) and the circuit record. Then no owned field changes,
+// and only the breaker's identity is limited to owned fields. These are
+// most writes to a managed configuration (labels, annotations).
+//
+// A matchCondition sees no variables, so both values are filled in
+// (ownedMayChange): %[1]s is the breaker's username and %[2]s the
+// record's annotation key, bound once to key by a list of one element.
+const ownedMayChangeCEL = `oldObject == null
+  // the breaker: its own writes are limited to the owned fields
+  || has(request.userInfo.username) && request.userInfo.username == %[1]s
+  // the webhooks may have changed
+  || !has(object.metadata.generation) || !has(oldObject.metadata.generation)
+  || object.metadata.generation != oldObject.metadata.generation
+  // the circuit record was added, removed or changed
+  || [%[2]s].exists(key,
+    (has(object.metadata.annotations) && key in object.metadata.annotations)
+      != (has(oldObject.metadata.annotations) && key in oldObject.metadata.annotations)
+    || has(object.metadata.annotations) && key in object.metadata.annotations
+      && object.metadata.annotations[key] != oldObject.metadata.annotations[key])`
+
+// ownedMayChange renders ownedMayChangeCEL for breaker.
+func ownedMayChange(breaker string) string {
+	return fmt.Sprintf(ownedMayChangeCEL, circuit.QuoteCEL(breaker), circuit.QuoteCEL(circuit.Annotation))
 }
 
 // validationExpression admits the request unless it changes owned fields of
 // a managed configuration without being the breaker or carrying an override.
 // sameOwned with the same circuit record is the common case of no owned
-// change, decided without listing the changes.
-const validationExpression = `!variables.isManaged || variables.isBreaker || variables.override || variables.sameOwned && variables.circuit == variables.oldCircuit || size(variables.ownedChanges) == 0`
+// change, decided without listing the changes. Validations hold no
+// comment: onDenial copies each into its message expression, where a
+// comment on the last line would swallow the closing parenthesis.
+const validationExpression = `!variables.isManaged
+  || variables.isBreaker
+  || variables.override
+  || variables.sameOwned && variables.circuit == variables.oldCircuit
+  || size(variables.ownedChanges) == 0`
+
+// breakerValidationExpression admits the request unless the breaker's own
+// identity updates more than the owned fields of a managed configuration.
+const breakerValidationExpression = `!variables.isManaged
+  || !variables.isBreaker
+  || oldObject == null
+  || size(variables.unownedChanges) == 0`
 
 // managedVariable names the policy variable that holds the targets: the
 // only part of the policy, with the resourceNames, that depends on them.
 const managedVariable = "managedByResource"
 
-// breakerValidationExpression admits the request unless the breaker's own
-// identity updates more than the owned fields of a managed configuration.
-const breakerValidationExpression = `!variables.isManaged || !variables.isBreaker || oldObject == null || size(variables.unownedChanges) == 0`
+// managedByConfigCEL: the managed configurations of the request's kind, by
+// name, each with its managed webhooks.
+const managedByConfigCEL = `request.resource.resource in variables.managedByResource
+  ? variables.managedByResource[request.resource.resource]
+  : {}`
+
+// managedCEL: the managed webhooks of the request's configuration, [] when
+// it is not managed.
+const managedCEL = `variables.isManaged
+  ? variables.managedByConfig[object.metadata.name]
+  : []`
+
+// kindNameCEL: the configuration's kind as kubectl and the messages name
+// it (circuit.Kind.Singular), from its resource (circuit.Kind.Resource).
+const kindNameCEL = `request.resource.resource == 'validatingwebhookconfigurations'
+  ? 'validatingwebhookconfiguration'
+  : 'mutatingwebhookconfiguration'`
+
+// annotationsCEL and oldAnnotationsCEL: each side's annotations, {} when
+// it has none (oldObject is null on CREATE).
+const (
+	annotationsCEL = `has(object.metadata.annotations)
+  ? object.metadata.annotations
+  : {}`
+	oldAnnotationsCEL = `oldObject != null && has(oldObject.metadata.annotations)
+  ? oldObject.metadata.annotations
+  : {}`
+)
+
+// overrideCEL: whether the new object carries a non-empty override
+// annotation, handing the configuration to its administrators.
+const overrideCEL = `variables.overrideKey in variables.annotations
+  && variables.annotations[variables.overrideKey] != ''`
+
+// newWebhooksCEL and oldWebhooksCEL: each side's webhooks, [] when it has
+// none.
+const (
+	newWebhooksCEL = `has(object.webhooks)
+  ? object.webhooks
+  : []`
+	oldWebhooksCEL = `oldObject != null && has(oldObject.webhooks)
+  ? oldObject.webhooks
+  : []`
+)
+
+// webhooksKeptCEL: whether kube-apiserver found the webhooks unchanged. It
+// sets metadata.generation to 1 on create and, on update, keeps the stored
+// one unless the webhooks differ (rest.BeforeUpdate, then the
+// configuration strategy's PrepareForUpdate, both before validating
+// admission). Equal generations therefore mean equal webhooks: no webhook
+// field changed, owned or not, and no variable below needs to walk the
+// lists. That is most writes by others (labels, annotations) and the
+// breaker's own record updates. An object without a generation (as offline
+// evaluations build them) takes the comparisons below.
+const webhooksKeptCEL = `oldObject != null
+  && has(object.metadata.generation) && has(oldObject.metadata.generation)
+  && object.metadata.generation == oldObject.metadata.generation`
+
+// newPoliciesCEL and oldPoliciesCEL: each webhook's failurePolicy, in list
+// order, as circuit.PolicyString names it (unsetPolicy when it has none).
+const (
+	newPoliciesCEL = `variables.newWebhooks.map(w,
+  has(w.failurePolicy) && w.failurePolicy != '' ? w.failurePolicy : variables.unsetPolicy)`
+	oldPoliciesCEL = `variables.oldWebhooks.map(o,
+  has(o.failurePolicy) && o.failurePolicy != '' ? o.failurePolicy : variables.unsetPolicy)`
+)
+
+// newMarkersCEL and oldMarkersCEL: each webhook's bypass marker, in list
+// order, as a list of zero or one expression (the first matchCondition so
+// named).
+const (
+	newMarkersCEL = `variables.newWebhooks.map(w,
+  has(w.matchConditions) && w.matchConditions.exists(c, c.name == variables.bypassName)
+    ? [w.matchConditions.filter(c, c.name == variables.bypassName)[0].expression]
+    : [])`
+	oldMarkersCEL = `variables.oldWebhooks.map(o,
+  has(o.matchConditions) && o.matchConditions.exists(c, c.name == variables.bypassName)
+    ? [o.matchConditions.filter(c, c.name == variables.bypassName)[0].expression]
+    : [])`
+)
+
+// sameOwnedCEL: whether no owned field of a webhook changed: the webhooks
+// are kept, or have the same names in the same order with the same
+// failurePolicies and markers (a caBundle rotation, say). Then the lookups
+// by name below are skipped. Comparing these lists of strings is cheaper
+// than comparing the webhooks themselves.
+const sameOwnedCEL = `variables.webhooksKept
+  || variables.oldNames == variables.newNames
+    && variables.oldPolicies == variables.newPolicies
+    && variables.oldMarkers == variables.newMarkers`
+
+// failurePolicyChangesCEL: managed webhooks, present on both sides, whose
+// failurePolicy differs, in old order, as ownedChanges names them. The new
+// webhook named o.name is the first one so named, at
+// newNames.indexOf(o.name), as the Go rule's findHook finds it: a native
+// lookup, not a comprehension.
+const failurePolicyChangesCEL = `variables.sameOwned ? [] : variables.oldWebhooks
+  .filter(o, o.name in variables.managed && o.name in variables.newNames
+    && variables.newPolicies[variables.newNames.indexOf(o.name)]
+      != (has(o.failurePolicy) && o.failurePolicy != '' ? o.failurePolicy : variables.unsetPolicy))
+  .map(o, 'webhooks[name=' + o.name + '].failurePolicy ('
+    + (has(o.failurePolicy) && o.failurePolicy != '' ? o.failurePolicy : variables.unsetPolicy)
+    + ' -> ' + variables.newPolicies[variables.newNames.indexOf(o.name)] + ')')`
+
+// bypassChangesCEL: webhooks (new ones in order, then removed ones) whose
+// bypass marker was added, removed or altered, as ownedChanges names them.
+// Each side's marker of the webhook named n is that of the first one so
+// named, [] when there is none.
+const bypassChangesCEL = `variables.sameOwned ? [] : (variables.newNames + variables.oldNames.filter(n, !(n in variables.newNames)))
+  .filter(n,
+    (n in variables.newNames ? variables.newMarkers[variables.newNames.indexOf(n)] : [])
+      != (n in variables.oldNames ? variables.oldMarkers[variables.oldNames.indexOf(n)] : []))
+  .map(n, 'webhooks[name=' + n + '].matchConditions[name=' + variables.bypassName + '] ('
+    + (size(n in variables.oldNames ? variables.oldMarkers[variables.oldNames.indexOf(n)] : []) == 0 ? 'added'
+      : size(n in variables.newNames ? variables.newMarkers[variables.newNames.indexOf(n)] : []) == 0 ? 'removed'
+      : 'changed')
+    + ')')`
+
+// circuitCEL and oldCircuitCEL: each side's circuit record, as a list of
+// zero or one value.
+const (
+	circuitCEL = `variables.recordKey in variables.annotations
+  ? [variables.annotations[variables.recordKey]]
+  : []`
+	oldCircuitCEL = `variables.recordKey in variables.oldAnnotations
+  ? [variables.oldAnnotations[variables.recordKey]]
+  : []`
+)
+
+// circuitChangesCEL: the circuit record, when it was added, removed or
+// changed, named as circuitPath.
+const circuitChangesCEL = `variables.circuit != variables.oldCircuit
+  ? ['metadata.annotations[' + variables.recordKey + '] ('
+    + (size(variables.oldCircuit) == 0 ? 'added' : size(variables.circuit) == 0 ? 'removed' : 'changed')
+    + ')']
+  : []`
+
+// ownedChangesCEL: every owned field that changes, as ownedChanges lists
+// them in Go.
+const ownedChangesCEL = `variables.failurePolicyChanges + variables.bypassChanges + variables.circuitChanges`
+
+// labelsChangedCEL: whether the labels differ; no labels and an empty map
+// are the same, as when stored.
+const labelsChangedCEL = `(has(object.metadata.labels) ? object.metadata.labels : {})
+  != (oldObject != null && has(oldObject.metadata.labels) ? oldObject.metadata.labels : {})`
+
+// annotationsChangedCEL: whether any annotation but the circuit record and
+// the marking's arming entries was added, changed or removed.
+const annotationsChangedCEL = `variables.annotations.filter(k, k != variables.recordKey && k != variables.armingKey)
+    .exists(k, !(k in variables.oldAnnotations) || variables.oldAnnotations[k] != variables.annotations[k])
+  || variables.oldAnnotations.filter(k, k != variables.recordKey && k != variables.armingKey)
+    .exists(k, !(k in variables.annotations))`
+
+// webhookSetChangedCEL: whether webhooks were added, removed or reordered.
+const webhookSetChangedCEL = `!variables.webhooksKept && variables.oldNames != variables.newNames`
+
+// webhooksChangedCEL: each new webhook whose unowned fields differ from
+// those of the first old one of its name (o, bound by a comprehension over
+// one element). A field is the same when both lack it or both hold equal
+// values. The owned fields are left out: a managed webhook's
+// failurePolicy, and the bypass marker of any webhook.
+const webhooksChangedCEL = `variables.webhooksKept ? [] : variables.newWebhooks
+  .filter(w, w.name in variables.oldNames
+    && [variables.oldWebhooks[variables.oldNames.indexOf(w.name)]].exists(o, !(o == w
+      || has(o.clientConfig) == has(w.clientConfig) && (!has(o.clientConfig) || o.clientConfig == w.clientConfig)
+      && has(o.rules) == has(w.rules) && (!has(o.rules) || o.rules == w.rules)
+      && has(o.timeoutSeconds) == has(w.timeoutSeconds) && (!has(o.timeoutSeconds) || o.timeoutSeconds == w.timeoutSeconds)
+      && has(o.namespaceSelector) == has(w.namespaceSelector) && (!has(o.namespaceSelector) || o.namespaceSelector == w.namespaceSelector)
+      && has(o.objectSelector) == has(w.objectSelector) && (!has(o.objectSelector) || o.objectSelector == w.objectSelector)
+      && has(o.matchPolicy) == has(w.matchPolicy) && (!has(o.matchPolicy) || o.matchPolicy == w.matchPolicy)
+      && has(o.sideEffects) == has(w.sideEffects) && (!has(o.sideEffects) || o.sideEffects == w.sideEffects)
+      && has(o.admissionReviewVersions) == has(w.admissionReviewVersions) && (!has(o.admissionReviewVersions) || o.admissionReviewVersions == w.admissionReviewVersions)
+      && has(o.reinvocationPolicy) == has(w.reinvocationPolicy) && (!has(o.reinvocationPolicy) || o.reinvocationPolicy == w.reinvocationPolicy)
+      // a managed webhook's failurePolicy is owned
+      && (w.name in variables.managed || (has(o.failurePolicy) == has(w.failurePolicy) && (!has(o.failurePolicy) || o.failurePolicy == w.failurePolicy)))
+      // the bypass marker is owned
+      && (has(o.matchConditions) ? o.matchConditions.filter(c, c.name != variables.bypassName) : [])
+        == (has(w.matchConditions) ? w.matchConditions.filter(c, c.name != variables.bypassName) : []))))
+  .map(w, 'webhooks[name=' + w.name + ']')`
+
+// unownedChangesCEL: what else changes, as unownedChanges lists it in Go.
+const unownedChangesCEL = `(variables.labelsChanged ? ['metadata.labels'] : [])
+  + (variables.annotationsChanged ? ['metadata.annotations'] : [])
+  + variables.metadataChanges
+  + (variables.webhookSetChanged ? ['webhooks (added, removed or reordered)'] : [])
+  + variables.webhooksChanged`
+
+// oldRecordCEL: the stored record's text, empty when there is none.
+const oldRecordCEL = `size(variables.oldCircuit) == 0
+  ? ''
+  : variables.oldCircuit[0]`
 
 // policyVariables renders the policy's variables; each may use the ones
-// before it. They compute what ownedChanges and openNotes compute in Go.
+// before it. They compute what ownedChanges, unownedChanges and openNotes
+// compute in Go.
 func policyVariables(opts Options) []admissionregistrationv1.Variable {
-	marker := circuit.QuoteCEL(circuit.BypassCondition)
-	annotation := circuit.QuoteCEL(circuit.Annotation)
-	override := circuit.QuoteCEL(circuit.OverrideAnnotation)
-	policyOf := func(w string) string {
-		return fmt.Sprintf(`(has(%s.failurePolicy) && %s.failurePolicy != '' ? %s.failurePolicy : %s)`, w, w, w, circuit.QuoteCEL(circuit.Unset))
-	}
-	// markerOf renders the bypass marker of webhook w as a list of zero or
-	// one expression (the first matchCondition so named).
-	markerOf := func(w string) string {
-		return fmt.Sprintf(`(has(%s.matchConditions) && %s.matchConditions.exists(c, c.name == %s) ? [%s.matchConditions.filter(c, c.name == %s)[0].expression] : [])`,
-			w, w, marker, w, marker)
-	}
-	// at renders the element of the aligned list that belongs to the first
-	// webhook named n in names: a native lookup, not a comprehension.
-	at := func(list, names, n string) string {
-		return fmt.Sprintf(`%s[%s.indexOf(%s)]`, list, names, n)
-	}
-	// markerNamed renders the bypass marker of the first webhook named n on
-	// one side, [] when there is none.
-	markerNamed := func(side, n string) string {
-		return fmt.Sprintf(`(%s in variables.%sNames ? %s : [])`, n, side, at("variables."+side+"Markers", "variables."+side+"Names", n))
-	}
 	vars := []struct{ name, expr string }{
+		// The names the rule reads, bound once.
+		{"recordKey", circuit.QuoteCEL(circuit.Annotation)},
+		{"armingKey", circuit.QuoteCEL(circuit.ArmingAnnotation)},
+		{"overrideKey", circuit.QuoteCEL(circuit.OverrideAnnotation)},
+		{"bypassName", circuit.QuoteCEL(circuit.BypassCondition)},
+		{"unsetPolicy", circuit.QuoteCEL(circuit.Unset)},
 		// managed webhook names by resource and configuration name, rendered from Options.
 		{managedVariable, celManagedMap(opts)},
-		{"managedByConfig", `request.resource.resource in variables.managedByResource ? variables.managedByResource[request.resource.resource] : {}`},
-		{"kindName", fmt.Sprintf(`request.resource.resource == %s ? %s : %s`, circuit.QuoteCEL(circuit.KindValidating.Resource()),
-			circuit.QuoteCEL(circuit.KindValidating.Singular()), circuit.QuoteCEL(circuit.KindMutating.Singular()))},
+		{"managedByConfig", managedByConfigCEL},
+		{"kindName", kindNameCEL},
 		{"isManaged", `object.metadata.name in variables.managedByConfig`},
-		{"managed", `variables.isManaged ? variables.managedByConfig[object.metadata.name] : []`},
+		{"managed", managedCEL},
 		{"isBreaker", `request.userInfo.username == ` + circuit.QuoteCEL(opts.Breaker())},
-		{"annotations", `has(object.metadata.annotations) ? object.metadata.annotations : {}`},
-		{"oldAnnotations", `oldObject != null && has(oldObject.metadata.annotations) ? oldObject.metadata.annotations : {}`},
-		{"override", fmt.Sprintf(`%s in variables.annotations && variables.annotations[%s] != ''`, override, override)},
-		{"newWebhooks", `has(object.webhooks) ? object.webhooks : []`},
-		{"oldWebhooks", `oldObject != null && has(oldObject.webhooks) ? oldObject.webhooks : []`},
-		// Whether kube-apiserver found the webhooks unchanged. It sets
-		// metadata.generation to 1 on create and, on update, keeps the stored
-		// one unless the webhooks differ (rest.BeforeUpdate, then the
-		// configuration strategy's PrepareForUpdate, both before validating
-		// admission). Equal generations therefore mean equal webhooks: no
-		// webhook field changed, owned or not, and nothing below needs to walk
-		// the lists. That is most writes by others (labels, annotations) and
-		// the breaker's own record updates. An object without a generation
-		// (as offline evaluations build them) takes the comparisons below.
-		{"webhooksKept", `oldObject != null && has(object.metadata.generation) && has(oldObject.metadata.generation) && object.metadata.generation == oldObject.metadata.generation`},
+		{"annotations", annotationsCEL},
+		{"oldAnnotations", oldAnnotationsCEL},
+		{"override", overrideCEL},
+		{"newWebhooks", newWebhooksCEL},
+		{"oldWebhooks", oldWebhooksCEL},
+		{"webhooksKept", webhooksKeptCEL},
 		// the webhooks' names and owned fields, in list order: the webhook
 		// named n is at names.indexOf(n), the first one so named, as the Go
 		// rule's findHook finds it.
 		{"newNames", `variables.newWebhooks.map(w, w.name)`},
 		{"oldNames", `variables.oldWebhooks.map(o, o.name)`},
-		{"newPolicies", fmt.Sprintf(`variables.newWebhooks.map(w, %s)`, policyOf("w"))},
-		{"oldPolicies", fmt.Sprintf(`variables.oldWebhooks.map(o, %s)`, policyOf("o"))},
-		// each webhook's bypass marker, as a list of zero or one expression.
-		{"newMarkers", fmt.Sprintf(`variables.newWebhooks.map(w, %s)`, markerOf("w"))},
-		{"oldMarkers", fmt.Sprintf(`variables.oldWebhooks.map(o, %s)`, markerOf("o"))},
-		// Whether no owned field of a webhook changed: the webhooks are kept,
-		// or have the same names in the same order with the same
-		// failurePolicies and markers (a caBundle rotation, say). Then the
-		// lookups by name below are skipped. Comparing these lists of strings
-		// is cheaper than comparing the webhooks themselves.
-		{"sameOwned", `variables.webhooksKept || variables.oldNames == variables.newNames && variables.oldPolicies == variables.newPolicies && variables.oldMarkers == variables.newMarkers`},
-		// managed webhooks, present on both sides, whose failurePolicy differs, in old order.
-		{"failurePolicyChanges", fmt.Sprintf(`variables.sameOwned ? [] : variables.oldWebhooks.filter(o, o.name in variables.managed && o.name in variables.newNames && %s != %s).map(o, 'webhooks[name=' + o.name + '].failurePolicy (' + %s + ' -> ' + %s + ')')`,
-			at("variables.newPolicies", "variables.newNames", "o.name"), policyOf("o"), policyOf("o"), at("variables.newPolicies", "variables.newNames", "o.name"))},
-		// webhooks (new ones, then removed ones) whose bypass marker was added, removed or altered.
-		{"bypassChanges", fmt.Sprintf(`variables.sameOwned ? [] : (variables.newNames + variables.oldNames.filter(n, !(n in variables.newNames))).filter(n, %s != %s).map(n, 'webhooks[name=' + n + '].matchConditions[name=' + %s + '] (' + (size(%s) == 0 ? 'added' : size(%s) == 0 ? 'removed' : 'changed') + ')')`,
-			markerNamed("new", "n"), markerNamed("old", "n"), marker, markerNamed("old", "n"), markerNamed("new", "n"))},
-		// the circuit record as a list of zero or one value.
-		{"circuit", fmt.Sprintf(`%s in variables.annotations ? [variables.annotations[%s]] : []`, annotation, annotation)},
-		{"oldCircuit", fmt.Sprintf(`%s in variables.oldAnnotations ? [variables.oldAnnotations[%s]] : []`, annotation, annotation)},
-		{"circuitChanges", fmt.Sprintf(`variables.circuit != variables.oldCircuit ? [%s + (size(variables.oldCircuit) == 0 ? 'added' : size(variables.circuit) == 0 ? 'removed' : 'changed') + ')'] : []`,
-			circuit.QuoteCEL(circuitPath+" ("))},
-		{"ownedChanges", `variables.failurePolicyChanges + variables.bypassChanges + variables.circuitChanges`},
-		// what else changes, as unownedChanges lists it in Go.
-		{"labelsChanged", `(has(object.metadata.labels) ? object.metadata.labels : {}) != (oldObject != null && has(oldObject.metadata.labels) ? oldObject.metadata.labels : {})`},
-		{"annotationsChanged", fmt.Sprintf(`variables.annotations.filter(k, k != %s).exists(k, !(k in variables.oldAnnotations) || variables.oldAnnotations[k] != variables.annotations[k]) || variables.oldAnnotations.filter(k, k != %s).exists(k, !(k in variables.annotations))`, annotation, annotation)},
-		// the other metadata the breaker may not change (breakerMetadata),
-		// each named as the denial names it.
+		{"newPolicies", newPoliciesCEL},
+		{"oldPolicies", oldPoliciesCEL},
+		{"newMarkers", newMarkersCEL},
+		{"oldMarkers", oldMarkersCEL},
+		{"sameOwned", sameOwnedCEL},
+		{"failurePolicyChanges", failurePolicyChangesCEL},
+		{"bypassChanges", bypassChangesCEL},
+		{"circuit", circuitCEL},
+		{"oldCircuit", oldCircuitCEL},
+		{"circuitChanges", circuitChangesCEL},
+		{"ownedChanges", ownedChangesCEL},
+		// what else changes.
+		{"labelsChanged", labelsChangedCEL},
+		{"annotationsChanged", annotationsChangedCEL},
 		{"metadataChanges", metadataChangesCEL()},
-		{"webhookSetChanged", `!variables.webhooksKept && variables.oldNames != variables.newNames`},
-		// each new webhook whose unowned fields differ from the first old one
-		// of its name (o, bound by a comprehension over one element).
-		{"webhooksChanged", fmt.Sprintf(`variables.webhooksKept ? [] : variables.newWebhooks.filter(w, w.name in variables.oldNames && [%s].exists(o, !(o == w || %s))).map(w, 'webhooks[name=' + w.name + ']')`,
-			at("variables.oldWebhooks", "variables.oldNames", "w.name"), sameUnowned(marker))},
-		{"unownedChanges", `(variables.labelsChanged ? ['metadata.labels'] : []) + (variables.annotationsChanged ? ['metadata.annotations'] : []) + variables.metadataChanges + (variables.webhookSetChanged ? ['webhooks (added, removed or reordered)'] : []) + variables.webhooksChanged`},
-		// the stored record's text, '' when there is none.
-		{"oldRecord", `size(variables.oldCircuit) == 0 ? '' : variables.oldCircuit[0]`},
-		// [name, entry text] of each managed webhook with an entry in the stored record.
-		{"openEntries", fmt.Sprintf(`variables.managed.filter(n, %s).map(n, [n, %s])`,
-			circuit.HasEntryCEL("variables.oldRecord", "n"), circuit.EntryTextCEL("variables.oldRecord", "n"))},
-		// the open circuits of managed webhooks, read from their entries.
-		{"openNotes", fmt.Sprintf(`variables.openEntries.map(e, %s)`, circuit.NoteCEL("e[1]", "e[0]"))},
+		{"webhookSetChanged", webhookSetChangedCEL},
+		{"webhooksChanged", webhooksChangedCEL},
+		{"unownedChanges", unownedChangesCEL},
+		// the open circuits of managed webhooks, read from the stored record
+		// in the grammar circuit renders: [name, entry text] of each managed
+		// webhook with an entry, then each one's note.
+		{"oldRecord", oldRecordCEL},
+		{"openEntries", `variables.managed
+  .filter(n, ` + circuit.HasEntryCEL("variables.oldRecord", "n") + `)
+  .map(n, [n, ` + circuit.EntryTextCEL("variables.oldRecord", "n") + `])`},
+		{"openNotes", `variables.openEntries.map(e, ` + circuit.NoteCEL("e[1]", "e[0]") + `)`},
 	}
 	out := make([]admissionregistrationv1.Variable, 0, len(vars))
 	for _, v := range vars {
@@ -311,32 +497,23 @@ func policyVariables(opts Options) []admissionregistrationv1.Variable {
 	return out
 }
 
+// metadataChangeCEL is one breakerMetadata field's change, as
+// unownedChanges names it, or []: %[1]s is the field's name, %[2]s the CEL
+// literal of an absent field (an absent field is the same as an empty one,
+// as when stored), %[3]s the change as the denial names it.
+const metadataChangeCEL = `((has(object.metadata.%[1]s) ? object.metadata.%[1]s : %[2]s)
+    != (oldObject != null && has(oldObject.metadata.%[1]s) ? oldObject.metadata.%[1]s : %[2]s)
+  ? [%[3]s] : [])`
+
 // metadataChangesCEL renders the list of breakerMetadata fields that differ
-// between oldObject and object, as unownedChanges names them; an absent
-// field is the same as an empty one, as when stored.
+// between oldObject and object, one metadataChangeCEL each: the
+// breakerMetadata table is the Go rule's too.
 func metadataChangesCEL() string {
 	parts := make([]string, 0, len(breakerMetadata))
 	for _, f := range breakerMetadata {
-		parts = append(parts, fmt.Sprintf(`((has(object.metadata.%[1]s) ? object.metadata.%[1]s : %[2]s) != (oldObject != null && has(oldObject.metadata.%[1]s) ? oldObject.metadata.%[1]s : %[2]s) ? [%[3]s] : [])`,
-			f.name, f.absent, circuit.QuoteCEL(f.change())))
+		parts = append(parts, fmt.Sprintf(metadataChangeCEL, f.name, f.absent, circuit.QuoteCEL(f.change())))
 	}
-	return strings.Join(parts, " + ")
-}
-
-// sameUnowned renders, for webhooks o and w, whether every field the
-// breaker does not own is the same: a field is the same when both lack it
-// or both hold equal values. A managed webhook's failurePolicy and the
-// bypass marker are left out.
-func sameUnowned(marker string) string {
-	fields := []string{"clientConfig", "rules", "timeoutSeconds", "namespaceSelector", "objectSelector", "matchPolicy", "sideEffects", "admissionReviewVersions", "reinvocationPolicy"}
-	parts := make([]string, 0, len(fields)+2)
-	for _, f := range fields {
-		parts = append(parts, fmt.Sprintf("has(o.%s) == has(w.%s) && (!has(o.%s) || o.%s == w.%s)", f, f, f, f, f))
-	}
-	parts = append(parts,
-		"(w.name in variables.managed || (has(o.failurePolicy) == has(w.failurePolicy) && (!has(o.failurePolicy) || o.failurePolicy == w.failurePolicy)))",
-		fmt.Sprintf("(has(o.matchConditions) ? o.matchConditions.filter(c, c.name != %s) : []) == (has(w.matchConditions) ? w.matchConditions.filter(c, c.name != %s) : [])", marker, marker))
-	return strings.Join(parts, " && ")
+	return strings.Join(parts, "\n+ ")
 }
 
 // celManagedMap renders the managed webhooks as a CEL map literal from

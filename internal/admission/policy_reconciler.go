@@ -25,40 +25,6 @@ import (
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 )
 
-// NewPolicyRepairs returns the counter of writes that put the guard policy
-// or its binding back after someone deleted or changed it. The caller
-// registers it with the other metrics.
-func NewPolicyRepairs() *prometheus.CounterVec {
-	return prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "webhook_guard_policy_repairs_total",
-		Help: "Writes that restored the webhook-guard ValidatingAdmissionPolicy or its binding, by object and action.",
-	}, []string{"object", "action"})
-}
-
-// The label values of webhook_guard_policy_repairs_total.
-var (
-	// RepairObjects are the kinds RenderPolicy renders.
-	RepairObjects = []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
-	// RepairActions are what a repair did.
-	RepairActions = []string{repairCreated, repairUpdated}
-)
-
-const (
-	repairCreated = "created"
-	repairUpdated = "updated"
-)
-
-// InitializePolicyRepairs creates every series of repairs (NewPolicyRepairs)
-// at 0, so that the first repair after a start is an increase from 0 that
-// increase() sees, not a series that appears at 1.
-func InitializePolicyRepairs(repairs *prometheus.CounterVec) {
-	for _, object := range RepairObjects {
-		for _, action := range RepairActions {
-			repairs.WithLabelValues(object, action)
-		}
-	}
-}
-
 // PolicyReconciler keeps the ValidatingAdmissionPolicy and binding named
 // Options.Policy() equal to what RenderPolicy renders from Options. It writes
 // only when the live objects are not in place (inPlace); any write after
@@ -221,8 +187,10 @@ func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 }
 
 // PolicyInPlace checks, from any replica, that the policy and binding in
-// the cluster are in place (inPlace) for opts. It is the readiness signal: a
-// replica is not ready while the guard is not enforced as rendered.
+// the cluster are in place (inPlace) for opts: what a leader with opts
+// leaves as it is, this version's rule for opts' targets. It is not the
+// readiness signal, which also accepts an old leader's rule and targets
+// (PolicyEnforced); the e2e tests wait on it for a leader's writes.
 func PolicyInPlace(ctx context.Context, c client.Reader, opts Options) error {
 	policy, binding := RenderPolicy(opts)
 	for _, want := range []client.Object{policy, binding} {
@@ -234,54 +202,6 @@ func PolicyInPlace(ctx context.Context, c client.Reader, opts Options) error {
 		if !inPlace(live, want) {
 			return fmt.Errorf("%s %s differs from the rendered guard", kind, want.GetName())
 		}
-	}
-	return nil
-}
-
-// PolicyEnforced is the readiness signal: the policy and binding in the
-// cluster are in place for this replica's breaker, whichever targets they
-// name and whichever version rendered the rule. Only the leader writes the
-// policy, for its own configuration; during a rollout that changes the
-// targets or the rule, a new replica must be ready while the old leader's
-// policy stands, or the rollout never completes.
-//
-// The policy's PolicyInputsAnnotation says what it was rendered from: its
-// breaker, which must be this replica's, and its targets (a policy from
-// before the annotation names its targets only in its CEL map literal,
-// read by targetsFromCEL). The whole spec must then be a rule this replica
-// renders for its breaker and those targets: this version's, or a
-// recorded earlier version's (ruleKnown). Neither the identity nor the
-// rule is read from CEL text, and no annotation vouches for a spec: a
-// policy anyone changed, whatever they wrote in its annotations, is not in
-// place, and neither is one a newer version wrote. The binding must be
-// exactly the rendered one.
-func PolicyEnforced(ctx context.Context, c client.Reader, opts Options) error {
-	policy, binding := RenderPolicy(opts)
-	live := &admissionregistrationv1.ValidatingAdmissionPolicy{}
-	if err := c.Get(ctx, client.ObjectKeyFromObject(policy), live); err != nil {
-		return fmt.Errorf("ValidatingAdmissionPolicy %s: %w", policy.Name, err)
-	}
-	in, err := liveInputs(live)
-	if err != nil {
-		return fmt.Errorf("ValidatingAdmissionPolicy %s: %w", policy.Name, err)
-	}
-	if in.Breaker != "" && in.Breaker != opts.Breaker() {
-		return fmt.Errorf("ValidatingAdmissionPolicy %s holds the rule of another breaker (%s), not of this one (%s)", policy.Name, in.Breaker, opts.Breaker())
-	}
-	known, err := ruleKnown(live.Spec, in.targets(opts))
-	if err != nil {
-		return fmt.Errorf("ValidatingAdmissionPolicy %s: %w", policy.Name, err)
-	}
-	if !known {
-		return fmt.Errorf("ValidatingAdmissionPolicy %s is not a rule this version renders, or knows from an earlier version, for breaker %s and the targets the policy names: it was changed after a guard wrote it, or a newer version wrote it",
-			policy.Name, opts.Breaker())
-	}
-	liveBinding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
-	if err := c.Get(ctx, client.ObjectKeyFromObject(binding), liveBinding); err != nil {
-		return fmt.Errorf("ValidatingAdmissionPolicyBinding %s: %w", binding.Name, err)
-	}
-	if !inPlace(liveBinding, binding) {
-		return fmt.Errorf("ValidatingAdmissionPolicyBinding %s differs from the rendered guard", binding.Name)
 	}
 	return nil
 }

@@ -1,7 +1,6 @@
 package admission_test
 
 import (
-	"context"
 	"sort"
 	"strings"
 	"testing"
@@ -10,8 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/yaml"
 
 	"github.com/webhook-guard/webhook-guard/internal/admission"
@@ -170,77 +167,6 @@ func TestRenderPolicy_marshalsToManifest(t *testing.T) {
 	var gotB admissionregistrationv1.ValidatingAdmissionPolicyBinding
 	require.NoError(t, yaml.UnmarshalStrict([]byte(docs[1]), &gotB))
 	assert.Equal(t, *b, gotB)
-}
-
-// TestPolicyInPlace_neuteredIsNotInPlace: readiness reports the guard in
-// place only when the live objects are exactly the rendered ones; every way
-// of neutering them without deleting them is caught.
-func TestPolicyInPlace_neuteredIsNotInPlace(t *testing.T) {
-	opts := admission.Options{Managed: map[string][]string{"cfg": {"w.example.com"}}}
-	scheme := runtime.NewScheme()
-	require.NoError(t, admissionregistrationv1.AddToScheme(scheme))
-	build := func(edit func(*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding)) error {
-		p, b := admission.RenderPolicy(opts)
-		if edit != nil {
-			edit(p, b)
-		}
-		c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(p, b).Build()
-		return admission.PolicyInPlace(context.Background(), c, opts)
-	}
-	require.NoError(t, build(nil))
-	for name, edit := range map[string]func(*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding){
-		"a false matchCondition on the policy": func(p *admissionregistrationv1.ValidatingAdmissionPolicy, _ *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
-			p.Spec.MatchConditions = append(p.Spec.MatchConditions, admissionregistrationv1.MatchCondition{Name: "off", Expression: "false"})
-		},
-		"failurePolicy Ignore": func(p *admissionregistrationv1.ValidatingAdmissionPolicy, _ *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
-			ignore := admissionregistrationv1.Ignore
-			p.Spec.FailurePolicy = &ignore
-		},
-		"an object selector on the policy": func(p *admissionregistrationv1.ValidatingAdmissionPolicy, _ *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
-			p.Spec.MatchConstraints.ObjectSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"never": "x"}}
-		},
-		"an exclusion on the policy": func(p *admissionregistrationv1.ValidatingAdmissionPolicy, _ *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
-			p.Spec.MatchConstraints.ExcludeResourceRules = p.Spec.MatchConstraints.ResourceRules
-		},
-		"a binding narrowed by matchResources": func(_ *admissionregistrationv1.ValidatingAdmissionPolicy, b *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
-			b.Spec.MatchResources = &admissionregistrationv1.MatchResources{ObjectSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"never": "x"}}}
-		},
-		"a binding that only audits": func(_ *admissionregistrationv1.ValidatingAdmissionPolicy, b *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
-			b.Spec.ValidationActions = []admissionregistrationv1.ValidationAction{admissionregistrationv1.Audit}
-		},
-	} {
-		t.Run(name, func(t *testing.T) {
-			assert.Error(t, build(edit))
-		})
-	}
-}
-
-// TestPolicyEnforced_anyTargetsButNothingElse: readiness accepts the
-// policy an old leader renders for other targets (a rollout that changes
-// them must complete), and nothing else.
-func TestPolicyEnforced_anyTargetsButNothingElse(t *testing.T) {
-	scheme := runtime.NewScheme()
-	require.NoError(t, admissionregistrationv1.AddToScheme(scheme))
-	mine := admission.Options{Managed: map[string][]string{"cfg": {"w.example.com"}, "new": {"n.example.com"}}}
-	theirs := admission.Options{Managed: map[string][]string{"cfg": {"w.example.com"}}}
-	live := func(edit func(*admissionregistrationv1.ValidatingAdmissionPolicy)) error {
-		p, b := admission.RenderPolicy(theirs)
-		if edit != nil {
-			edit(p)
-		}
-		c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(p, b).Build()
-		return admission.PolicyEnforced(context.Background(), c, mine)
-	}
-	require.NoError(t, live(nil), "the old leader's policy for other targets is enforced")
-	assert.Error(t, live(func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
-		p.Spec.MatchConditions = []admissionregistrationv1.MatchCondition{{Name: "off", Expression: "false"}}
-	}))
-	assert.Error(t, live(func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
-		p.Spec.Validations = p.Spec.Validations[1:]
-	}))
-	p, b := admission.RenderPolicy(theirs)
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(p, b).Build()
-	assert.Error(t, admission.PolicyInPlace(context.Background(), c, mine), "the leader still repairs to its own targets")
 }
 
 func TestRenderPolicy_aNamedInstanceHasItsOwnNames(t *testing.T) {

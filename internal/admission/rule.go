@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"sort"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -42,79 +41,6 @@ const (
 	// or finalizer).
 	ReasonBreakerOutsideOwnedFields = "BreakerOutsideOwnedFields"
 )
-
-// Options configures the ownership rule.
-type Options struct {
-	// BreakerUsername is the identity allowed to change owned fields (from
-	// SelfSubjectReview at runtime). Empty means circuit.DefaultUsername.
-	BreakerUsername string
-	// Managed maps MutatingWebhookConfiguration name -> managed webhook
-	// names in it. A configuration is managed when its name is a key, even
-	// with an empty list: its bypass markers and circuit annotation are then
-	// still owned.
-	Managed map[string][]string
-	// ManagedValidating is Managed for ValidatingWebhookConfigurations.
-	ManagedValidating map[string][]string
-	// Instance names one of several installations in a cluster (config
-	// instance); empty is the default installation. It names the policy.
-	Instance string
-}
-
-// Policy returns the name of the instance's ValidatingAdmissionPolicy and
-// binding: PolicyName, or PolicyName-<instance>.
-func (o Options) Policy() string {
-	if o.Instance == "" {
-		return PolicyName
-	}
-	return PolicyName + "-" + o.Instance
-}
-
-// managed returns the managed configurations of kind.
-func (o Options) managed(kind circuit.Kind) map[string][]string {
-	if kind == circuit.KindValidating {
-		return o.ManagedValidating
-	}
-	return o.Managed
-}
-
-// Breaker returns the effective breaker username: BreakerUsername, or
-// circuit.DefaultUsername when it is empty.
-func (o Options) Breaker() string {
-	if o.BreakerUsername == "" {
-		return circuit.DefaultUsername
-	}
-	return o.BreakerUsername
-}
-
-// ConfigNames returns the names of kind's managed configurations, sorted.
-func (o Options) ConfigNames(kind circuit.Kind) []string {
-	names := make([]string, 0, len(o.managed(kind)))
-	for name := range o.managed(kind) {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	return names
-}
-
-// summary counts the managed configurations for Events and logs; an
-// Event names no list that grows with the configuration.
-func (o Options) summary() string {
-	return fmt.Sprintf("managed configurations: %d mutating, %d validating", len(o.Managed), len(o.ManagedValidating))
-}
-
-// managedWebhooks returns configuration's managed webhook names, sorted
-// and without repeats: the order in which both renderings list notes.
-func (o Options) managedWebhooks(kind circuit.Kind, configuration string) []string {
-	sorted := append([]string(nil), o.managed(kind)[configuration]...)
-	sort.Strings(sorted)
-	out := sorted[:0]
-	for i, v := range sorted {
-		if i == 0 || sorted[i-1] != v {
-			out = append(out, v)
-		}
-	}
-	return out
-}
 
 // Request is one admission request for a webhook configuration.
 type Request struct {
@@ -274,7 +200,7 @@ func unownedChanges(old, new *admissionregistrationv1.MutatingWebhookConfigurati
 	without := func(m map[string]string) map[string]string {
 		c := map[string]string{}
 		for k, v := range m {
-			if k != circuit.Annotation {
+			if k != circuit.Annotation && k != circuit.ArmingAnnotation {
 				c[k] = v
 			}
 		}

@@ -7,14 +7,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/webhook-guard/webhook-guard/internal/admission"
 )
 
 const staticURL = "https://127.0.0.1:9443" + admission.WebhookPath
 
-func TestRenderStaticWebhook(t *testing.T) {
+func TestRenderStaticWebhook_rendersTheStaticManifest(t *testing.T) {
 	ca := []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
 	opts := admission.Options{
 		Managed:           map[string][]string{"zeta": {"z.example.com"}, `we'ird`: nil, "alpha": {"a.example.com"}},
@@ -61,32 +60,4 @@ func TestRenderStaticWebhook(t *testing.T) {
 func TestRenderStaticWebhook_emptyManagedMatchesNothing(t *testing.T) {
 	vwc := admission.RenderStaticWebhook(staticURL, nil, admission.Options{})
 	assert.Equal(t, "request.resource.resource == 'validatingwebhookconfigurations' ? object.metadata.name in [] : object.metadata.name in []", vwc.Webhooks[0].MatchConditions[0].Expression)
-}
-
-func TestMarshalManifest_roundTrip(t *testing.T) {
-	vwc := admission.RenderStaticWebhook(staticURL, []byte("ca"), admission.Options{Managed: map[string][]string{"cfg": {"w.example.com"}}})
-	out, err := admission.MarshalManifest(vwc)
-	require.NoError(t, err)
-	s := string(out)
-	assert.True(t, strings.HasPrefix(s, "apiVersion: admissionregistration.k8s.io/v1\n"), s)
-	assert.Contains(t, s, "kind: ValidatingWebhookConfiguration\n")
-	assert.Contains(t, s, "url: "+staticURL)
-	assert.NotContains(t, s, "service:")
-	var got admissionregistrationv1.ValidatingWebhookConfiguration
-	require.NoError(t, yaml.UnmarshalStrict(out, &got))
-	assert.Equal(t, *vwc, got)
-
-	p, b := admission.RenderPolicy(admission.Options{Managed: map[string][]string{"cfg": {"w.example.com"}}})
-	out, err = admission.MarshalManifest(vwc, p, b)
-	require.NoError(t, err)
-	assert.Equal(t, 2, strings.Count(string(out), "\n---\n"))
-}
-
-func TestMarshalManifest_requiresTypeMeta(t *testing.T) {
-	vwc := admission.RenderStaticWebhook(staticURL, nil, admission.Options{})
-	vwc.TypeMeta.Kind = ""
-	_, err := admission.MarshalManifest(vwc)
-	assert.Error(t, err)
-	_, err = admission.MarshalManifest(nil)
-	assert.Error(t, err)
 }

@@ -190,7 +190,7 @@ func (r *ProbeRunner) observeAPIServer(ctx context.Context, t config.Target, res
 	open := false
 	if rec, err := circuit.Decode(obj.GetAnnotations()); err == nil {
 		entry, ok := rec[t.Webhook]
-		open = ok && entry.Mine(r.Identity)
+		open = ok && entry.Mine(r.Signer)
 	}
 	pr := probe.Result{Duration: res.Window}
 	switch res.Verdict {
@@ -260,7 +260,7 @@ func (r *ProbeRunner) refreshAdmitted(ctx context.Context, kind circuit.Kind, vi
 		}
 		entry, open := rec[t.Webhook]
 		res := admitted[metricsWebhook(t)]
-		if !open || !entry.Mine(r.Identity) || (res.Admitted == 0 && res.Marked == 0) {
+		if !open || !entry.Mine(r.Signer) || (res.Admitted == 0 && res.Marked == 0) {
 			continue
 		}
 		r.Metrics.AdmittedWithout.WithLabelValues(string(t.Kind), t.Configuration, t.Webhook).Add(res.Admitted)

@@ -172,7 +172,7 @@ func TestPlan_apiserverSignalOpensAndSaysWhy(t *testing.T) {
 	cur := newConfig(newWebhook(whA, policyFail))
 	tgt := withSignal(target(whA, config.ModeBypass, 3, 2))
 	in := Inputs{
-		Targets: []config.Target{tgt}, Now: testNow, Identity: "breaker",
+		Targets: []config.Target{tgt}, Now: testNow, Signer: "breaker",
 		Counts: map[string]Counts{whA: healthy(7)}, APIServer: map[string]Counts{whA: apiserverFailing(3)}, Path: map[string]Path{whA: pathFailing(3)},
 	}
 	next, changes, err := Plan(cur, in)
@@ -463,7 +463,7 @@ func TestPlan_closesAnUnknownProbesCircuitOnTheApiserversWord(t *testing.T) {
 	cur := newConfig(newWebhook(whA, policyFail))
 	tgt := withSignal(target(whA, config.ModeIgnore, 3, 2))
 	in := Inputs{
-		Targets: []config.Target{tgt}, Now: testNow, Identity: "breaker",
+		Targets: []config.Target{tgt}, Now: testNow, Signer: "breaker",
 		Counts: map[string]Counts{whA: failing(3, probe.ReasonTimeout)}, APIServer: map[string]Counts{whA: healthy(1)},
 	}
 	open, changes, err := Plan(cur, in)

@@ -45,7 +45,7 @@ func FuzzPlan(f *testing.F) {
 		step := func() {
 			now = now.Add(time.Second)
 			prev := cur.DeepCopy()
-			next, _, err := Plan(cur, Inputs{Targets: tgts, Counts: counts, APIServer: apiserver, Now: now, Identity: "me",
+			next, _, err := Plan(cur, Inputs{Targets: tgts, Counts: counts, APIServer: apiserver, Now: now, Signer: "me",
 				MinOpen: map[string]time.Duration{whA: 2 * time.Second, whB: 0}})
 			if err != nil {
 				t.Fatalf("Plan failed on a record it wrote: %v", err)

@@ -63,7 +63,7 @@ func (r *ProbeRunner) startPathProbe(ctx context.Context, t config.Target, obj c
 	if view.Annotations[circuit.Annotation] != "" {
 		if rec, err := circuit.Decode(view.Annotations); err == nil {
 			entry, open = rec[t.Webhook]
-			open = open && entry.Mine(r.Identity)
+			open = open && entry.Mine(r.Signer)
 		}
 	}
 	need := PathProbeNeeded(open, entry, st.APIServer)

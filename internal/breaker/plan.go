@@ -89,10 +89,9 @@ type Inputs struct {
 	Unprobeable map[string]string
 	// Now stamps new record entries.
 	Now time.Time
-	// Identity is the breaker's username. It signs new entries; entries
-	// signed by another identity belong to another installation and are
-	// left alone.
-	Identity string
+	// Signer signs new entries (see TargetReconciler.Signer); entries
+	// signed by another belong to another installation and are left alone.
+	Signer string
 	// HoldOpen stops every opening (closes still happen): every probed
 	// target of the service is failing at once (State.Inputs).
 	HoldOpen bool
@@ -124,7 +123,7 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 	if reason := cur.Annotations[circuit.OverrideAnnotation]; reason != "" {
 		for _, name := range rec.Webhooks() {
 			entry := rec[name]
-			if !entry.Mine(in.Identity) {
+			if !entry.Mine(in.Signer) {
 				continue
 			}
 			stays := "the webhook no longer exists"
@@ -152,7 +151,7 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 		entry := rec[name]
 		wh := webhook(next, name)
 		switch {
-		case !entry.Mine(in.Identity):
+		case !entry.Mine(in.Signer):
 			// Another installation's circuit: not ours to judge.
 		case entry.UID != cur.UID:
 			if wh != nil {
@@ -202,7 +201,7 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 			continue
 		}
 		entry, open := rec[t.Webhook]
-		if open && !entry.Mine(in.Identity) {
+		if open && !entry.Mine(in.Signer) {
 			continue // another installation's circuit on the same webhook
 		}
 		if why, unprobeable := in.Unprobeable[t.Webhook]; unprobeable {
@@ -234,7 +233,7 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 				Reason:                reason,
 				Signal:                signal,
 				OriginalFailurePolicy: cur.DeepCopy().Webhooks[index(cur, t.Webhook)].FailurePolicy,
-				By:                    in.Identity,
+				By:                    in.Signer,
 			}
 			changes = append(changes, Change{Webhook: t.Webhook, Kind: Opened, Signal: signal, Message: fmt.Sprintf(
 				"opened the circuit on %s in %s mode %s; original failurePolicy %s",

@@ -785,17 +785,17 @@ func TestPlan_anotherInstallationsEntryIsLeftAlone(t *testing.T) {
 		"an unprobeable target": {Targets: []config.Target{target(whA, config.ModeBypass, 1, 1)}, Unprobeable: map[string]string{whA: "x"}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			in.Identity = "system:serviceaccount:main:webhook-guard"
+			in.Signer = "system:serviceaccount:main:webhook-guard"
 			_, changes := plan(t, cur, in)
 			assert.Empty(t, changes)
 		})
 	}
 	withOverride := cur.DeepCopy()
 	withOverride.Annotations[circuit.OverrideAnnotation] = "mine now"
-	_, changes := plan(t, withOverride, Inputs{Identity: "system:serviceaccount:main:webhook-guard"})
+	_, changes := plan(t, withOverride, Inputs{Signer: "system:serviceaccount:main:webhook-guard"})
 	assert.Empty(t, changes, "the other installation hands off its own entry")
 
-	opened, changes := plan(t, base, Inputs{Identity: "me", Now: testNow, Targets: []config.Target{target(whB, config.ModeIgnore, 1, 1)}, Counts: map[string]Counts{whB: failing(1, probe.ReasonTimeout)}})
+	opened, changes := plan(t, base, Inputs{Signer: "me", Now: testNow, Targets: []config.Target{target(whB, config.ModeIgnore, 1, 1)}, Counts: map[string]Counts{whB: failing(1, probe.ReasonTimeout)}})
 	require.Len(t, changes, 1)
 	assert.Equal(t, "me", mustRecord(t, opened)[whB].By, "new entries are signed")
 }
@@ -880,7 +880,7 @@ func TestPlan_override_handOffKeepsTheOriginal(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			cur := withEntries(t, base, circuit.Record{tc.webhook: tc.entry})
 			cur.Annotations[circuit.OverrideAnnotation] = tc.reason
-			next, changes := plan(t, cur, Inputs{Identity: bypass.By})
+			next, changes := plan(t, cur, Inputs{Signer: bypass.By})
 			require.Len(t, changes, 1)
 			assert.Equal(t, HandedOff, changes[0].Kind)
 			assert.Contains(t, changes[0].Message, tc.want)
@@ -922,7 +922,7 @@ func TestTakeOver_resignsOnlyRetiredSigners(t *testing.T) {
 	assert.Equal(t, want, rec, "only the signature changes")
 	assert.Equal(t, withoutCircuit(cur), withoutCircuit(next), "nothing but the record changes")
 
-	closed, closing := plan(t, next, Inputs{Identity: me, Targets: []config.Target{target(whA, config.ModeBypass, 1, 1)}, Counts: map[string]Counts{whA: healthy(1)}})
+	closed, closing := plan(t, next, Inputs{Signer: me, Targets: []config.Target{target(whA, config.ModeBypass, 1, 1)}, Counts: map[string]Counts{whA: healthy(1)}})
 	assert.Equal(t, Closed, kinds(closing)[whA], "the new identity closes what it took over")
 	assert.Equal(t, base.Webhooks[0], closed.Webhooks[0])
 

@@ -9,6 +9,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
@@ -52,9 +53,10 @@ type TargetReconciler struct {
 	Metrics *Metrics
 	// Clock stamps openedAt. Default: the real clock.
 	Clock clock.PassiveClock
-	// Identity is the breaker's username (from SelfSubjectReview); it signs
-	// the entries it writes.
-	Identity string
+	// Signer signs the entries it writes: the breaker's username (from
+	// SelfSubjectReview) and, for a named instance, the instance
+	// (identity/instance).
+	Signer string
 	// Marker, when set (mutating configurations, where the apiserver
 	// serves MutatingAdmissionPolicies), checks before the write that
 	// opens a circuit that its marking policy, installed by an
@@ -63,6 +65,9 @@ type TargetReconciler struct {
 
 	mu      sync.Mutex
 	decided map[string]time.Time
+	// armedSince holds when each arming entry outside the record was
+	// first seen (see arming), by configuration UID and webhook.
+	armedSince map[string]time.Time
 }
 
 // Reconcile brings one configuration to what Plan wants. A conflict is
@@ -108,7 +113,7 @@ func (r *TargetReconciler) reconcileOnce(ctx context.Context, reader client.Read
 	// each reconcile meanwhile stamps the same openedAt, which the
 	// policies already carry.
 	decidedAt := r.decisionTime(name)
-	in := r.State.Inputs(targets, decidedAt, r.Identity, view.ResourceVersion)
+	in := r.State.Inputs(targets, decidedAt, r.Signer, Generation(view))
 	next, changes, err := Plan(view, in)
 	if err != nil {
 		r.forgetDecision(name)
@@ -118,25 +123,34 @@ func (r *TargetReconciler) reconcileOnce(ctx context.Context, reader client.Read
 		r.syncGauges(targets, view)
 		return 0, nil // retried when the object changes
 	}
-	if len(changes) == 0 {
-		r.forgetDecision(name)
-		r.Metrics.Reconciles.WithLabelValues(ReconcileUnchanged).Inc()
-		r.syncGauges(targets, view)
-		return 0, nil
-	}
-	wait, err := r.markBeforeOpening(ctx, cur, name, changes)
+	step, err := r.arming(ctx, cur, view, next, changes)
 	if err != nil {
 		return 0, err
 	}
-	if wait > 0 {
+	if step.arm != nil {
 		r.holdDecision(name, decidedAt)
-		logf.FromContext(ctx).V(1).Info("Waiting for marking policies to take effect before opening", "wait", wait)
-		return wait, nil
+		return markingPoll, r.writeArming(ctx, cur, view, step.arm)
+	}
+	if step.pending {
+		r.holdDecision(name, decidedAt)
+		logf.FromContext(ctx).V(1).Info("Waiting for kube-apiserver to mark with the armed marking policies before opening")
+		return markingPoll, nil
+	}
+	if !equality.Semantic.DeepEqual(next.Annotations, step.annotations) {
+		if len(changes) == 0 {
+			next = view.DeepCopy() // Plan returned view itself
+		}
+		next.Annotations = step.annotations
+	} else if len(changes) == 0 {
+		r.forgetDecision(name)
+		r.Metrics.Reconciles.WithLabelValues(ReconcileUnchanged).Inc()
+		r.syncGauges(targets, view)
+		return step.wait, nil
 	}
 	err = r.write(ctx, cur, view, next, changes, targets)
 	if err == nil {
 		r.forgetDecision(name)
-		return 0, nil
+		return step.wait, nil
 	}
 	if !apierrors.IsInvalid(err) {
 		return 0, err
@@ -160,12 +174,17 @@ func (r *TargetReconciler) reconcileOnce(ctx context.Context, reader client.Read
 		if err != nil || len(changes) == 0 {
 			continue
 		}
+		step, err := r.arming(ctx, cur, view, next, changes)
+		if err != nil || step.arm != nil || step.pending {
+			continue // armed and written by the next reconcile
+		}
+		next.Annotations = step.annotations
 		err = r.write(ctx, cur, view, next, changes, targets)
 		switch {
 		case apierrors.IsInvalid(err):
 			for _, t := range targets {
 				if t.Webhook == c.Webhook {
-					r.State.Refuse(t.Key(), view.ResourceVersion)
+					r.State.Refuse(t.Key(), Generation(view))
 				}
 			}
 			r.Metrics.WriteErrors.Inc()
@@ -177,44 +196,6 @@ func (r *TargetReconciler) reconcileOnce(ctx context.Context, reader client.Read
 	}
 	return 0, nil
 }
-
-// markBeforeOpening checks the marking policy of every circuit changes
-// open before the write: no object may be admitted unmarked. A policy
-// that is not installed as this release renders it refuses the opening
-// (an error, retried with backoff, and a MarkingFailed Event). It returns
-// how long to wait before deciding again while kube-apiserver has not yet
-// shown that it evaluates a policy (marking.Keeper.Ready); 0 when every
-// one is ready.
-func (r *TargetReconciler) markBeforeOpening(ctx context.Context, cur client.Object, name string, changes []Change) (time.Duration, error) {
-	if r.Marker == nil {
-		return 0, nil
-	}
-	var opening []marking.Circuit
-	for _, c := range changes {
-		if c.Kind == Opened {
-			opening = append(opening, marking.Circuit{Configuration: name, Webhook: c.Webhook})
-		}
-	}
-	if len(opening) == 0 {
-		return 0, nil
-	}
-	notYet, err := r.Marker.Ready(ctx, opening)
-	if err != nil {
-		r.Metrics.WriteErrors.Inc()
-		r.Recorder.Eventf(cur, nil, corev1.EventTypeWarning, "MarkingFailed", "Update",
-			"webhook-guard did not open the circuit: the marking policy, which marks what is admitted without the webhook, is not in place: %v", err)
-		return 0, fmt.Errorf("marking before opening: %w", err)
-	}
-	if len(notYet) > 0 {
-		return markingPoll, nil
-	}
-	return 0, nil
-}
-
-// markingPoll is how long an opening waits before asking again whether
-// kube-apiserver evaluates a marking policy it has just been given
-// (kube-apiserver reloads its policies once a second).
-const markingPoll = 100 * time.Millisecond
 
 // holdDecision keeps decidedAt as name's decision time while its opening
 // waits for marking policies, for at most maxHeldDecision.

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -25,32 +26,45 @@ import (
 
 const testIdentity = "system:serviceaccount:webhook-guard-system:webhook-guard"
 
-// canary answers the marking canary: not loaded for the first notYet
-// calls, then loaded for every circuit in the configuration.
+// canary answers the marking canary as kube-apiserver would: after the
+// first notYet calls, every marking policy of circuits is loaded, and
+// armed while the configuration it reads holds an entry for its webhook,
+// in the record or the arming entries.
 type canary struct {
 	notYet, calls int
 	circuits      []marking.Circuit
+	reader        client.Reader
 }
 
-func (c *canary) Create(_ context.Context, e *eventsv1.Event, _ metav1.CreateOptions) (*eventsv1.Event, error) {
+func (c *canary) Create(ctx context.Context, e *eventsv1.Event, _ metav1.CreateOptions) (*eventsv1.Event, error) {
 	c.calls++
 	out := e.DeepCopy()
-	if c.calls > c.notYet {
-		out.Annotations = map[string]string{}
-		for _, cc := range c.circuits {
-			out.Annotations[marking.LoadedAnnotation(cc.Configuration, cc.Webhook)] = marking.Digest(cc.Configuration, cc.Webhook)
+	if c.calls <= c.notYet {
+		return out, nil
+	}
+	out.Annotations = map[string]string{}
+	for _, cc := range c.circuits {
+		out.Annotations[marking.LoadedAnnotation(cc.Configuration, cc.Webhook)] = marking.Digest(cc.Configuration, cc.Webhook)
+		mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		if err := c.reader.Get(ctx, client.ObjectKey{Name: cc.Configuration}, mwc); err != nil {
+			return nil, err
+		}
+		rec, _ := circuit.Decode(mwc.Annotations)
+		armed, _ := circuit.DecodeArming(mwc.Annotations)
+		if rec[cc.Webhook].UID == mwc.UID || armed[cc.Webhook].UID == mwc.UID {
+			out.Annotations[marking.ArmedAnnotation(cc.Configuration, cc.Webhook)] = "true"
 		}
 	}
 	return out, nil
 }
 
-// TestTargetReconciler_openingsWaitForTheirMarksTogetherWithoutHoldingTheWorker:
-// ten webhooks of one configuration failing at once open in one write,
-// after one canary for all their marking policies, not one per policy;
-// the reconcile that finds them not loaded yet returns at once with a
-// requeue, instead of holding one of the workers. The service writes no
-// policy.
-func TestTargetReconciler_openingsWaitForTheirMarksTogetherWithoutHoldingTheWorker(t *testing.T) {
+// TestTargetReconciler_armsMarkingAroundEachTransition: ten webhooks of
+// one configuration failing at once are armed in one write, open in one
+// write once one canary shows all ten policies marking, and the reconcile
+// that waits returns at once with a requeue instead of holding a worker.
+// Closing moves the entries from the record to the arming entries, which
+// a write removes disarmAfter later. The service writes no policy.
+func TestTargetReconciler_armsMarkingAroundEachTransition(t *testing.T) {
 	var hooks []admissionregistrationv1.MutatingWebhook
 	var targets []config.Target
 	var objs []client.Object
@@ -66,6 +80,7 @@ func TestTargetReconciler_openingsWaitForTheirMarksTogetherWithoutHoldingTheWork
 	scheme := runtime.NewScheme()
 	require.NoError(t, clientgoscheme.AddToScheme(scheme))
 	cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(append(objs, newConfig(hooks...))...).Build()
+	c.reader = cl
 	state := NewState()
 	for _, tgt := range targets {
 		state.Register(tgt.Key())
@@ -73,31 +88,133 @@ func TestTargetReconciler_openingsWaitForTheirMarksTogetherWithoutHoldingTheWork
 			state.Observe(tgt.Key(), failedResult("timeout"), time.Now())
 		}
 	}
+	clock := clocktesting.NewFakeClock(time.Now())
 	r := &TargetReconciler{
 		Kind: circuit.KindMutating, Client: cl, APIReader: cl, Targets: targets, State: state,
-		Recorder: events.NewFakeRecorder(100), Metrics: NewMetrics(), Identity: testIdentity,
+		Recorder: events.NewFakeRecorder(100), Metrics: NewMetrics(), Signer: testIdentity, Clock: clock,
 		Marker: &marking.Keeper{Reader: cl, Canary: c},
 	}
 	ctx := context.Background()
 	req := ctrl.Request{}
 	req.Name = cfgName
+	get := func() *admissionregistrationv1.MutatingWebhookConfiguration {
+		mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: cfgName}, mwc))
+		return mwc
+	}
+	armed := func() circuit.Record {
+		rec, err := circuit.DecodeArming(get().Annotations)
+		require.NoError(t, err)
+		return rec
+	}
 
-	res, err := r.Reconcile(ctx, req)
-	require.NoError(t, err)
-	assert.Equal(t, markingPoll, res.RequeueAfter, "the opening waits for kube-apiserver to load the policies")
-	assert.Equal(t, 0, openCount(t, cl), "nothing opens before the policies are loaded")
-	assert.Equal(t, 1, c.calls, "one canary for all ten policies")
-
-	res, err = r.Reconcile(ctx, req)
-	require.NoError(t, err)
-	assert.Zero(t, res.RequeueAfter)
-	assert.Equal(t, 10, openCount(t, cl), "all ten open in the write after the canary saw them loaded")
-	assert.Equal(t, 2, c.calls)
+	t.Run("the first reconcile arms all ten in one write, and opens nothing", func(t *testing.T) {
+		rv := get().ResourceVersion
+		res, err := r.Reconcile(ctx, req)
+		require.NoError(t, err)
+		assert.Equal(t, markingPoll, res.RequeueAfter)
+		assert.Equal(t, 0, openCount(t, cl))
+		assert.Len(t, armed(), 10)
+		assert.Zero(t, c.calls, "no canary before the arming write")
+		assert.NotEqual(t, rv, get().ResourceVersion)
+		_, hasRecord := get().Annotations[circuit.Annotation]
+		assert.False(t, hasRecord, "the arming write records no circuit")
+	})
+	t.Run("while kube-apiserver does not show the policies armed, the opening waits", func(t *testing.T) {
+		res, err := r.Reconcile(ctx, req)
+		require.NoError(t, err)
+		assert.Equal(t, markingPoll, res.RequeueAfter)
+		assert.Equal(t, 0, openCount(t, cl))
+		assert.Equal(t, 1, c.calls, "one canary for all ten policies")
+	})
+	t.Run("once they are, all ten open in one write, which moves the entries to the record", func(t *testing.T) {
+		res, err := r.Reconcile(ctx, req)
+		require.NoError(t, err)
+		assert.Zero(t, res.RequeueAfter)
+		assert.Equal(t, 10, openCount(t, cl))
+		assert.Equal(t, 2, c.calls)
+		assert.Empty(t, armed(), "the record arms them now")
+		rec, err := circuit.Decode(get().Annotations)
+		require.NoError(t, err)
+		assert.Len(t, rec, 10)
+	})
+	t.Run("closing moves the entries back to the arming entries", func(t *testing.T) {
+		before, err := circuit.Decode(get().Annotations)
+		require.NoError(t, err)
+		for _, tgt := range targets {
+			for range 2 {
+				state.Observe(tgt.Key(), healthyResult(), time.Now())
+			}
+		}
+		res, err := r.Reconcile(ctx, req)
+		require.NoError(t, err)
+		assert.Equal(t, 0, openCount(t, cl))
+		assert.Equal(t, before, armed(), "every closed circuit's entry, as it was recorded")
+		assert.Equal(t, disarmAfter, res.RequeueAfter)
+	})
+	t.Run("disarmAfter later, a write removes them", func(t *testing.T) {
+		clock.Step(disarmAfter / 2)
+		res, err := r.Reconcile(ctx, req)
+		require.NoError(t, err)
+		assert.Len(t, armed(), 10, "not yet")
+		assert.Equal(t, disarmAfter/2, res.RequeueAfter)
+		clock.Step(disarmAfter / 2)
+		res, err = r.Reconcile(ctx, req)
+		require.NoError(t, err)
+		assert.Zero(t, res.RequeueAfter)
+		got := get()
+		assert.NotContains(t, got.Annotations, circuit.ArmingAnnotation)
+		assert.Equal(t, map[string]string{"keep": "me"}, got.Annotations, "nothing of the breaker's is left")
+	})
 	policies := &admissionregistrationv1.MutatingAdmissionPolicyList{}
 	require.NoError(t, cl.List(ctx, policies))
 	for _, p := range policies.Items {
 		assert.Equal(t, "999", p.ResourceVersion, "policy %s was written by the service", p.Name)
 	}
+}
+
+// An opening armed but no longer wanted (the webhook recovered before
+// kube-apiserver showed the policy armed) leaves no arming entry behind:
+// it is removed disarmAfter after the breaker saw it.
+func TestTargetReconciler_anAbandonedArmingIsRemoved(t *testing.T) {
+	policy, binding := marking.Render(cfgName, whA)
+	scheme := runtime.NewScheme()
+	require.NoError(t, clientgoscheme.AddToScheme(scheme))
+	cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(policy, binding, newConfig(newWebhook(whA, policyFail))).Build()
+	tgt := target(whA, config.ModeBypass, 3, 2)
+	state := NewState()
+	state.Register(tgt.Key())
+	for range 3 {
+		state.Observe(tgt.Key(), failedResult("timeout"), time.Now())
+	}
+	c := &canary{notYet: 100, reader: cl, circuits: []marking.Circuit{{Configuration: cfgName, Webhook: whA}}}
+	clock := clocktesting.NewFakeClock(time.Now())
+	r := &TargetReconciler{
+		Kind: circuit.KindMutating, Client: cl, APIReader: cl, Targets: []config.Target{tgt}, State: state,
+		Recorder: events.NewFakeRecorder(10), Metrics: NewMetrics(), Signer: testIdentity, Clock: clock,
+		Marker: &marking.Keeper{Reader: cl, Canary: c},
+	}
+	ctx := context.Background()
+	req := ctrl.Request{}
+	req.Name = cfgName
+	for range 2 { // arm, then wait for the canary
+		_, err := r.Reconcile(ctx, req)
+		require.NoError(t, err)
+	}
+	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: cfgName}, mwc))
+	require.Contains(t, mwc.Annotations, circuit.ArmingAnnotation)
+
+	state.Observe(tgt.Key(), healthyResult(), time.Now()) // recovered
+	res, err := r.Reconcile(ctx, req)
+	require.NoError(t, err)
+	assert.Equal(t, disarmAfter, res.RequeueAfter)
+	clock.Step(disarmAfter)
+	_, err = r.Reconcile(ctx, req)
+	require.NoError(t, err)
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: cfgName}, mwc))
+	assert.Equal(t, map[string]string{"keep": "me"}, mwc.Annotations)
+	assert.Equal(t, 0, openCount(t, cl))
 }
 
 // A marking policy that is missing refuses the opening: an error (retried
@@ -117,7 +234,7 @@ func TestTargetReconciler_aMissingMarkingPolicyRefusesTheOpening(t *testing.T) {
 	c := &canary{}
 	r := &TargetReconciler{
 		Kind: circuit.KindMutating, Client: cl, APIReader: cl, Targets: []config.Target{tgt}, State: state,
-		Recorder: rec, Metrics: NewMetrics(), Identity: testIdentity,
+		Recorder: rec, Metrics: NewMetrics(), Signer: testIdentity,
 		Marker: &marking.Keeper{Reader: cl, Canary: c},
 	}
 	req := ctrl.Request{}
@@ -144,4 +261,81 @@ func openCount(t *testing.T, c client.Client) int {
 		}
 	}
 	return n
+}
+
+// A configuration handed to its administrators (the override annotation)
+// is written once, by the handoff, which also drops the arming entries;
+// the breaker arms nothing there and writes nothing after.
+func TestTargetReconciler_aHandoffDropsTheArmingEntriesAndWritesNothingAfter(t *testing.T) {
+	policy, binding := marking.Render(cfgName, whA)
+	mwc := newConfig(newWebhook(whA, policyIgnore, bypassMarker()))
+	entry := circuit.Entry{UID: testUID, Mode: circuit.ModeBypass, OpenedAt: metav1.Now(), Reason: "timeout", OriginalFailurePolicy: policyFail, By: testIdentity}
+	var err error
+	mwc.Annotations, err = circuit.Encode(mwc.Annotations, circuit.Record{whA: entry})
+	require.NoError(t, err)
+	mwc.Annotations, err = circuit.EncodeArming(mwc.Annotations, circuit.Record{whA: entry})
+	require.NoError(t, err)
+	mwc.Annotations[circuit.OverrideAnnotation] = "the platform team takes over"
+	scheme := runtime.NewScheme()
+	require.NoError(t, clientgoscheme.AddToScheme(scheme))
+	cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(policy, binding, mwc).Build()
+	tgt := target(whA, config.ModeBypass, 3, 2)
+	state := NewState()
+	state.Register(tgt.Key())
+	clock := clocktesting.NewFakeClock(time.Now())
+	r := &TargetReconciler{
+		Kind: circuit.KindMutating, Client: cl, APIReader: cl, Targets: []config.Target{tgt}, State: state,
+		Recorder: events.NewFakeRecorder(10), Metrics: NewMetrics(), Signer: testIdentity, Clock: clock,
+		Marker: &marking.Keeper{Reader: cl, Canary: &canary{reader: cl}},
+	}
+	ctx := context.Background()
+	req := ctrl.Request{}
+	req.Name = cfgName
+	_, err = r.Reconcile(ctx, req)
+	require.NoError(t, err)
+	got := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: cfgName}, got))
+	assert.NotContains(t, got.Annotations, circuit.Annotation, "handed off")
+	assert.NotContains(t, got.Annotations, circuit.ArmingAnnotation)
+
+	clock.Step(disarmAfter)
+	res, err := r.Reconcile(ctx, req)
+	require.NoError(t, err)
+	assert.Zero(t, res.RequeueAfter)
+	again := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: cfgName}, again))
+	assert.Equal(t, got.ResourceVersion, again.ResourceVersion, "written after the handoff")
+}
+
+// Another installation's arming entries on a configuration this breaker
+// reconciles (it carries a record) are left alone: no write, ever.
+func TestTargetReconciler_anotherInstallationsArmingIsLeftAlone(t *testing.T) {
+	mwc := newConfig(newWebhook(whA, policyFail))
+	entry := circuit.Entry{UID: testUID, Mode: circuit.ModeBypass, OpenedAt: metav1.Now(), Reason: "timeout", OriginalFailurePolicy: policyFail, By: "system:serviceaccount:elsewhere:webhook-guard"}
+	var err error
+	mwc.Annotations, err = circuit.EncodeArming(mwc.Annotations, circuit.Record{whA: entry})
+	require.NoError(t, err)
+	scheme := runtime.NewScheme()
+	require.NoError(t, clientgoscheme.AddToScheme(scheme))
+	cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(mwc).Build()
+	clock := clocktesting.NewFakeClock(time.Now())
+	r := &TargetReconciler{
+		Kind: circuit.KindMutating, Client: cl, APIReader: cl, State: NewState(),
+		Recorder: events.NewFakeRecorder(10), Metrics: NewMetrics(), Signer: testIdentity, Clock: clock,
+		Marker: &marking.Keeper{Reader: cl, Canary: &canary{reader: cl}},
+	}
+	ctx := context.Background()
+	req := ctrl.Request{}
+	req.Name = cfgName
+	before := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: cfgName}, before))
+	for range 2 {
+		res, err := r.Reconcile(ctx, req)
+		require.NoError(t, err)
+		assert.Zero(t, res.RequeueAfter)
+		clock.Step(disarmAfter)
+	}
+	after := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: cfgName}, after))
+	assert.Equal(t, before.ResourceVersion, after.ResourceVersion)
 }

@@ -50,8 +50,8 @@ type ProbeRunner struct {
 	Triggers map[circuit.Kind]chan<- event.GenericEvent
 	// Clock drives the intervals. Default: the real clock.
 	Clock clock.WithTicker
-	// Identity is the breaker's username, as in TargetReconciler.
-	Identity string
+	// Signer is the entries' signer, as in TargetReconciler.
+	Signer string
 	// DiagnoseTLS, when set, explains a TLS probe failure from the
 	// configuration's annotations (for example cert-manager's CA
 	// injection). It returns "" when it has nothing to say.
@@ -274,7 +274,7 @@ func (r *ProbeRunner) reportUnknown(ctx context.Context, t config.Target, obj cl
 	}
 	rec, err := circuit.Decode(view.Annotations)
 	entry, open := rec[t.Webhook]
-	if err != nil || !open || !entry.Mine(r.Identity) || !counts.UnknownWhileOpen(t.CloseAfter) {
+	if err != nil || !open || !entry.Mine(r.Signer) || !counts.UnknownWhileOpen(t.CloseAfter) {
 		gauge.Set(0)
 		return
 	}
@@ -300,7 +300,7 @@ func (r *ProbeRunner) inputs(kind circuit.Kind, view *admissionregistrationv1.Mu
 			r.byConfiguration[k] = append(r.byConfiguration[k], t)
 		}
 	})
-	return r.State.Inputs(r.byConfiguration[configurationKey{kind, view.Name}], r.Clock.Now(), r.Identity, view.ResourceVersion)
+	return r.State.Inputs(r.byConfiguration[configurationKey{kind, view.Name}], r.Clock.Now(), r.Signer, Generation(view))
 }
 
 // wake triggers a reconcile of obj (whose circuit.View is view) when Plan,

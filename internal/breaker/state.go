@@ -1,6 +1,7 @@
 package breaker
 
 import (
+	"strconv"
 	"sync"
 	"time"
 
@@ -54,8 +55,8 @@ type State struct {
 
 	mu      sync.RWMutex
 	targets map[string]TargetStatus
-	// refused holds, by target key, the resourceVersion of the object at
-	// which the apiserver refused the target's transition as invalid.
+	// refused holds, by target key, the generation of the object at which
+	// the apiserver refused the target's transition as invalid.
 	refused map[string]string
 }
 
@@ -65,12 +66,19 @@ func NewState() *State {
 }
 
 // Refuse records that the apiserver refused key's transition on the
-// object at resourceVersion. Until the object changes the target is left
-// as it is, so the refusal is not retried on every probe.
-func (s *State) Refuse(key, resourceVersion string) {
+// object at generation (Generation, which changes with the webhooks and
+// not with annotations, so the breaker's own arming writes leave it).
+// Until the webhooks change the target is left as it is, so the refusal
+// is not retried on every probe.
+func (s *State) Refuse(key, generation string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.refused[key] = resourceVersion
+	s.refused[key] = generation
+}
+
+// Generation is the state's text for an object's metadata.generation.
+func Generation(obj interface{ GetGeneration() int64 }) string {
+	return strconv.FormatInt(obj.GetGeneration(), 10)
 }
 
 // Observe records a probe result for key and returns the new counts.
@@ -216,19 +224,19 @@ func (s *State) Get(key string) (TargetStatus, bool) {
 }
 
 // Inputs returns what Plan decides from for one configuration's targets,
-// on the object at resourceVersion: the counts of every target that is
-// being probed and whose transition was not refused at that version,
-// stamped now, for the breaker identity.
-func (s *State) Inputs(targets []config.Target, now time.Time, identity, resourceVersion string) Inputs {
+// on the object at generation (see Refuse): the counts of every target
+// that is being probed and whose transition was not refused at that
+// generation, stamped now, for the signer.
+func (s *State) Inputs(targets []config.Target, now time.Time, signer, generation string) Inputs {
 	in := Inputs{Targets: targets, Counts: map[string]Counts{}, APIServer: map[string]Counts{}, Path: map[string]Path{}, Admitted: map[string]float64{}, Marked: map[string]float64{}, MinOpen: map[string]time.Duration{},
-		Unprobeable: map[string]string{}, Now: now, Identity: identity}
+		Unprobeable: map[string]string{}, Now: now, Signer: signer}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	in.HoldOpen = s.allFailingLocked()
 	for _, t := range targets {
 		st, ok := s.targets[t.Key()]
 		switch {
-		case !ok, s.refused[t.Key()] == resourceVersion:
+		case !ok, s.refused[t.Key()] == generation:
 		case st.Unprobeable:
 			in.Unprobeable[t.Webhook] = st.Problem
 		case st.Problem == "":

@@ -5,6 +5,13 @@ package circuit
 const (
 	// Annotation holds the Record on the webhook configuration itself.
 	Annotation = "webhook-guard.io/circuit"
+	// ArmingAnnotation holds the entries of circuits whose marking is
+	// armed while their changes are not in place: an opening's entry
+	// written before the write that opens it, and a closed circuit's
+	// entry for a grace period after the write that closes it. Its value
+	// is encoded as a Record. It only arms the marking policies: the
+	// breaker's changes are the Record's alone.
+	ArmingAnnotation = "webhook-guard.io/marking-armed"
 	// OverrideAnnotation, with a non-empty reason as its value, hands a
 	// configuration to its administrators: anyone may then change the owned
 	// fields, and the breaker lets go of it.

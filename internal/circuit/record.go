@@ -50,25 +50,44 @@ func (e Entry) Mine(identity string) bool { return e.By == "" || e.By == identit
 // annotation is an empty record. A malformed one is an error: nobody may
 // guess what the breaker changed.
 func Decode(annotations map[string]string) (Record, error) {
-	raw, ok := annotations[Annotation]
-	if !ok {
-		return Record{}, nil
-	}
-	rec := Record{}
-	if err := json.Unmarshal([]byte(raw), &rec); err != nil {
-		return nil, fmt.Errorf("annotation %s is not a circuit record: %w", Annotation, err)
-	}
-	if rec == nil {
-		return nil, fmt.Errorf("annotation %s is not a circuit record: %q", Annotation, raw)
-	}
-	return rec, nil
+	return decode(annotations, Annotation)
 }
 
 // Encode writes rec into annotations (allocating them if nil) and returns
 // them. An empty record removes the annotation.
 func Encode(annotations map[string]string, rec Record) (map[string]string, error) {
+	return encode(annotations, Annotation, rec)
+}
+
+// DecodeArming reads the entries of ArmingAnnotation, as Decode reads
+// the record.
+func DecodeArming(annotations map[string]string) (Record, error) {
+	return decode(annotations, ArmingAnnotation)
+}
+
+// EncodeArming writes ArmingAnnotation, as Encode writes the record.
+func EncodeArming(annotations map[string]string, armed Record) (map[string]string, error) {
+	return encode(annotations, ArmingAnnotation, armed)
+}
+
+func decode(annotations map[string]string, key string) (Record, error) {
+	raw, ok := annotations[key]
+	if !ok {
+		return Record{}, nil
+	}
+	rec := Record{}
+	if err := json.Unmarshal([]byte(raw), &rec); err != nil {
+		return nil, fmt.Errorf("annotation %s is not a circuit record: %w", key, err)
+	}
+	if rec == nil {
+		return nil, fmt.Errorf("annotation %s is not a circuit record: %q", key, raw)
+	}
+	return rec, nil
+}
+
+func encode(annotations map[string]string, key string, rec Record) (map[string]string, error) {
 	if len(rec) == 0 {
-		delete(annotations, Annotation)
+		delete(annotations, key)
 		return annotations, nil
 	}
 	text, err := rec.Text()
@@ -78,7 +97,7 @@ func Encode(annotations map[string]string, rec Record) (map[string]string, error
 	if annotations == nil {
 		annotations = map[string]string{}
 	}
-	annotations[Annotation] = text
+	annotations[key] = text
 	return annotations, nil
 }
 

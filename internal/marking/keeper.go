@@ -27,7 +27,8 @@ type Events interface {
 }
 
 // Keeper checks, before a circuit opens, that its marking policy is in
-// place: installed as Render renders it, and loaded by kube-apiserver. It
+// place: installed as Render renders it, loaded by kube-apiserver, and
+// armed by the configuration it reads. It
 // writes nothing; the policies are installed by an administrator (guard
 // manifests marking). It is safe for concurrent use.
 type Keeper struct {
@@ -49,7 +50,7 @@ type Keeper struct {
 const CanaryNamespace = "default"
 
 // InstallHint says how to install the marking policies.
-const InstallHint = "install them with \"guard manifests marking --config <file> | kubectl apply -f -\" (the kustomize base includes them)"
+const InstallHint = "install them with \"guard manifests marking --config <file> | kubectl apply -f -\" (a user overlay includes them; the Helm chart takes them as marking.policies)"
 
 // Check returns nil when c's marking policy and binding are installed as
 // Render renders them, and an error that says what differs otherwise.
@@ -114,6 +115,32 @@ func (k *Keeper) Ready(ctx context.Context, cs []Circuit) ([]Circuit, error) {
 			continue
 		}
 		notYet = append(notYet, c)
+	}
+	return notYet, nil
+}
+
+// Armed returns the circuits of cs whose marking policy kube-apiserver
+// does not yet show armed: a fresh canary (a dry-run Event) must carry
+// the policy's LoadedAnnotation with this release's Digest and its
+// ArmedAnnotation. It checks each policy first (an error when one is not
+// installed as Render renders it). Arming depends on the configuration,
+// not on the policy, so every call sends one canary for all of cs.
+func (k *Keeper) Armed(ctx context.Context, cs []Circuit) ([]Circuit, error) {
+	for _, c := range cs {
+		if _, err := k.Check(ctx, c); err != nil {
+			return nil, err
+		}
+	}
+	review, err := k.Canary.Create(ctx, canary(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if err != nil {
+		return nil, fmt.Errorf("sending the marking canary (a dry-run Event): %w", err)
+	}
+	var notYet []Circuit
+	for _, c := range cs {
+		if review.Annotations[LoadedAnnotation(c.Configuration, c.Webhook)] != Digest(c.Configuration, c.Webhook) ||
+			review.Annotations[ArmedAnnotation(c.Configuration, c.Webhook)] != "true" {
+			notYet = append(notYet, c)
+		}
 	}
 	return notYet, nil
 }

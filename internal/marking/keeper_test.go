@@ -19,8 +19,10 @@ import (
 // policies in loaded, with the digest each was loaded with.
 type answers struct {
 	loaded map[Circuit]string
-	sent   []*eventsv1.Event
-	opts   []metav1.CreateOptions
+	// armed are the circuits whose policy the configuration arms.
+	armed map[Circuit]bool
+	sent  []*eventsv1.Event
+	opts  []metav1.CreateOptions
 }
 
 func (a *answers) Create(_ context.Context, e *eventsv1.Event, opts metav1.CreateOptions) (*eventsv1.Event, error) {
@@ -30,6 +32,9 @@ func (a *answers) Create(_ context.Context, e *eventsv1.Event, opts metav1.Creat
 	out.Annotations = map[string]string{}
 	for c, digest := range a.loaded {
 		out.Annotations[LoadedAnnotation(c.Configuration, c.Webhook)] = digest
+		if a.armed[c] {
+			out.Annotations[ArmedAnnotation(c.Configuration, c.Webhook)] = "true"
+		}
 	}
 	return out, nil
 }
@@ -123,4 +128,38 @@ func TestKeeper_Ready(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []Circuit{a}, notYet)
 	assert.Len(t, fake.sent, 3)
+}
+
+// Armed asks a fresh canary every time (arming follows the configuration,
+// not the policy), and counts a policy armed only when the canary shows
+// this release's digest and the armed annotation.
+func TestKeeper_Armed(t *testing.T) {
+	ctx := context.Background()
+	a, b, c := Circuit{"injector", "a.example.com"}, Circuit{"injector", "b.example.com"}, Circuit{"injector", "c.example.com"}
+	fake := &answers{
+		loaded: map[Circuit]string{a: Digest(a.Configuration, a.Webhook), b: Digest(b.Configuration, b.Webhook), c: "another-release"},
+		armed:  map[Circuit]bool{a: true, c: true},
+	}
+	k := &Keeper{Reader: installed(t, a, b, c), Canary: fake}
+
+	t.Run("loaded and armed, loaded only, armed by another release", func(t *testing.T) {
+		notYet, err := k.Armed(ctx, []Circuit{a, b, c})
+		require.NoError(t, err)
+		assert.Equal(t, []Circuit{b, c}, notYet)
+		require.Len(t, fake.sent, 1, "one canary for all")
+		assert.Equal(t, []string{metav1.DryRunAll}, fake.opts[0].DryRun)
+	})
+	t.Run("each call asks again", func(t *testing.T) {
+		fake.armed[b] = true
+		notYet, err := k.Armed(ctx, []Circuit{a, b})
+		require.NoError(t, err)
+		assert.Empty(t, notYet)
+		assert.Len(t, fake.sent, 2)
+	})
+	t.Run("a policy not installed is an error, and no canary", func(t *testing.T) {
+		_, err := k.Armed(ctx, []Circuit{{"injector", "d.example.com"}})
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "is not installed")
+		assert.Len(t, fake.sent, 2)
+	})
 }

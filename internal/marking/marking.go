@@ -47,6 +47,15 @@ func LoadedAnnotation(configuration, webhook string) string {
 	return "webhook-guard.io/loaded-" + ID(configuration, webhook)
 }
 
+// ArmedAnnotation is the annotation a marking policy puts on a canary,
+// with the value "true", while the configuration it reads arms it (an
+// entry for its webhook in the record or the arming entries). Seeing it
+// proves that kube-apiserver marks what the webhook's circuit lets through
+// from now on.
+func ArmedAnnotation(configuration, webhook string) string {
+	return "webhook-guard.io/armed-" + ID(configuration, webhook)
+}
+
 // CanaryLabel on the dry-run create of an events.k8s.io Event asks every
 // marking policy to answer on it with its LoadedAnnotation. Only dry-run
 // creates are answered: nothing answered is ever stored.
@@ -57,13 +66,12 @@ const CanaryLabel = "webhook-guard.io/marking-canary"
 // marking). They need nothing from the running service:
 //
 //   - The binding's param is the MutatingWebhookConfiguration itself
-//     (paramKind), so the policy reads the circuit record from the
-//     object the breaker writes: the one write that opens the circuit
-//     arms the policy, and the one that closes it disarms it. kube-
-//     apiserver reads that param from the same informer its webhook
-//     dispatcher reads, and runs MutatingAdmissionPolicies before
-//     webhooks, so no request sees the webhook skipped before the policy
-//     armed (docs/platform-facts.md).
+//     (paramKind), so the policy reads the circuit record, and the arming
+//     entries (circuit.ArmingAnnotation), from the object the breaker
+//     writes. The breaker arms the policy before the write that opens the
+//     circuit and disarms it a while after the one that closes it
+//     (internal/breaker, arming.go), since kube-apiserver's webhook
+//     dispatcher sees a write a moment after the policy does.
 //   - The policy matches every CREATE and UPDATE and mirrors the
 //     webhook's rules, scope, namespaceSelector and objectSelector in CEL
 //     from the param, so it follows the webhook as it is now. It does not
@@ -153,13 +161,17 @@ func digestOf(policy *admissionregistrationv1.MutatingAdmissionPolicy, binding *
 }
 
 // mutation is the policy's mutation: on a canary, the
-// LoadedAnnotation with digest; otherwise the unmutated label (the
+// LoadedAnnotation with digest, and the ArmedAnnotation while the policy
+// is armed; otherwise the unmutated label (the
 // circuit's ID) and annotation ("<configuration>/<webhook> since
 // <openedAt>", openedAt read from the record entry).
 func mutation(configuration, webhook, digest string) string {
 	note := circuit.QuoteCEL(configuration+"/"+webhook+" since ") + " + " + circuit.FactOpenedAt.ShowCEL("variables.entry")
+	loaded := circuit.QuoteCEL(LoadedAnnotation(configuration, webhook)) + ": " + circuit.QuoteCEL(digest)
 	return "variables.canary\n" +
-		"? Object{metadata: Object.metadata{annotations: {" + circuit.QuoteCEL(LoadedAnnotation(configuration, webhook)) + ": " + circuit.QuoteCEL(digest) + "}}}\n" +
+		"? Object{metadata: Object.metadata{annotations: variables.open\n" +
+		"    ? {" + loaded + ", " + circuit.QuoteCEL(ArmedAnnotation(configuration, webhook)) + ": 'true'}\n" +
+		"    : {" + loaded + "}}}\n" +
 		": !variables.inNamespace ? Object{}\n" +
 		": Object{metadata: Object.metadata{\n" +
 		"    labels: {" + circuit.QuoteCEL(circuit.UnmutatedLabel) + ": " + circuit.QuoteCEL(ID(configuration, webhook)) + "},\n" +
@@ -198,12 +210,17 @@ func variables(configuration, webhook string) []admissionregistrationv1.Variable
 		// loaded. Never stored.
 		v("canary", canaryExpr),
 		// The circuit record on the configuration, '' when there is none.
-		v("record", recordExpr),
-		// The webhook's entry in it, '' when its circuit is closed.
-		v("entry", `variables.record == '' ? '' : `+circuit.EntryTextCEL("variables.record", circuit.QuoteCEL(webhook))),
-		// Open: an entry for this configuration (a copy carried to a
-		// configuration re-created under the same name has another UID).
-		v("open", openExpr(webhook, "variables.record")),
+		v("record", annotationExpr(circuit.Annotation)),
+		// The entries that arm marking around a transition (see
+		// circuit.ArmingAnnotation), '' when there are none.
+		v("arming", annotationExpr(circuit.ArmingAnnotation)),
+		// The webhook's entry for this configuration: in the record while
+		// its circuit is open, else in the arming entries around a
+		// transition; '' otherwise. An entry with another UID is a copy
+		// carried to a configuration re-created under the same name.
+		v("entry", entryExpr(webhook)),
+		// Open: the webhook has an entry, so the policy is armed.
+		v("open", `variables.entry != ''`),
 		v("webhook", `has(params.webhooks) ? params.webhooks.filter(w, w.name == `+circuit.QuoteCEL(webhook)+`) : []`),
 		v("subresource", `has(request.subResource) ? request.subResource : ''`),
 		v("requestNamespace", `has(request.namespace) ? request.namespace : ''`),
@@ -244,17 +261,20 @@ namespaceObject != null && has(namespaceObject.metadata.labels) ? namespaceObjec
 var canaryExpr = `request.resource.group == 'events.k8s.io' && request.resource.resource == 'events' &&
 has(request.dryRun) && request.dryRun && has(object.metadata.labels) && ` + circuit.QuoteCEL(CanaryLabel) + ` in object.metadata.labels`
 
-// recordExpr is the circuit record on the configuration (the param), the
+// annotationExpr is the configuration's (the param's) annotation key, the
 // empty string when there is none.
-var recordExpr = `(has(params.metadata.annotations) && ` + circuit.QuoteCEL(circuit.Annotation) + ` in params.metadata.annotations
-? params.metadata.annotations[` + circuit.QuoteCEL(circuit.Annotation) + `] : '')`
+func annotationExpr(key string) string {
+	return `(has(params.metadata.annotations) && ` + circuit.QuoteCEL(key) + ` in params.metadata.annotations
+? params.metadata.annotations[` + circuit.QuoteCEL(key) + `] : '')`
+}
 
-// openExpr is true when record (a CEL string) holds an entry for webhook
-// with the configuration's UID: a copy carried to a configuration
-// re-created under the same name has another.
-func openExpr(webhook, record string) string {
-	entry := circuit.EntryTextCEL(record, circuit.QuoteCEL(webhook))
-	return "(" + circuit.HasEntryCEL(record, circuit.QuoteCEL(webhook)) + " &&\n" + circuit.FactUID.CEL(entry) + " == string(params.metadata.uid))"
+// entryExpr is webhook's entry with the configuration's UID in the record,
+// or else in the arming entries; the empty string when neither holds one.
+func entryExpr(webhook string) string {
+	inRecord := circuit.EntryTextCEL("variables.record", circuit.QuoteCEL(webhook))
+	inArming := circuit.EntryTextCEL("variables.arming", circuit.QuoteCEL(webhook))
+	uid := func(entry string) string { return circuit.FactUID.CEL(entry) + " == string(params.metadata.uid)" }
+	return "([" + inRecord + ",\n  " + inArming + "].filter(e, e != '' && " + uid("e") + ") + [''])[0]"
 }
 
 // selects is a CEL expression: the label selector (a CEL expression of a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -112,7 +113,7 @@ func newBreakerSetup(t *testing.T, o setupOptions) *breakerSetup {
 		require.NoError(t, env.Client.Create(ctx, mwc))
 	}
 	s.original = mwc.Webhooks[0]
-	s.writes = watchWrites(t, s.name, mwc.ResourceVersion)
+	s.writes = watchWrites(t, mwc)
 
 	id, err := env.ServiceAccount(ctx, s.ns, "webhook-guard")
 	require.NoError(t, err)
@@ -219,19 +220,21 @@ func (s *breakerSetup) waitRestored() time.Duration {
 // writeLog collects every write to one MWC, from a watch started before
 // the guard.
 type writeLog struct {
-	mu     sync.Mutex
-	events []watch.Event
+	mu      sync.Mutex
+	initial *admissionregistrationv1.MutatingWebhookConfiguration
+	events  []watch.Event
 }
 
-func watchWrites(t *testing.T, name, fromRV string) *writeLog {
+// watchWrites watches the writes to from, from its resourceVersion on.
+func watchWrites(t *testing.T, from *admissionregistrationv1.MutatingWebhookConfiguration) *writeLog {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	w, err := env.Clientset.AdmissionregistrationV1().MutatingWebhookConfigurations().Watch(ctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String(), ResourceVersion: fromRV,
+		FieldSelector: fields.OneTermEqualSelector("metadata.name", from.Name).String(), ResourceVersion: from.ResourceVersion,
 	})
 	require.NoError(t, err)
-	l := &writeLog{}
+	l := &writeLog{initial: from.DeepCopy()}
 	go func() {
 		for ev := range w.ResultChan() {
 			l.mu.Lock()
@@ -251,6 +254,40 @@ func (l *writeLog) modified() []*admissionregistrationv1.MutatingWebhookConfigur
 		if ev.Type == watch.Modified {
 			out = append(out, ev.Object.(*admissionregistrationv1.MutatingWebhookConfiguration))
 		}
+	}
+	return out
+}
+
+// transitions returns the MODIFIED objects that changed more than the
+// marking's arming entries: the breaker's transitions, and others' edits.
+func (l *writeLog) transitions() []*admissionregistrationv1.MutatingWebhookConfiguration {
+	return l.split(false)
+}
+
+// armingWrites returns the MODIFIED objects that changed only the
+// marking's arming entries (circuit.ArmingAnnotation): the breaker arms
+// marking before an opening and disarms it after a closing.
+func (l *writeLog) armingWrites() []*admissionregistrationv1.MutatingWebhookConfiguration {
+	return l.split(true)
+}
+
+func (l *writeLog) split(arming bool) []*admissionregistrationv1.MutatingWebhookConfiguration {
+	prev := l.initial
+	var out []*admissionregistrationv1.MutatingWebhookConfiguration
+	for _, m := range l.modified() {
+		without := func(a map[string]string) map[string]string {
+			c := maps.Clone(a)
+			delete(c, circuit.ArmingAnnotation)
+			return c
+		}
+		only := prev.Annotations[circuit.ArmingAnnotation] != m.Annotations[circuit.ArmingAnnotation] &&
+			equality.Semantic.DeepEqual(without(prev.Annotations), without(m.Annotations)) &&
+			equality.Semantic.DeepEqual(prev.Labels, m.Labels) &&
+			equality.Semantic.DeepEqual(prev.Webhooks, m.Webhooks)
+		if only == arming {
+			out = append(out, m)
+		}
+		prev = m
 	}
 	return out
 }
@@ -283,10 +320,11 @@ func statusLine(t *testing.T, out, webhook string) []string {
 
 // requireCount waits until the watch has delivered n writes, then
 // requires exactly n.
+// requireCount requires exactly n transition writes (transitions).
 func (l *writeLog) requireCount(t *testing.T, n int, msg string) {
 	t.Helper()
-	require.Eventually(t, func() bool { return len(l.modified()) >= n }, transition, 20*time.Millisecond, "%s: the watch saw fewer writes", msg)
-	require.Len(t, l.modified(), n, msg)
+	require.Eventually(t, func() bool { return len(l.transitions()) >= n }, transition, 20*time.Millisecond, "%s: the watch saw fewer writes", msg)
+	require.Len(t, l.transitions(), n, msg)
 }
 
 // waitFor waits until the watch has delivered the write that produced
@@ -398,11 +436,27 @@ func TestBreaker_fullCycle(t *testing.T) {
 			closeTook := s.waitRestored()
 			t.Logf("%s/%s: closed %s after the webhook recovered", tc.mode, ref, closeTook.Round(time.Millisecond))
 
-			// Exactly one write per transition, seen by a watch.
-			require.Eventually(t, func() bool { return len(s.writes.modified()) >= 2 }, transition, 20*time.Millisecond)
+			// Exactly one write per transition, seen by a watch; and
+			// one write that arms marking before the opening and one
+			// that disarms it after the closing (docs/how-it-works.md,
+			// "Ordering"), which change nothing else.
+			require.Eventually(t, func() bool { return len(s.writes.transitions()) >= 2 }, transition, 20*time.Millisecond)
+			require.Eventually(t, func() bool { return len(s.writes.armingWrites()) >= 2 }, transition, 20*time.Millisecond)
 			waitHealthyProbes(t, g, 4)
-			writes := s.writes.modified()
+			writes := s.writes.transitions()
 			require.Len(t, writes, 2, "want exactly one write to open and one to close")
+			arming := s.writes.armingWrites()
+			require.Len(t, arming, 2, "want one write to arm marking and one to disarm it")
+			armed, err := circuit.DecodeArming(arming[0].Annotations)
+			require.NoError(t, err)
+			assert.Equal(t, arming[0].UID, armed[s.hook].UID, "the arming write arms the webhook's entry")
+			assert.NotContains(t, arming[1].Annotations, circuit.ArmingAnnotation)
+			var order []string
+			for _, w := range s.writes.modified() {
+				order = append(order, w.ResourceVersion)
+			}
+			assert.Equal(t, []string{arming[0].ResourceVersion, writes[0].ResourceVersion, writes[1].ResourceVersion, arming[1].ResourceVersion}, order,
+				"armed before the opening, disarmed after the closing")
 			assert.True(t, isOpen(writes[0], s.hook, tc.mode), "the first write must open completely: policy and record together")
 			assert.Equal(t, s.original, *findWebhook(writes[1], s.hook), "the second write must restore the original exactly")
 			assert.NotContains(t, writes[1].Annotations, circuit.Annotation)

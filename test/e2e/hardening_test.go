@@ -242,7 +242,7 @@ func TestHardening_invalidChangeDoesNotBlockTheOthers(t *testing.T) {
 	}
 	require.NoError(t, env.Client.Update(ctx, mwc))
 	s.writes.waitFor(t, mwc.ResourceVersion)
-	before := len(s.writes.modified())
+	before := len(s.writes.transitions())
 
 	// Both webhooks fail here; holding openings when all fail would hide
 	// what this test is about.
@@ -278,7 +278,7 @@ func TestHardening_invalidChangeDoesNotBlockTheOthers(t *testing.T) {
 		return s.wh.Calls(webhookPath)-s.wh.APIServerCalls(webhookPath) >= probes+10
 	}, transition, 50*time.Millisecond)
 	assert.Equal(t, refusals, errorsNow(), "the refused change was tried again")
-	assert.Len(t, s.writes.modified(), before+1, "want exactly the other webhook's open")
+	assert.Len(t, s.writes.transitions(), before+1, "want exactly the other webhook's open")
 }
 
 // Defect 12: every target failing in the same interval points at the

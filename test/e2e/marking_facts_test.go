@@ -26,7 +26,9 @@ import (
 // write to the configuration's annotations arms the marking policy within
 // a bounded time, and the next write disarms it. The installed policy
 // also answers a canary (a dry-run Event) with its digest, the evidence
-// that this version of it is loaded.
+// that this version of it is loaded, and says whether it is armed: by the
+// record, or by the arming entries the breaker writes around a
+// transition; once the canary says so, the next object is marked.
 func TestFact_markingPolicyReadsTheWebhookConfigurationAsItsParam(t *testing.T) {
 	ctx := context.Background()
 	ns := testNamespace(t)
@@ -114,4 +116,25 @@ func TestFact_markingPolicyReadsTheWebhookConfigurationAsItsParam(t *testing.T) 
 	require.NoError(t, env.Client.Patch(ctx, mwc, client.RawPatch(types.MergePatchType, patch)))
 	require.Eventually(t, func() bool { return create(nil).Labels[circuit.UnmutatedLabel] == "" }, propagation, 5*time.Millisecond,
 		"a record with another configuration's UID armed the policy")
+	notYet, err := keeper.Armed(ctx, circuits)
+	require.NoError(t, err)
+	assert.Equal(t, circuits, notYet, "the canary shows the policy disarmed")
+
+	// The arming entries arm it too, as the breaker writes them before
+	// it opens a circuit and after it closes one; the canary shows it.
+	armed := circuit.Record{hook: {UID: mwc.UID, Mode: circuit.ModeBypass, OpenedAt: opened, Reason: "timeout", By: "someone"}}
+	text, err = armed.Text()
+	require.NoError(t, err)
+	patch, _ = json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{circuit.ArmingAnnotation: text}}})
+	armedAt = time.Now()
+	require.NoError(t, env.Client.Patch(ctx, mwc, client.RawPatch(types.MergePatchType, patch)))
+	require.Eventually(t, func() bool {
+		notYet, err := keeper.Armed(ctx, circuits)
+		require.NoError(t, err)
+		return len(notYet) == 0
+	}, propagation, 5*time.Millisecond, "the canary never showed the policy armed by the arming entries")
+	t.Logf("the canary showed the arming entries %v after the write", time.Since(armedAt))
+	marked = create(nil)
+	assert.Equal(t, marking.ID(name, hook), marked.Labels[circuit.UnmutatedLabel], "marked once the canary showed it armed")
+	assert.Equal(t, marking.Note(name, hook, opened.Time), marked.Annotations[circuit.UnmutatedAnnotation])
 }

@@ -381,6 +381,16 @@ func withEmptyOverride(old func(string) *admissionregistrationv1.MutatingWebhook
 	}
 }
 
+// withArming is old with the marking's arming entries, as the breaker
+// leaves them for a moment after a closing.
+func withArming(old func(string) *admissionregistrationv1.MutatingWebhookConfiguration) func(string) *admissionregistrationv1.MutatingWebhookConfiguration {
+	return func(name string) *admissionregistrationv1.MutatingWebhookConfiguration {
+		obj := old(name)
+		armMarking(obj)
+		return obj
+	}
+}
+
 // repoint sends hook's calls somewhere else.
 func repoint(hook string) func(*admissionregistrationv1.MutatingWebhookConfiguration) {
 	return func(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
@@ -475,6 +485,12 @@ func changeLabel(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
 	obj.Labels["example.com/test"] = "changed"
 }
 
+// armMarking writes the marking's arming entries, as the breaker does
+// around a transition.
+func armMarking(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
+	setAnnotation(obj, circuit.ArmingAnnotation, CircuitRecord(circuit.ModeBypass, "2026-11-30T11:00:00Z"))
+}
+
 func addAnnotation(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
 	setAnnotation(obj, "example.com/note", "written by the breaker")
 }
@@ -560,6 +576,7 @@ var validatingCases = map[string]bool{
 	"the breaker adds a finalizer":                                                  true,
 	"the breaker changes its record and another annotation":                         true,
 	"the breaker changes only its record":                                           true,
+	"the breaker arms marking before an opening":                                    true,
 	"an admin adds an ownerReference while the circuit is open":                     true,
 }
 
@@ -591,6 +608,9 @@ func mutatingCases() []Case {
 		{Name: "the breaker sets generateName", Actor: Breaker, Managed: true, Old: Healthy, Edit: setGenerateName, Override: OverrideAbsent, WantAllowed: false, WantMessageContains: []string{BreakerOverreach, GenerateNameChange}},
 		{Name: "the breaker adds an ownerReference, a finalizer and a label", Actor: Breaker, Managed: true, Old: Healthy, Edit: all(addOwner, addFinalizer, addLabel), Override: OverrideAbsent, WantAllowed: false, WantMessageContains: []string{BreakerOverreach, "metadata.labels, " + OwnerReferencesChange + ", " + FinalizersChange}},
 		{Name: "the breaker changes only its record", Actor: Breaker, Managed: true, Old: BypassOpen, Edit: changeRecord, Override: OverrideAbsent, WantAllowed: true},
+		{Name: "the breaker arms marking before an opening", Actor: Breaker, Managed: true, Old: Healthy, Edit: armMarking, Override: OverrideAbsent, WantAllowed: true},
+		{Name: "the breaker arms marking and adds another annotation", Actor: Breaker, Managed: true, Old: Healthy, Edit: all(armMarking, addAnnotation), Override: OverrideAbsent, WantAllowed: false, WantMessageContains: []string{BreakerOverreach, "metadata.annotations"}},
+		{Name: "the breaker closes a circuit and keeps marking armed", Actor: Breaker, Managed: true, Old: BypassOpen, Edit: all(closeCircuit, armMarking), Override: OverrideAbsent, WantAllowed: true},
 		{Name: "the breaker opens a circuit on a configuration with an owner", Actor: Breaker, Managed: true, Old: Owned, Edit: openBypass, Override: OverrideAbsent, WantAllowed: true},
 
 		// An administrator and the owned failurePolicy.
@@ -634,6 +654,9 @@ func mutatingCases() []Case {
 		{Name: "an admin adds a label while the circuit is open", Actor: Admin, Managed: true, Old: BypassOpen, Edit: addLabel, Override: OverrideAbsent, WantAllowed: true},
 		{Name: "an admin adds an ownerReference while the circuit is open", Actor: Admin, Managed: true, Old: BypassOpen, Edit: addOwner, Override: OverrideAbsent, WantAllowed: true},
 		{Name: "an admin removes the ownerReferences", Actor: Admin, Managed: true, Old: Owned, Edit: removeOwners, Override: OverrideAbsent, WantAllowed: true},
+		{Name: "an admin removes the marking's arming entries", Actor: Admin, Managed: true, Old: withArming(BypassOpen), Edit: func(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
+			delete(obj.Annotations, circuit.ArmingAnnotation)
+		}, Override: OverrideAbsent, WantAllowed: true},
 		{Name: "an admin changes another annotation while the circuit is open", Actor: Admin, Managed: true, Old: BypassOpen, Edit: addAnnotation, Override: OverrideAbsent, WantAllowed: true},
 		{Name: "another service account adds an ownerReference", Actor: OtherSA, Managed: true, Old: Healthy, Edit: addOwner, Override: OverrideAbsent, WantAllowed: true},
 		{Name: "an admin adds an ownerReference and restores Fail", Actor: Admin, Managed: true, Old: BypassOpen, Edit: all(addOwner, restoreFail), Override: OverrideAbsent, WantAllowed: false, WantMessageContains: want(FailurePolicyPath)},

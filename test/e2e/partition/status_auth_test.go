@@ -39,7 +39,7 @@ import (
 )
 
 // The shipped installation's names (deploy/kustomize/base), and what
-// cmd/guard calls them (status_auth.go).
+// internal/status calls them.
 const (
 	shippedNamespace   = "webhook-guard-system"
 	shippedLease       = "webhook-guard.webhook-guard.io"

@@ -1,0 +1,325 @@
+package run
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/http"
+	"runtime"
+	"time"
+
+	"github.com/spf13/cobra"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	webhookadmission "sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/webhook-guard/webhook-guard/certs"
+	"github.com/webhook-guard/webhook-guard/internal/admission"
+	"github.com/webhook-guard/webhook-guard/internal/apimetrics"
+	"github.com/webhook-guard/webhook-guard/internal/breaker"
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
+	"github.com/webhook-guard/webhook-guard/internal/cli"
+	"github.com/webhook-guard/webhook-guard/internal/cli/factory"
+	"github.com/webhook-guard/webhook-guard/internal/cli/startcheck"
+	"github.com/webhook-guard/webhook-guard/internal/cli/version"
+	"github.com/webhook-guard/webhook-guard/internal/config"
+	"github.com/webhook-guard/webhook-guard/internal/marking"
+	"github.com/webhook-guard/webhook-guard/internal/probe"
+	"github.com/webhook-guard/webhook-guard/internal/status"
+)
+
+// whoAmITimeout bounds the SelfSubjectReview at start: the service fails
+// to start rather than wait forever on the apiserver.
+const whoAmITimeout = 30 * time.Second
+
+const long = `Runs the breaker and the guard: the service. It validates --config and
+the ports it will serve on, makes its start checks (the permissions and
+rules of every target, other installations, open circuits of removed
+targets, the marking policies), then probes the targets and opens and
+closes their circuits, with leader election when --leader-elect is set.
+A failed check names what is wrong; the service then does not start.`
+
+// NewOptions returns the Options of "guard run" on f, writing to streams,
+// for the binary build.
+func NewOptions(streams cli.IOStreams, f *factory.Factory, build version.Build) *Options {
+	return &Options{Factory: f, IOStreams: streams, Build: build}
+}
+
+// NewCmd returns "guard run". It only binds flags.
+func NewCmd(streams cli.IOStreams, f *factory.Factory, build version.Build) *cobra.Command {
+	o := NewOptions(streams, f, build)
+	cmd := &cobra.Command{
+		Use:   "run --config FILE",
+		Short: "Run the breaker and the guard (the service)",
+		Long:  long,
+		Args:  cli.NoArgs,
+		// The log of the service, configured by the zap flags. It replaces
+		// the root command's: cobra runs only the nearest
+		// PersistentPreRun, and controller-runtime takes the first logger
+		// it is given.
+		PersistentPreRun: func(*cobra.Command, []string) {
+			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.Zap), zap.WriteTo(o.ErrOut)))
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			if err := o.Complete(); err != nil {
+				return err
+			}
+			return o.Run(cmd.Context())
+		},
+	}
+	o.AddFlags(cmd.Flags())
+	return cmd
+}
+
+// Complete builds the clients (Validate has read the configuration).
+func (o *Options) Complete() error {
+	return o.Factory.Complete()
+}
+
+// Run starts the service and returns when ctx is done or the manager
+// fails. It makes the start checks first and starts nothing when one
+// fails.
+func (o *Options) Run(ctx context.Context) error {
+	setupLog := ctrl.Log.WithName("setup")
+	cfg, rc := o.Config, o.RESTConfig
+	identity, err := whoAmI(ctx, o.KubeClient)
+	if err != nil {
+		return err
+	}
+	// Entries are signed by the identity and, for a named instance, the
+	// instance: two installations never judge each other's circuits, even
+	// under one ServiceAccount.
+	signer := startcheck.Signer(identity, cfg.Instance)
+	opts := admission.Options{BreakerUsername: identity, Managed: cfg.Managed(circuit.KindMutating), ManagedValidating: cfg.Managed(circuit.KindValidating), Instance: cfg.Instance}
+	if err := startcheck.Run(logf.IntoContext(ctx, setupLog), o.Client, o.KubeClient, cfg, opts); err != nil {
+		return err
+	}
+	setupLog.Info("Starting webhook-guard", "version", o.Build.Version, "identity", identity, "targets", len(cfg.Targets))
+
+	m := breaker.NewMetrics()
+	repairs := admission.NewPolicyRepairs()
+	// Every counter series the alerts take increase() or rate() of exists
+	// at 0 from the start, so that the first event after a start is seen.
+	m.Initialize(cfg.Targets)
+	admission.InitializePolicyRepairs(repairs)
+	for _, c := range append(m.Collectors(), repairs, breaker.NewBuildInfo(o.Build.Version, o.Build.Commit, runtime.Version())) {
+		if err := metrics.Registry.Register(c); err != nil {
+			return fmt.Errorf("registering metrics: %w", err)
+		}
+	}
+
+	var webhookServer webhook.Server
+	if o.WebhookCertDir != "" {
+		webhookServer = webhook.NewServer(webhook.Options{Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.WebhookCertDir, TLSOpts: serverTLSOpts})
+	}
+	mgr, err := ctrl.NewManager(rc, ctrl.Options{
+		Scheme: factory.Scheme,
+		Metrics: metricsserver.Options{
+			BindAddress:    o.MetricsAddr,
+			SecureServing:  true,
+			FilterProvider: status.WithCredentials(filters.WithAuthenticationAndAuthorization), // and GET /status
+			TLSOpts:        serverTLSOpts,
+		},
+		HealthProbeBindAddress:        o.ProbeAddr,
+		PprofBindAddress:              o.PprofAddr,
+		WebhookServer:                 webhookServer,
+		LeaderElection:                o.LeaderElect,
+		LeaderElectionID:              status.LeaseName(cfg.Instance),
+		LeaderElectionNamespace:       o.LeaderElectionNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 &o.LeaseDuration,
+		RenewDeadline:                 &o.RenewDeadline,
+		RetryPeriod:                   &o.RetryPeriod,
+		GracefulShutdownTimeout:       &o.GracefulShutdown,
+		Controller:                    ctrlConfig(),
+		// Nothing reads the managedFields of webhook configurations from
+		// the cache; without them every copy a probe or a reconcile makes
+		// is smaller (marking policies keep theirs: the Keeper reads them).
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&admissionregistrationv1.MutatingWebhookConfiguration{}:   {Transform: cache.TransformStripManagedFields()},
+			&admissionregistrationv1.ValidatingWebhookConfiguration{}: {Transform: cache.TransformStripManagedFields()},
+		}},
+	})
+	if err != nil {
+		return fmt.Errorf("creating the manager: %w", err)
+	}
+
+	// The timeouts of every webhook in the cluster, from the cache, for the
+	// alert on kube-apiserver's latency of any webhook.
+	if err := metrics.Registry.Register(&breaker.WebhookTimeouts{Reader: mgr.GetCache()}); err != nil {
+		return fmt.Errorf("registering metrics: %w", err)
+	}
+
+	if err := setupCerts(ctx, mgr, o.Client, o.WebhookCertDir, o.Certs); err != nil {
+		return err
+	}
+
+	policy := &admission.PolicyReconciler{Client: mgr.GetClient(), Options: opts, Recorder: mgr.GetEventRecorder("webhook-guard"), Repairs: repairs}
+	if err := policy.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the guard policy controller: %w", err)
+	}
+	if webhookServer != nil {
+		// GetWebhookServer adds the server to the manager; a server that is
+		// only passed in Options is never started.
+		mgr.GetWebhookServer().Register(admission.WebhookPath, &webhookadmission.Webhook{Handler: &admission.Handler{Options: opts}})
+	}
+
+	reader := mgr.GetAPIReader()
+	state := breaker.NewState()
+	state.HoldWhenAllFail = cfg.HoldWhenAllFail
+	recorder := mgr.GetEventRecorder("webhook-guard")
+	triggers := map[circuit.Kind]chan<- event.GenericEvent{}
+	// Marking what is admitted without a mutating webhook needs
+	// MutatingAdmissionPolicy (GA in 1.36). Where the apiserver does not
+	// serve it, the breaker works as before and says so once.
+	clientset := o.KubeClient
+	var marker *marking.Keeper
+	markingProblem := ""
+	if _, err := mgr.GetRESTMapper().RESTMapping(schema.GroupKind{Group: admissionregistrationv1.GroupName, Kind: "MutatingAdmissionPolicy"}, "v1"); err != nil {
+		markingProblem = fmt.Sprintf("the apiserver does not serve admissionregistration.k8s.io/v1 MutatingAdmissionPolicy (%v): objects admitted while a circuit is open are not marked", err)
+		setupLog.Info("Marking unavailable", "reason", markingProblem)
+		m.MarkingAvailable.Set(0)
+	} else {
+		marker = &marking.Keeper{Reader: mgr.GetClient(), Canary: clientset.EventsV1().Events(marking.CanaryNamespace)}
+		m.MarkingAvailable.Set(1)
+	}
+	for _, kind := range []circuit.Kind{circuit.KindMutating, circuit.KindValidating} {
+		// Every kind gets a controller, targets or not: a record left by a
+		// removed target must still be closed.
+		trigger := make(chan event.GenericEvent, len(cfg.Targets))
+		triggers[kind] = trigger
+		targets := &breaker.TargetReconciler{
+			Kind: kind, Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Targets: cfg.Targets,
+			State: state, Recorder: recorder, Metrics: m, Signer: signer,
+		}
+		if kind == circuit.KindMutating {
+			targets.Marker = marker
+		}
+		if err := targets.SetupWithManager(mgr, trigger); err != nil {
+			return fmt.Errorf("setting up the breaker controller for %s: %w", kind.Resource(), err)
+		}
+	}
+	// The guard's own stalls (CPU throttling, starvation): a probe that
+	// timed out while the guard did not run counts for nothing.
+	stalls := &probe.StallMonitor{}
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { stalls.Run(ctx); return nil })); err != nil {
+		return err
+	}
+	runner := &breaker.ProbeRunner{
+		Scraper: &apimetrics.Scraper{Client: clientset.Discovery().RESTClient()},
+		// kube-apiserver's own road to service-backed webhooks, through its
+		// service proxy: it confirms the apiserver signal before it opens.
+		PathProber: &probe.PathProber{Client: clientset.CoreV1().RESTClient()},
+		Reader:     mgr.GetClient(), Targets: cfg.Targets, State: state, Metrics: m, Recorder: recorder, Triggers: triggers, Signer: signer,
+		Prober: &probe.Prober{Resolver: &probe.CachingResolver{Next: probe.NewServiceResolver(mgr.GetAPIReader())}, Discovery: clientset.Discovery(), Username: identity, Stalls: stalls,
+			// HTTPGet probes keep their connections between probes and
+			// re-dial every probe.DefaultRedial; AdmissionReview probes use
+			// kube-apiserver's own webhook clients, which keep theirs.
+			Pool: &probe.ConnectionPool{}},
+		DiagnoseTLS: func(ctx context.Context, annotations map[string]string) string {
+			return certs.DiagnoseInjectedCA(ctx, reader, annotations, time.Now())
+		},
+	}
+	if err := mgr.Add(runner); err != nil {
+		return fmt.Errorf("adding the probe runner: %w", err)
+	}
+
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("guard-policy", func(req *http.Request) error {
+		return admission.PolicyEnforced(req.Context(), reader, opts)
+	}); err != nil {
+		return err
+	}
+	if webhookServer != nil {
+		if err := mgr.AddReadyzCheck("webhook", webhookServer.StartedChecker()); err != nil {
+			return err
+		}
+	}
+	if markingProblem != "" {
+		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+			reportMarkingUnavailable(ctx, mgr.GetClient(), recorder, cfg, markingProblem)
+			return nil
+		})); err != nil {
+			return err
+		}
+	}
+	statusServer := &status.Server{Addr: o.StatusAddr, Config: cfg, State: state, Marking: markingProblem}
+	if o.MetricsAddr != "0" {
+		// "guard status" reads it here, authenticated and authorized.
+		if err := mgr.AddMetricsServerExtraHandler(status.Path, statusServer); err != nil {
+			return fmt.Errorf("serving %s on the metrics endpoint: %w", status.Path, err)
+		}
+	}
+	if o.StatusAddr != "0" {
+		if err := mgr.Add(statusServer); err != nil {
+			return err
+		}
+	}
+
+	setupLog.Info("Starting the manager")
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("running the manager: %w", err)
+	}
+	return nil
+}
+
+// reportMarkingUnavailable emits one Event on each mutating target's
+// configuration: marking is unavailable on this apiserver.
+func reportMarkingUnavailable(ctx context.Context, c client.Reader, rec recorder.EventRecorder, cfg *config.Configuration, problem string) {
+	for _, name := range cfg.Names(circuit.KindMutating) {
+		obj := circuit.KindMutating.New()
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, obj); err == nil {
+			rec.Eventf(obj, nil, corev1.EventTypeWarning, "MarkingUnavailable", "Probe", "%s", circuit.EventNote("%s", problem))
+		}
+	}
+}
+
+// whoAmI asks the apiserver who this process is, with a SelfSubjectReview.
+// The answer is the identity the guard exempts; no flag can claim it.
+func whoAmI(ctx context.Context, cs kubernetes.Interface) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, whoAmITimeout)
+	defer cancel()
+	review, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("finding this process's identity with a SelfSubjectReview: %w", err)
+	}
+	if review.Status.UserInfo.Username == "" {
+		return "", errors.New("the SelfSubjectReview returned no username")
+	}
+	return review.Status.UserInfo.Username, nil
+}
+
+// serverTLSOpts harden the webhook and metrics servers: HTTP/1.1 only,
+// which controller-runtime advises against HTTP/2 rapid reset
+// (CVE-2023-44487) and kube-apiserver does not need, and TLS 1.2 or later.
+var serverTLSOpts = []func(*tls.Config){
+	func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} },
+	func(c *tls.Config) { c.MinVersion = tls.VersionTLS12 },
+}
+
+func ctrlConfig() ctrlconfig.Controller { return ctrlconfig.Controller{RecoverPanic: ptr.To(true)} }

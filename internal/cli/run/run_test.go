@@ -1,0 +1,127 @@
+package run
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/spf13/pflag"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/client-go/rest"
+
+	"github.com/webhook-guard/webhook-guard/internal/cli"
+	"github.com/webhook-guard/webhook-guard/internal/cli/factory"
+	"github.com/webhook-guard/webhook-guard/internal/cli/version"
+)
+
+// noCluster fails the test if the command reaches for a cluster.
+func noCluster(t *testing.T) factory.Loader {
+	return func(string, string) (*rest.Config, error) {
+		t.Fatal("the command reached for the cluster before validating its input")
+		return nil, nil
+	}
+}
+
+const validConfig = `apiVersion: config.webhook-guard.io/v1alpha1
+kind: GuardConfiguration
+targets:
+- configuration: slow-mutator
+  webhook: slow-mutator.example.com
+  allowAdmissionWithoutMutation: true
+`
+
+// parseRunFlags parses args as the flags of "guard run".
+func parseRunFlags(args ...string) (*Options, error) {
+	o := NewOptions(cli.IOStreams{Out: io.Discard, ErrOut: io.Discard}, factory.New(nil), version.Build{})
+	fs := pflag.NewFlagSet("run", pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	o.AddFlags(fs)
+	return o, fs.Parse(args)
+}
+
+// A port in use fails the start at once, naming the flag and the address,
+// before anything reaches the cluster.
+func TestDispatch_aPortInUseIsReportedFirst(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer busy.Close()
+	cfg := filepath.Join(t.TempDir(), "guard.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte(validConfig), 0o600))
+	for _, flag := range []string{"--metrics-bind-address", "--health-probe-bind-address", "--status-bind-address", "--pprof-bind-address"} {
+		t.Run(flag, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			cmd := NewCmd(cli.IOStreams{Out: &stdout, ErrOut: &stderr}, factory.New(noCluster(t)), version.Build{})
+			cmd.SetArgs([]string{"--config", cfg, "--health-probe-bind-address", "127.0.0.1:0", "--status-bind-address", "0", flag, busy.Addr().String()})
+			cmd.SetOut(&stdout)
+			cmd.SetErr(&stderr)
+			cmd.SilenceErrors, cmd.SilenceUsage = true, true
+			err := cmd.ExecuteContext(context.Background())
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), flag+" "+busy.Addr().String()+": cannot listen")
+			assert.Contains(t, err.Error(), "address already in use")
+		})
+	}
+}
+
+func TestRunFlags_defaults(t *testing.T) {
+	o, err := parseRunFlags()
+	require.NoError(t, err)
+	assert.Equal(t, "0", o.MetricsAddr)
+	assert.Equal(t, ":8081", o.ProbeAddr)
+	assert.False(t, o.LeaderElect)
+	assert.Equal(t, "webhook-guard-system", o.LeaderElectionNamespace)
+	assert.Equal(t, 9443, o.WebhookPort)
+	assert.Empty(t, o.WebhookCertDir)
+}
+
+func TestRunFlags_statusBindAddressIsLoopbackOnly(t *testing.T) {
+	cases := map[string]struct {
+		addr    string
+		wantErr string
+	}{
+		"the default, IPv4 loopback":      {addr: "127.0.0.1:8082"},
+		"IPv6 loopback":                   {addr: "[::1]:8082"},
+		"localhost":                       {addr: "localhost:8082"},
+		"off":                             {addr: "0"},
+		"every address is refused":        {addr: ":8082", wantErr: `"" is not a loopback address`},
+		"the unspecified IP is refused":   {addr: "0.0.0.0:8082", wantErr: `"0.0.0.0" is not a loopback address`},
+		"a pod's address is refused":      {addr: "10.0.0.7:8082", wantErr: `"10.0.0.7" is not a loopback address`},
+		"a host name is refused":          {addr: "guard.example.com:8082", wantErr: "is not a loopback address"},
+		"an address without a port fails": {addr: "127.0.0.1", wantErr: "missing port"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			o, err := parseRunFlags("--status-bind-address", tc.addr)
+			if tc.wantErr != "" {
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), tc.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.addr, o.StatusAddr)
+		})
+	}
+	o, err := parseRunFlags()
+	require.NoError(t, err)
+	assert.Equal(t, "127.0.0.1:8082", o.StatusAddr)
+}
+
+// The zap flags of the e2e harness ("--zap-log-level debug") and the
+// Deployment's flags parse as before.
+func TestRunFlags_takesTheFlagsItsCallersPass(t *testing.T) {
+	o, err := parseRunFlags("--kubeconfig", "kc", "--config", "c.yaml", "--zap-log-level", "debug", "--leader-elect",
+		"--leader-election-namespace=ns", "--cert-secret=", "--webhook-cert-dir=/tmp/certs")
+	require.NoError(t, err)
+	assert.Equal(t, "kc", o.Kubeconfig)
+	assert.Equal(t, "c.yaml", o.ConfigPath)
+	assert.True(t, o.LeaderElect)
+	assert.Equal(t, "ns", o.LeaderElectionNamespace)
+	assert.Empty(t, o.Certs.SecretName)
+	assert.Equal(t, "/tmp/certs", o.WebhookCertDir)
+	assert.NotNil(t, o.Zap.Level, "--zap-log-level reaches the zap options")
+}

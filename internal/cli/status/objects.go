@@ -1,0 +1,121 @@
+package status
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/webhook-guard/webhook-guard/internal/breaker"
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
+	"github.com/webhook-guard/webhook-guard/internal/config"
+	statusapi "github.com/webhook-guard/webhook-guard/internal/status"
+)
+
+// objectRow reads a target's circuit state from its configuration.
+func objectRow(ctx context.Context, c client.Reader, t config.Target) statusapi.Row {
+	row := statusapi.Row{Kind: string(t.Kind), Configuration: t.Configuration, Webhook: t.Webhook, State: "Closed", Mode: string(t.Mode)}
+	obj := t.Kind.New()
+	if err := c.Get(ctx, client.ObjectKey{Name: t.Configuration}, obj); err != nil {
+		row.State = "Unknown"
+		if apierrors.IsNotFound(err) {
+			row.State, row.Problem = "Missing", "configuration not found"
+		} else {
+			row.Problem = err.Error()
+		}
+		return row
+	}
+	annotations := obj.GetAnnotations()
+	if annotations[circuit.OverrideAnnotation] != "" {
+		row.State = "HandedOff"
+		row.Problem = fmt.Sprintf("override: %s", annotations[circuit.OverrideAnnotation])
+		// Until the breaker releases it, the entry still says what the
+		// original was; after, only the HandedOff Event does.
+		if rec, err := circuit.Decode(annotations); err == nil {
+			if e, open := rec[t.Webhook]; open {
+				row.Owner, row.Original = e.By, breaker.HandOffOriginal(e)
+				row.Problem += "; not released by the breaker yet; " + row.Original
+				return row
+			}
+		}
+		original, err := handedOffOriginal(ctx, c, t, obj.GetUID())
+		switch {
+		case err != nil:
+			row.Problem += fmt.Sprintf("; the original failurePolicy is in its HandedOff Event, which could not be read (%v): %s", err, handedOffEventsCommand(t))
+		case original != "":
+			row.Original = original
+			row.Problem += "; " + original
+		}
+		return row
+	}
+	rec, err := circuit.Decode(annotations)
+	if err != nil {
+		row.State, row.Problem = "Unknown", err.Error()
+		return row
+	}
+	if e, open := rec[t.Webhook]; open {
+		row.State, row.Mode, row.OpenedBy, row.Owner = stateOpen, string(e.Mode), e.Signal, e.By
+		row.Since = fmt.Sprintf("%s (%s)", e.OpenedAt.UTC().Format(time.RFC3339), time.Since(e.OpenedAt.Time).Round(time.Second))
+	}
+	return row
+}
+
+// handedOffOriginal finds the latest HandedOff Event about t's webhook on
+// its configuration (in namespace default, where Events about
+// cluster-scoped objects go) and returns what it says the original was
+// (breaker.HandOffOriginal); "" when there is none (Events expire, an hour
+// after the handoff by default).
+func handedOffOriginal(ctx context.Context, c client.Reader, t config.Target, uid types.UID) (string, error) {
+	events := &corev1.EventList{}
+	if err := c.List(ctx, events, client.InNamespace(metav1.NamespaceDefault), client.MatchingFields{
+		"involvedObject.kind": t.Kind.ObjectKind(), "involvedObject.name": t.Configuration, "reason": string(breaker.HandedOff),
+	}); err != nil {
+		return "", err
+	}
+	var latest time.Time
+	original := ""
+	for _, ev := range events.Items {
+		if uid != "" && ev.InvolvedObject.UID != "" && ev.InvolvedObject.UID != uid {
+			continue // about an earlier configuration of that name
+		}
+		_, rest, ok := strings.Cut(ev.Message, " released "+t.Webhook+" ("+breaker.OriginalPrefix)
+		if !ok {
+			continue
+		}
+		what, _, _ := strings.Cut(rest, ")")
+		if at := eventTime(ev); original == "" || at.After(latest) {
+			latest, original = at, breaker.OriginalPrefix+what
+		}
+	}
+	if original == "" {
+		return "", nil
+	}
+	return fmt.Sprintf("%s (HandedOff Event of %s)", original, latest.UTC().Format(time.RFC3339)), nil
+}
+
+// eventTime is when ev last happened, whichever API wrote it.
+func eventTime(ev corev1.Event) time.Time {
+	at := ev.CreationTimestamp.Time
+	for _, t := range []time.Time{ev.EventTime.Time, ev.LastTimestamp.Time} {
+		if t.After(at) {
+			at = t
+		}
+	}
+	if ev.Series != nil && ev.Series.LastObservedTime.After(at) {
+		at = ev.Series.LastObservedTime.Time
+	}
+	return at
+}
+
+// handedOffEventsCommand is the kubectl command that lists t's HandedOff
+// Events.
+func handedOffEventsCommand(t config.Target) string {
+	return fmt.Sprintf("kubectl get events -n %s --field-selector involvedObject.kind=%s,involvedObject.name=%s,reason=%s",
+		metav1.NamespaceDefault, t.Kind.ObjectKind(), t.Configuration, breaker.HandedOff)
+}

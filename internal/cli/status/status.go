@@ -1,0 +1,292 @@
+// Package status is "guard status": every configured target with its
+// circuit state, read from the objects, and the leader's probe counts,
+// read from its GET /status (the contract is internal/status). With a
+// kubeconfig alone it reads the installed configuration, finds the leader
+// from its Lease and reaches it through the apiserver's pods proxy. What it
+// cannot read it names, and prints the rest. It changes nothing.
+package status
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/webhook-guard/webhook-guard/internal/cli"
+	"github.com/webhook-guard/webhook-guard/internal/cli/factory"
+	"github.com/webhook-guard/webhook-guard/internal/cli/startcheck"
+	statusapi "github.com/webhook-guard/webhook-guard/internal/status"
+)
+
+// readTimeout bounds one read of a guard's /status, through the
+// apiserver or at --endpoint: the counts are in memory, so a guard that
+// does not answer within it is not going to.
+const readTimeout = 5 * time.Second
+
+// The exit statuses of --exit-code, besides 0 (every circuit closed, a
+// leader) and 1 (the command failed).
+const (
+	// ExitCircuitOpen: a target's circuit is open.
+	ExitCircuitOpen = 2
+	// ExitNoLeader: the installation has no leader. It wins over
+	// ExitCircuitOpen: without a leader nothing opens or closes a circuit.
+	ExitNoLeader = 3
+)
+
+// stateOpen is the State of a row whose circuit is open.
+const stateOpen = "Open"
+
+const long = `Prints every configured target: its circuit state from the webhook
+configurations, and the leader's probe counts. With a kubeconfig alone it
+reads the installed configuration from the cluster (the ConfigMap the
+guard's Deployment mounts), finds the leader from its Lease, and reads the
+leader's /status through the apiserver's pods proxy: no port-forward. What
+it cannot read it names on stderr, and prints the rest.
+
+With --exit-code, the exit status says what it found, for scripts and
+probes: 0 when every circuit is closed and there is a leader, 2 when a
+target's circuit is open, 3 when the installation has no leader (which
+wins over 2: without a leader nothing opens or closes a circuit). There is
+no leader when the leader-election Lease in --namespace does not exist,
+has no holder or has expired; with --endpoint, when nothing answers there.
+A Lease that cannot be read, a leader whose /status cannot be reached
+through the apiserver, or an endpoint that refuses the request, is not
+"no leader": it is reported on stderr and changes nothing.
+As without --exit-code, 1 means the command failed, and 2 is also a
+mistake on the command line (then nothing is printed on stdout).`
+
+// Options are the flags of "guard status".
+type Options struct {
+	// Factory owns --config (default: the installed configuration),
+	// -n/--namespace (where the Deployment, the Lease and the status
+	// reader are), --deployment, --kubeconfig and --context, and builds
+	// the clients.
+	*factory.Factory
+	cli.IOStreams
+	// Endpoint is a /status URL to read the counts from instead of the
+	// leader's pod (--endpoint): https://... (a port-forward to the
+	// metrics port; a status token is requested and sent) or
+	// http://127.0.0.1:... (a guard run by hand). Default empty: the
+	// leader's pod through the apiserver.
+	Endpoint string
+	// Output is the format (-o, --output): table, json or yaml. Default
+	// table.
+	Output string
+	// ExitCode makes the exit status say whether a circuit is open
+	// (ExitCircuitOpen) or the installation has no leader (ExitNoLeader)
+	// (--exit-code). Default false: 0 whenever the command ran.
+	ExitCode bool
+}
+
+// NewCmd returns "guard status". It only binds flags.
+func NewCmd(streams cli.IOStreams, f *factory.Factory) *cobra.Command {
+	o := &Options{Factory: f, IOStreams: streams}
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Print every configured target with its circuit state and probe counts",
+		Long:  long,
+		Args:  cli.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			if err := o.Complete(); err != nil {
+				return err
+			}
+			return o.Run(cmd.Context())
+		},
+	}
+	fs := cmd.Flags()
+	f.AddConfigFlag(fs, "GuardConfiguration file; default: the one installed in the cluster (the ConfigMap --deployment mounts).")
+	f.AddInstallationFlags(fs)
+	f.AddKubeconfigFlags(fs)
+	fs.StringVar(&o.Endpoint, "endpoint", "", "A /status URL to read counts from instead of the leader's pod: https://... (for example a port-forward to the metrics port; a status token is requested and sent, the self-signed certificate is not verified) or http://127.0.0.1:... (--status-bind-address of a guard run by hand); default: the leader's pod through the apiserver.")
+	cli.AddOutputFlag(fs, &o.Output)
+	fs.BoolVar(&o.ExitCode, "exit-code", false, "Exit 2 when a circuit is open and 3 when the installation has no leader (see above).")
+	return cmd
+}
+
+// Validate checks the flags and reads the --config file, before anything
+// reaches the cluster.
+func (o *Options) Validate() error {
+	if err := cli.ValidateOutput(o.Output); err != nil {
+		return err
+	}
+	return o.ReadConfigFile()
+}
+
+// Complete builds the clients.
+func (o *Options) Complete() error {
+	return o.Factory.Complete()
+}
+
+// Run reads the configuration, the objects and the counts, prints them,
+// and with ExitCode returns an ExitError for what it found.
+func (o *Options) Run(ctx context.Context) error {
+	if err := o.ReadInstalledConfig(ctx); err != nil {
+		return fmt.Errorf("%w; pass --config FILE to read the configuration from a file", err)
+	}
+	cfg, c, namespace := o.Config, o.Client, o.Namespace
+	rep := statusReport{Namespace: namespace, ConfigSource: o.ConfigSource, Instance: cfg.Instance}
+
+	var rows []statusapi.Row
+	noLeader := false
+	if o.Endpoint != "" {
+		var err error
+		token := ""
+		if strings.HasPrefix(o.Endpoint, "https://") {
+			token, err = statusToken(ctx, o.KubeClient, namespace)
+		}
+		if err == nil {
+			rows, err = fetchStatus(ctx, o.Endpoint, token)
+		}
+		if err != nil {
+			noLeader = errors.As(err, new(noLeaderError))
+			rep.Unavailable = append(rep.Unavailable, fmt.Sprintf("probe counts from %s: %v", o.Endpoint, err))
+		}
+	} else {
+		lease := statusapi.LeaseName(cfg.Instance)
+		rep.Lease = namespace + "/" + lease
+		pod, err := leaderPod(ctx, c, namespace, lease)
+		if err != nil {
+			noLeader = errors.As(err, new(noLeaderError))
+			rep.Unavailable = append(rep.Unavailable, fmt.Sprintf("probe counts: %v", err))
+		} else {
+			rep.Leader = pod.Name
+			if rows, err = proxyStatus(ctx, o.KubeClient, pod); err != nil {
+				rep.Unavailable = append(rep.Unavailable, fmt.Sprintf("probe counts from the leader pod %s/%s through the apiserver: %v", pod.Namespace, pod.Name, err))
+			}
+		}
+	}
+	counts := map[string]statusapi.Row{}
+	for _, r := range rows {
+		counts[r.Kind+"/"+r.Configuration+"/"+r.Webhook] = r
+	}
+	open := 0
+	for _, t := range cfg.Targets {
+		row := objectRow(ctx, c, t)
+		if cr, ok := counts[t.Key()]; ok {
+			row.Failures, row.Successes, row.LastResult, row.LastProbe = cr.Failures, cr.Successes, cr.LastResult, cr.LastProbe
+			row.APIServerLast, row.APIServerFailures, row.Admitted, row.Disagree = cr.APIServerLast, cr.APIServerFailures, cr.Admitted, cr.Disagree
+			row.Marking, row.Marked = cr.Marking, cr.Marked
+			if cr.Problem != "" && row.Problem == "" {
+				row.Problem = cr.Problem
+			}
+		}
+		if row.State == stateOpen {
+			open++
+		}
+		rep.Targets = append(rep.Targets, row)
+	}
+	switch orphans, err := startcheck.OrphanedRecords(ctx, c, cfg, ""); {
+	case err != nil:
+		rep.Unavailable = append(rep.Unavailable, fmt.Sprintf("records of removed targets: %v", err))
+	default:
+		for _, or := range orphans {
+			rep.OrphanedRecords = append(rep.OrphanedRecords, orphanRow{Kind: string(or.Kind), Configuration: or.Configuration, Webhook: or.Webhook, By: or.By})
+		}
+	}
+
+	var err error
+	if o.Output == cli.OutputTable {
+		err = printStatus(o.Out, o.ErrOut, rep)
+	} else {
+		err = cli.PrintObject(o.Out, o.Output, rep)
+	}
+	switch {
+	case err != nil || !o.ExitCode:
+		return err
+	case noLeader:
+		return cli.ExitError{Code: ExitNoLeader, Err: errors.New("the installation has no leader")}
+	case open > 0:
+		return cli.ExitError{Code: ExitCircuitOpen, Err: fmt.Errorf("%d of %d circuits open", open, len(cfg.Targets))}
+	}
+	return nil
+}
+
+// statusReport is what "guard status" found; -o json|yaml prints it.
+type statusReport struct {
+	// Namespace is the installation's namespace.
+	Namespace string `json:"namespace"`
+	// ConfigSource says where the GuardConfiguration came from.
+	ConfigSource string `json:"configSource"`
+	// Instance is the configuration's instance name, if any.
+	Instance string `json:"instance,omitempty"`
+	// Lease is the leader-election Lease read, and Leader its holder pod.
+	Lease  string `json:"lease,omitempty"`
+	Leader string `json:"leader,omitempty"`
+	// Targets are the configured targets: state from the objects, counts
+	// from the leader.
+	Targets []statusapi.Row `json:"targets"`
+	// OrphanedRecords are open circuits of webhooks that are no longer
+	// targets.
+	OrphanedRecords []orphanRow `json:"orphanedRecords,omitempty"`
+	// Unavailable names what could not be read, and why.
+	Unavailable []string `json:"unavailable,omitempty"`
+}
+
+// orphanRow is an open circuit of a webhook that is no longer a target.
+type orphanRow struct {
+	Kind          string `json:"kind"`
+	Configuration string `json:"configuration"`
+	Webhook       string `json:"webhook"`
+	By            string `json:"by,omitempty"`
+}
+
+// printStatus prints rep as a table, and what was unavailable on stderr.
+func printStatus(stdout, stderr io.Writer, rep statusReport) error {
+	fmt.Fprintf(stdout, "Configuration: %s\n", rep.ConfigSource)
+	if rep.Lease != "" {
+		fmt.Fprintf(stdout, "Leader: %s (Lease %s)\n", cli.Dash(rep.Leader), rep.Lease)
+	}
+	fmt.Fprintln(stdout)
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "KIND\tCONFIGURATION\tWEBHOOK\tSTATE\tMODE\tSINCE\tOPENED BY\tOWNER\tFAILURES\tSUCCESSES\tADMITTED WITHOUT\tLAST PROBE\tAPISERVER")
+	for _, row := range rep.Targets {
+		last := row.LastResult
+		if row.Problem != "" {
+			last = row.Problem
+		}
+		admitted := "-"
+		if row.State == stateOpen {
+			admitted = fmt.Sprintf("%.0f", row.Admitted)
+			if row.Marked > 0 {
+				admitted += fmt.Sprintf(" (%.0f marked)", row.Marked)
+			}
+		}
+		apiserver := row.APIServerLast
+		if row.Disagree != "" {
+			apiserver += " (signals disagree: " + row.Disagree + ")"
+		}
+		owner := row.Owner
+		if row.State == stateOpen && owner == "" {
+			owner = "(unsigned)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", row.Kind, row.Configuration, row.Webhook, row.State, row.Mode, cli.Dash(row.Since), cli.Dash(row.OpenedBy),
+			cli.Dash(owner), row.Failures, row.Successes, admitted, cli.Dash(last), cli.Dash(apiserver))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(rep.OrphanedRecords) > 0 {
+		fmt.Fprintln(stdout, "\nOpen circuits on webhooks that are no longer targets (the breaker closes them when it may update the configuration):")
+		for _, o := range rep.OrphanedRecords {
+			fmt.Fprintf(stdout, "  %s %s %s (opened by %s)\n", o.Kind, o.Configuration, o.Webhook, cli.Dash(o.By))
+		}
+	}
+	for _, row := range rep.Targets {
+		if row.Marking != "" {
+			fmt.Fprintf(stdout, "\nMarking: %s\n", row.Marking)
+			break
+		}
+	}
+	for _, u := range rep.Unavailable {
+		fmt.Fprintf(stderr, "unavailable: %s\n", u)
+	}
+	return nil
+}

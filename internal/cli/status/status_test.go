@@ -1,0 +1,151 @@
+package status
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/webhook-guard/webhook-guard/internal/breaker"
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
+	"github.com/webhook-guard/webhook-guard/internal/cli"
+	"github.com/webhook-guard/webhook-guard/internal/cli/clitest"
+	"github.com/webhook-guard/webhook-guard/internal/cli/factory"
+	"github.com/webhook-guard/webhook-guard/internal/config"
+	statusapi "github.com/webhook-guard/webhook-guard/internal/status"
+)
+
+func TestObjectRow_showsTheOwnerAndTheHandedOffOriginal(t *testing.T) {
+	target := config.Target{Kind: circuit.KindMutating, Configuration: clitest.Conf, Webhook: clitest.Hook}
+	override := map[string]string{circuit.OverrideAnnotation: "INC-7"}
+	const original = "original failurePolicy Fail, mode Ignore, opened at 2026-12-01T11:00:00Z by " + clitest.SAOther
+	handedOff := &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Namespace: "default", Name: clitest.Conf + ".1", CreationTimestamp: metav1.NewTime(clitest.Clock)},
+		InvolvedObject: corev1.ObjectReference{Kind: "MutatingWebhookConfiguration", Name: clitest.Conf, UID: "uid-1"},
+		Reason:         string(breaker.HandedOff),
+		Message:        "administrator override: webhook-guard released " + clitest.Hook + " (" + original + ") and keeps its hands off this configuration; …",
+	}
+	for name, tc := range map[string]struct {
+		obj       client.Object
+		events    []client.Object
+		state     string
+		owner     string
+		originals string
+	}{
+		"an open circuit names its owner": {clitest.OpenConfiguration(t, circuit.Record{clitest.Hook: clitest.Entry(clitest.SAOther)}, nil), nil, "Open", clitest.SAOther, ""},
+		"a handed-off circuit the breaker has not released yet, from its entry": {
+			clitest.OpenConfiguration(t, circuit.Record{clitest.Hook: clitest.Entry(clitest.SAOther)}, override), nil, "HandedOff", clitest.SAOther, original},
+		"a released one, from its HandedOff Event": {
+			clitest.OpenConfiguration(t, nil, override), []client.Object{handedOff}, "HandedOff", "", original + " (HandedOff Event of 2026-12-01T12:00:00Z)"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			row := objectRow(context.Background(), clitest.FakeReader(append(tc.events, tc.obj)...), target)
+			assert.Equal(t, tc.state, row.State)
+			assert.Equal(t, tc.owner, row.Owner)
+			assert.Equal(t, tc.originals, row.Original)
+			if tc.originals != "" {
+				assert.Contains(t, row.Problem, tc.originals, "the table prints it")
+			}
+		})
+	}
+
+	var out strings.Builder
+	require.NoError(t, printStatus(&out, &strings.Builder{}, statusReport{Targets: []statusapi.Row{
+		objectRow(context.Background(), clitest.FakeReader(clitest.OpenConfiguration(t, circuit.Record{clitest.Hook: clitest.Entry(clitest.SAOther)}, nil)), target),
+	}}))
+	assert.Contains(t, out.String(), "OWNER")
+	assert.Contains(t, out.String(), clitest.SAOther)
+}
+
+// With --exit-code the exit status says what was found: 2 for an open
+// circuit, 3 for no leader (which wins), as the help says.
+func TestRun_exitCode(t *testing.T) {
+	open := func(t *testing.T) client.Object {
+		return clitest.OpenConfiguration(t, circuit.Record{clitest.Hook: clitest.Entry(clitest.SAMain)}, nil)
+	}
+	closed := func(t *testing.T) client.Object { return clitest.OpenConfiguration(t, nil, nil) }
+	answering := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("[]")) }))
+	defer answering.Close()
+	refusing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "no", http.StatusForbidden) }))
+	defer refusing.Close()
+	gone := httptest.NewServer(http.NotFoundHandler())
+	gone.Close()
+	cases := map[string]struct {
+		object   func(*testing.T) client.Object
+		endpoint string
+		exitCode bool
+		want     int // 0: no error
+	}{
+		"every circuit closed and the endpoint answers":           {object: closed, endpoint: answering.URL, exitCode: true},
+		"an open circuit exits 2":                                 {object: open, endpoint: answering.URL, exitCode: true, want: ExitCircuitOpen},
+		"an endpoint that does not answer is no leader":           {object: closed, endpoint: gone.URL, exitCode: true, want: ExitNoLeader},
+		"no Lease is no leader":                                   {object: closed, exitCode: true, want: ExitNoLeader},
+		"no leader wins over an open circuit":                     {object: open, exitCode: true, want: ExitNoLeader},
+		"without --exit-code an open circuit and no leader are 0": {object: open},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			f := factory.New(nil)
+			f.Config = &config.Configuration{Targets: []config.Target{{Kind: circuit.KindMutating, Configuration: clitest.Conf, Webhook: clitest.Hook}}}
+			f.RESTConfig, f.KubeClient, f.Client = &rest.Config{}, kubefake.NewClientset(), clitest.FakeReader(tc.object(t))
+			var stdout, stderr strings.Builder
+			o := &Options{Factory: f, IOStreams: cli.IOStreams{Out: &stdout, ErrOut: &stderr}, Endpoint: tc.endpoint, Output: cli.OutputTable, ExitCode: tc.exitCode}
+			err := o.Run(context.Background())
+			assert.Contains(t, stdout.String(), clitest.Hook, "the table is printed whatever the exit status")
+			if tc.want == 0 {
+				require.NoError(t, err)
+				return
+			}
+			var exit cli.ExitError
+			require.ErrorAs(t, err, &exit)
+			assert.Equal(t, tc.want, exit.Code)
+		})
+	}
+}
+
+// A 401 or 403 through the pods proxy is the guard's (plain text, which
+// client-go marks as an unexpected server response) or the apiserver's (a
+// Status object); only the guard's is explained as such.
+func TestRefusedByGuard_tellsTheGuardFromTheAPIServer(t *testing.T) {
+	reader := "system:serviceaccount:ns:" + statusapi.ReaderServiceAccount
+	pods := schema.GroupResource{Resource: "pods"}
+	cases := map[string]struct {
+		err  error
+		want string
+	}{
+		"the guard did not accept the token": {
+			err:  apierrors.NewGenericServerResponse(401, "get", pods, "https:leader:8443", "Unauthorized", 0, true),
+			want: "the leader did not accept the token of " + reader + " (401 Unauthorized): Unauthorized"},
+		"the guard did not authorize the reader": {
+			err:  apierrors.NewGenericServerResponse(403, "get", pods, "https:leader:8443", "Authorization denied for user "+reader, 0, true),
+			want: "the leader does not let " + reader + " read /status (403 Forbidden; is the ClusterRole webhook-guard-status-reader bound to it?): Authorization denied for user " + reader},
+		"the apiserver refused the caller":      {err: apierrors.NewForbidden(pods, "https:leader:8443", errors.New(`cannot get resource "pods/proxy"`))},
+		"the apiserver did not know the caller": {err: apierrors.NewUnauthorized("Unauthorized")},
+		"anything else is not a refusal":        {err: apierrors.NewGenericServerResponse(503, "get", pods, "https:leader:8443", "unavailable", 0, true)},
+		"nor an error without a status":         {err: errors.New("dial tcp: connection refused")},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			err := refusedByGuard(fmt.Errorf("wrapped: %w", tc.err), "ns")
+			if tc.want == "" {
+				assert.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			assert.Equal(t, tc.want, err.Error())
+		})
+	}
+}

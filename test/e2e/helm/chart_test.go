@@ -1,0 +1,390 @@
+package helm
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	rbacv1 "k8s.io/api/rbac/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+
+	"github.com/webhook-guard/webhook-guard/internal/config"
+	"github.com/webhook-guard/webhook-guard/internal/rbac"
+)
+
+// chartLabels are the labels the chart puts on every object beside the
+// object's own (templates/_helpers.tpl).
+var chartLabels = []string{"app.kubernetes.io/part-of", "app.kubernetes.io/instance", "app.kubernetes.io/version", "helm.sh/chart"}
+
+// object is one Kubernetes object as JSON would decode it.
+type object = map[string]any
+
+// parseObjects splits a multi-document YAML stream into its objects.
+func parseObjects(t *testing.T, stream string) []object {
+	t.Helper()
+	r := utilyaml.NewYAMLReader(bufio.NewReader(strings.NewReader(stream)))
+	var out []object
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		require.NoError(t, err)
+		var obj object
+		require.NoError(t, yaml.Unmarshal(doc, &obj))
+		if len(obj) > 0 {
+			out = append(out, obj)
+		}
+	}
+}
+
+// key names an object: kind namespace/name.
+func key(obj object) string {
+	meta, _ := obj["metadata"].(map[string]any)
+	ns, _ := meta["namespace"].(string)
+	name, _ := meta["name"].(string)
+	return obj["kind"].(string) + " " + ns + "/" + name
+}
+
+func byKey(t *testing.T, objs []object) map[string]object {
+	t.Helper()
+	out := map[string]object{}
+	for _, obj := range objs {
+		k := key(obj)
+		require.NotContains(t, out, k, "two objects %s", k)
+		out[k] = obj
+	}
+	return out
+}
+
+// kustomizeBuild runs the real kustomize on an overlay of deploy/kustomize.
+func kustomizeBuild(t *testing.T, overlay string) string {
+	t.Helper()
+	r := env.Kustomize(context.Background(), "build", filepath.Join(root, "deploy", "kustomize", "overlays", overlay))
+	require.NoError(t, r.Err, "kustomize build %s:\n%s", overlay, r.Stderr)
+	return r.Stdout
+}
+
+// helmTemplate renders the chart with the example targets and args,
+// failing the test on any error or any output on stderr.
+func helmTemplate(t *testing.T, args ...string) string {
+	t.Helper()
+	r := runHelm(t, append(append([]string{"template", "webhook-guard", chartDir}, exampleValues()...), args...)...)
+	require.NoError(t, r.err, "helm template:\n%s", r.stderr)
+	assert.Empty(t, r.stderr, "helm template wrote to stderr")
+	return r.stdout
+}
+
+func TestChart_lintAndTemplateAreClean(t *testing.T) {
+	cases := map[string][]string{
+		"with the example targets":                    nil,
+		"with cert-manager":                           {"--set", "certManager.enabled=true"},
+		"with the Prometheus component":               {"--set", "prometheus.enabled=true"},
+		"with a namespace of its own, created":        {"--set", "namespace.name=guard,namespace.create=true"},
+		"without marking (clusters before 1.36)":      {"--set", "marking.enabled=false"},
+		"with an image pinned by digest and replicas": {"--set", "image.repository=registry.example.com/guard,image.digest=sha256:" + strings.Repeat("ab", 32) + ",replicas=3"},
+	}
+	for name, args := range cases {
+		t.Run(name, func(t *testing.T) {
+			lint := runHelm(t, append(append([]string{"lint", "--strict", chartDir}, exampleValues()...), args...)...)
+			require.NoError(t, lint.err, "helm lint:\n%s%s", lint.stdout, lint.stderr)
+			for _, line := range strings.Split(lint.stdout+lint.stderr, "\n") {
+				assert.NotContains(t, line, "[WARNING]")
+				assert.NotContains(t, line, "[ERROR]")
+				if strings.Contains(line, "[INFO]") {
+					// The project has no icon to point at.
+					assert.Contains(t, line, "icon is recommended", "helm lint said: %s", line)
+				}
+			}
+			objs := parseObjects(t, helmTemplate(t, args...))
+			assert.NotEmpty(t, objs)
+		})
+	}
+}
+
+// TestChart_rendersWhatKustomizeInstalls: the chart with the example
+// targets renders, object by object, what each kustomize overlay builds,
+// apart from these, each on purpose:
+//   - labels: the chart adds its own (chartLabels) beside every label the
+//     overlay sets;
+//   - the ConfigMap webhook-guard-config: kustomize suffixes its name with a
+//     hash of its content, the chart keeps the name and rolls the pods with
+//     a checksum annotation instead; its config.yaml is the same
+//     configuration (comments aside);
+//   - the guard policy (ValidatingAdmissionPolicy and binding
+//     webhook-guard): the chart leaves it to the service, which creates it
+//     at start (README "Install with Helm" says why).
+func TestChart_rendersWhatKustomizeInstalls(t *testing.T) {
+	namespaced := []string{"--namespace", "default", "--set", "namespace.name=webhook-guard-system,namespace.create=true"}
+	cases := map[string][]string{
+		"default":            nil,
+		"cert-manager":       {"--set", "certManager.enabled=true"},
+		"default-prometheus": {"--set", "prometheus.enabled=true"},
+	}
+	hashed := regexp.MustCompile(`\bwebhook-guard-config-[a-z0-9]{10}\b`)
+	for overlay, args := range cases {
+		t.Run(overlay, func(t *testing.T) {
+			built := hashed.ReplaceAllString(kustomizeBuild(t, overlay), "webhook-guard-config")
+			want := byKey(t, parseObjects(t, built))
+			got := byKey(t, parseObjects(t, helmTemplate(t, append(namespaced, args...)...)))
+
+			for _, k := range []string{"ValidatingAdmissionPolicy /webhook-guard", "ValidatingAdmissionPolicyBinding /webhook-guard"} {
+				require.Contains(t, want, k, "the overlay no longer ships the guard policy: update this test and the chart's README")
+				delete(want, k)
+			}
+			dep := got["Deployment webhook-guard-system/webhook-guard"]
+			require.NotNil(t, dep)
+			annotations := dep["spec"].(object)["template"].(object)["metadata"].(object)["annotations"].(object)
+			assert.NotEmpty(t, annotations["checksum/config"], "the pods must roll when the configuration changes")
+			delete(annotations, "checksum/config")
+			// kustomize's strategic merge patch of overlays/cert-manager moves
+			// the patched volume first; the order of named volumes means
+			// nothing.
+			for _, d := range []object{dep, want["Deployment webhook-guard-system/webhook-guard"]} {
+				podSpec := d["spec"].(object)["template"].(object)["spec"].(object)
+				volumes := podSpec["volumes"].([]any)
+				slices.SortFunc(volumes, func(a, b any) int {
+					return strings.Compare(a.(object)["name"].(string), b.(object)["name"].(string))
+				})
+			}
+
+			assert.ElementsMatch(t, slices.Collect(maps.Keys(want)), slices.Collect(maps.Keys(got)), "the chart renders other objects than kustomize builds")
+			for k, w := range want {
+				g, ok := got[k]
+				if !ok {
+					continue
+				}
+				wantLabels, gotLabels := takeLabels(w), takeLabels(g)
+				for name, value := range wantLabels {
+					assert.Equal(t, value, gotLabels[name], "%s: label %s", k, name)
+				}
+				for name := range gotLabels {
+					if _, ok := wantLabels[name]; !ok {
+						assert.Contains(t, chartLabels, name, "%s: the chart adds label %s", k, name)
+					}
+				}
+				if k == "ConfigMap webhook-guard-system/webhook-guard-config" {
+					assert.Equal(t, configOf(t, w), configOf(t, g), "the guard's configuration differs")
+				}
+				assert.Equal(t, w, g, "%s differs (labels and configuration aside)", k)
+			}
+		})
+	}
+}
+
+// takeLabels removes and returns obj's metadata.labels.
+func takeLabels(obj object) map[string]any {
+	meta := obj["metadata"].(object)
+	labels, _ := meta["labels"].(object)
+	delete(meta, "labels")
+	return labels
+}
+
+// configOf removes and returns the parsed config.yaml of a ConfigMap.
+func configOf(t *testing.T, cm object) object {
+	t.Helper()
+	data := cm["data"].(object)
+	var cfg object
+	require.NoError(t, yaml.Unmarshal([]byte(data["config.yaml"].(string)), &cfg))
+	delete(data, "config.yaml")
+	return cfg
+}
+
+// TestChart_targetsRoleIsGuardManifestsRbac: the chart renders the
+// ClusterRole webhook-guard-targets itself, from the targets; it must be
+// exactly what "guard manifests rbac" renders (internal/rbac) for the
+// same configuration.
+func TestChart_targetsRoleIsGuardManifestsRbac(t *testing.T) {
+	header := "apiVersion: config.webhook-guard.io/v1alpha1\nkind: GuardConfiguration\n"
+	example, err := os.ReadFile(filepath.Join(root, exampleTargets, "config.yaml"))
+	require.NoError(t, err)
+	cases := map[string]string{
+		"the example targets": string(example),
+		"one mutating target": header + `targets:
+- {configuration: one, webhook: a.example.com, allowAdmissionWithoutMutation: true}
+`,
+		"only validating targets, one configuration twice": header + `targets:
+- {kind: Validating, configuration: zeta, webhook: a.example.com, allowAdmissionWithoutValidation: true}
+- {kind: Validating, configuration: alpha, webhook: b.example.com, allowAdmissionWithoutValidation: true}
+- {kind: Validating, configuration: zeta, webhook: c.example.com, allowAdmissionWithoutValidation: true}
+`,
+		"path probes with and without a port, one turned off, and an instance": header + `instance: canary
+holdWhenAllFail: 0
+targets:
+- configuration: b-mutator
+  webhook: b.example.com
+  allowAdmissionWithoutMutation: true
+  apiserverSignal: {pathProbe: {service: {namespace: b, name: b-svc}}}
+- configuration: a-mutator
+  webhook: a.example.com
+  allowAdmissionWithoutMutation: true
+  apiserverSignal: {pathProbe: {service: {namespace: a, name: a-svc, port: 8443}}}
+- configuration: quiet
+  webhook: quiet.example.com
+  allowAdmissionWithoutMutation: true
+  apiserverSignal: {enabled: false, pathProbe: {service: {namespace: q, name: quiet-svc}}}
+- kind: Validating
+  configuration: a-mutator
+  webhook: v.example.com
+  allowAdmissionWithoutValidation: true
+  apiserverSignal: {pathProbe: {service: {namespace: b, name: b-svc, port: 443}}}
+`,
+	}
+	for name, cfgYAML := range cases {
+		t.Run(name, func(t *testing.T) {
+			cfg, err := config.Parse([]byte(cfgYAML))
+			require.NoError(t, err, "the case must be a valid GuardConfiguration")
+			want := rbac.RenderTargetsRole(cfg)
+
+			values := valuesFile(t, cfgYAML)
+			r := runHelm(t, "template", "webhook-guard", chartDir, "-f", values, "--set", "marking.enabled=false", "--show-only", "templates/targets_role.yaml")
+			require.NoError(t, r.err, r.stderr)
+			var got rbacv1.ClusterRole
+			require.NoError(t, yaml.UnmarshalStrict([]byte(r.stdout), &got))
+			assert.Equal(t, want.Name, got.Name)
+			assert.Equal(t, want.Rules, got.Rules)
+		})
+	}
+}
+
+// refusal is values the chart must refuse, and what the refusal must say.
+type refusal struct {
+	values string
+	want   []string
+	// guardRefuses: the values are a GuardConfiguration the guard itself
+	// refuses too (the chart is not stricter than the guard).
+	guardRefuses bool
+}
+
+// TestChart_refusesWhatTheGuardRefuses: values.schema.json refuses a
+// target without its approval, and the configuration errors the guard
+// refuses at start, with a message that names the field, before anything
+// is installed.
+func TestChart_refusesWhatTheGuardRefuses(t *testing.T) {
+	header := "apiVersion: config.webhook-guard.io/v1alpha1\nkind: GuardConfiguration\n"
+	cases := map[string]refusal{
+		"a mutating target without allowAdmissionWithoutMutation": {header + "targets:\n- {configuration: m, webhook: m.example.com}\n",
+			[]string{"/targets/0", "allowAdmissionWithoutMutation"}, true},
+		"a mutating target with allowAdmissionWithoutMutation false": {header + "targets:\n- {configuration: m, webhook: m.example.com, allowAdmissionWithoutMutation: false}\n",
+			[]string{"/targets/0/allowAdmissionWithoutMutation", "true"}, true},
+		"a validating target without allowAdmissionWithoutValidation": {header + "targets:\n- {kind: Validating, configuration: v, webhook: v.example.com, allowAdmissionWithoutMutation: true}\n",
+			[]string{"/targets/0", "allowAdmissionWithoutValidation"}, true},
+		"no target": {header + "targets: []\n", []string{"/targets"}, true},
+		"a misspelled field": {header + "targets:\n- {configuration: m, webhook: m.example.com, allowAdmissionWithoutMutation: true, opnAfter: 2}\n",
+			[]string{"opnAfter"}, true},
+		"openAfter 0": {header + "targets:\n- {configuration: m, webhook: m.example.com, allowAdmissionWithoutMutation: true, openAfter: 0}\n",
+			[]string{"/targets/0/openAfter"}, true},
+		"an unknown mode": {header + "targets:\n- {configuration: m, webhook: m.example.com, allowAdmissionWithoutMutation: true, mode: Open}\n",
+			[]string{"/targets/0/mode"}, true},
+		"a configuration name that is no DNS subdomain": {header + "targets:\n- {configuration: My_Config, webhook: m.example.com, allowAdmissionWithoutMutation: true}\n",
+			[]string{"/targets/0/configuration"}, true},
+		"holdWhenAllFail 1": {header + "holdWhenAllFail: 1\ntargets:\n- {configuration: m, webhook: m.example.com, allowAdmissionWithoutMutation: true}\n",
+			[]string{"/holdWhenAllFail"}, true},
+		"an interval that is no duration": {header + "targets:\n- {configuration: m, webhook: m.example.com, allowAdmissionWithoutMutation: true, probe: {interval: soon}}\n",
+			[]string{"/targets/0/probe/interval"}, true},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			if c.guardRefuses {
+				_, err := config.Parse([]byte(c.values))
+				require.Error(t, err, "the guard accepts these values; the chart must not refuse them")
+			}
+			values := valuesFile(t, c.values)
+			r := runHelm(t, "template", "webhook-guard", chartDir, "-f", values, "--set", "marking.enabled=false")
+			require.Error(t, r.err, "helm template accepted:\n%s", c.values)
+			for _, want := range c.want {
+				assert.Contains(t, r.stderr, want)
+			}
+			t.Logf("helm said: %s", strings.TrimSpace(r.stderr))
+		})
+	}
+
+	t.Run("without the schema the templates still refuse an unapproved target in the guard's words", func(t *testing.T) {
+		values := valuesFile(t, header+"targets:\n- {configuration: m, webhook: m.example.com}\n")
+		r := runHelm(t, "template", "webhook-guard", chartDir, "-f", values, "--set", "marking.enabled=false", "--skip-schema-validation")
+		require.Error(t, r.err)
+		assert.Contains(t, r.stderr, "targets[0].allowAdmissionWithoutMutation: must be true: opening the circuit admits objects without this webhook's mutation")
+	})
+}
+
+// TestChart_refusesMarkingPoliciesOfOtherTargets: the marking policies
+// are taken as "guard manifests marking" rendered them; the chart refuses
+// them when they are not those of the mutating targets, and refuses any
+// other object smuggled in with them.
+func TestChart_refusesMarkingPoliciesOfOtherTargets(t *testing.T) {
+	marking, err := os.ReadFile(filepath.Join(root, exampleTargets, "generated", "marking.yaml"))
+	require.NoError(t, err)
+	extraTarget := "targets[2].configuration=another,targets[2].webhook=another.example.com,targets[2].allowAdmissionWithoutMutation=true"
+	binding := "\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: escalate\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}\nsubjects: []\n"
+	smuggled := valuesFile(t, string(marking)+binding)
+	empty := valuesFile(t, "")
+	cases := map[string]struct {
+		args []string
+		want string
+	}{
+		"a target added without rendering again": {[]string{"--set", extraTarget}, "marking.policies was not rendered for these targets"},
+		"no marking policies":                    {[]string{"--set-file", "marking.policies=" + empty}, "marking.policies was not rendered for these targets"},
+		"another object among them":              {[]string{"--set-file", "marking.policies=" + smuggled}, "it may hold only the MutatingAdmissionPolicies and bindings"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			r := runHelm(t, append(append([]string{"template", "webhook-guard", chartDir}, exampleValues()...), c.args...)...)
+			require.Error(t, r.err)
+			assert.Contains(t, r.stderr, c.want)
+			assert.Contains(t, r.stderr, "guard manifests marking --config config.yaml", "the refusal says how to render them")
+		})
+	}
+}
+
+// TestChart_filesAreTheComponentsFiles: the alerts and the dashboard are
+// copies of the kustomize component's, which the chart cannot read from
+// outside its folder.
+func TestChart_filesAreTheComponentsFiles(t *testing.T) {
+	for _, name := range []string{"prometheusrule.yaml", "webhook-guard-dashboard.json"} {
+		want, err := os.ReadFile(filepath.Join(root, "deploy", "kustomize", "components", "prometheus", name))
+		require.NoError(t, err)
+		got, err := os.ReadFile(filepath.Join(root, chartDir, "files", name))
+		require.NoError(t, err)
+		assert.Equal(t, string(want), string(got), "%s/files/%s differs from the kustomize component's: cp deploy/kustomize/components/prometheus/%s %s/files/", chartDir, name, name, chartDir)
+	}
+}
+
+// TestChart_configYAMLIsAValuesFile: a GuardConfiguration file is a values
+// file as it is, and the chart renders the same configuration from it.
+func TestChart_configYAMLIsAValuesFile(t *testing.T) {
+	out := helmTemplate(t, "--show-only", "templates/configmap.yaml")
+	objs := parseObjects(t, out)
+	require.Len(t, objs, 1)
+	rendered := objs[0]["data"].(object)["config.yaml"].(string)
+	example, err := os.ReadFile(filepath.Join(root, exampleTargets, "config.yaml"))
+	require.NoError(t, err)
+	want, err := config.Parse(example)
+	require.NoError(t, err)
+	got, err := config.Parse([]byte(rendered))
+	require.NoError(t, err, "the guard refuses the configuration the chart renders:\n%s", rendered)
+	assert.Equal(t, want, got)
+}
+
+// valuesFile writes content to a file of its own and returns its path,
+// which has no comma: helm splits -f and --set-file values at commas.
+func valuesFile(t *testing.T, content string) string {
+	t.Helper()
+	f, err := os.CreateTemp("", "webhook-guard-helm-values-*.yaml")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = os.Remove(f.Name()) })
+	_, err = f.WriteString(content)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	return f.Name()
+}
