@@ -14,6 +14,7 @@ import (
 	"github.com/webhook-guard/webhook-guard/internal/cli"
 	"github.com/webhook-guard/webhook-guard/internal/cli/factory"
 	"github.com/webhook-guard/webhook-guard/internal/cli/manifests"
+	"github.com/webhook-guard/webhook-guard/internal/cli/release"
 	runcmd "github.com/webhook-guard/webhook-guard/internal/cli/run"
 	"github.com/webhook-guard/webhook-guard/internal/cli/status"
 	"github.com/webhook-guard/webhook-guard/internal/cli/unmutated"
@@ -96,6 +97,7 @@ func newRootCommand(streams cli.IOStreams, load factory.Loader) *cobra.Command {
 		status.NewCmd(streams, factory.New(load)),
 		webhooks.NewCmd(streams, factory.New(load)),
 		unmutated.NewCmd(streams, factory.New(load)),
+		release.NewCmd(streams, factory.New(load)),
 		manifests.NewCmd(streams, factory.New(load)),
 		versioncmd.NewCmd(streams, build),
 	)

@@ -55,10 +55,13 @@ func TestDispatch_badInputExitsNonZeroAndTouchesNothing(t *testing.T) {
 			"reading configuration: open /nonexistent/guard.yaml: no such file or directory"},
 		"run with an unapproved target names the file, field and value": {[]string{"run", "--config", bad}, 1,
 			bad + ": invalid GuardConfiguration: targets[0].allowAdmissionWithoutMutation: Required value"},
-		"status with a bad configuration touches nothing": {[]string{"status", "--config", bad}, 1, "allowAdmissionWithoutMutation: Required value"},
-		"status with an unknown output is a usage error":  {[]string{"status", "--output", "wide"}, 2, `-o "wide": must be table, json or yaml`},
-		"manifests with an unknown kind is a usage error": {[]string{"manifests", "crd"}, 2, `want "static", "policy", "rbac" or "marking"`},
-		"manifests static without --url is a usage error": {[]string{"manifests", "static", "--config", writeConfig(t, validConfig)}, 2, "--url and --ca-file are required"},
+		"status with a bad configuration touches nothing":    {[]string{"status", "--config", bad}, 1, "allowAdmissionWithoutMutation: Required value"},
+		"status with an unknown output is a usage error":     {[]string{"status", "--output", "wide"}, 2, `-o "wide": must be table, json or yaml`},
+		"release without --all or a target is a usage error": {[]string{"release"}, 2, "give --all, or the CONFIGURATION[/WEBHOOK] to release"},
+		"release with --all and a target is a usage error":   {[]string{"release", "--all", "a/b"}, 2, "not both"},
+		"release with a bad configuration touches nothing":   {[]string{"release", "--all", "--config", bad}, 1, "allowAdmissionWithoutMutation: Required value"},
+		"manifests with an unknown kind is a usage error":    {[]string{"manifests", "crd"}, 2, `want "static", "policy", "rbac" or "marking"`},
+		"manifests static without --url is a usage error":    {[]string{"manifests", "static", "--config", writeConfig(t, validConfig)}, 2, "--url and --ca-file are required"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -80,7 +83,7 @@ func TestDispatch_versionAndHelp(t *testing.T) {
 	for _, help := range [][]string{{"--help"}, {"help"}, {"-h"}} {
 		stdout.Reset()
 		require.NoError(t, run(context.Background(), help, &stdout, &stderr, noCluster(t)))
-		for _, cmd := range []string{"run", "status", "webhooks", "unmutated", "manifests static", "version"} {
+		for _, cmd := range []string{"run", "status", "webhooks", "unmutated", "release", "manifests static", "version"} {
 			assert.Contains(t, stdout.String(), cmd, "%v", help)
 		}
 	}

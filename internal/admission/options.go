@@ -19,7 +19,8 @@ type Options struct {
 	// Managed maps MutatingWebhookConfiguration name -> managed webhook
 	// names in it. A configuration is managed when its name is a key, even
 	// with an empty list: its bypass markers and circuit annotation are then
-	// still owned.
+	// still owned. config.Configuration.Managed builds it, without the
+	// targets in Observe mode, whose fields nobody but their owners change.
 	Managed map[string][]string
 	// ManagedValidating is Managed for ValidatingWebhookConfigurations.
 	// With neither, no configuration is managed, and the rule matches none.

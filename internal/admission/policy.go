@@ -518,13 +518,22 @@ func metadataChangesCEL() string {
 
 // celManagedMap renders the managed webhooks as a CEL map literal from
 // resource to configuration name to its list of webhook names, sorted as
-// the Go rule sorts them.
+// the Go rule sorts them. With no managed configuration at all (every
+// target in Observe mode) the mutating map holds noManagedConfigurationName,
+// which no configuration can be named, with one webhook named "":
+// kube-apiserver type-checks aggregate literals as homogeneous, and with
+// only empty maps the webhook names would be dyn, which the rule cannot
+// join with strings.
 func celManagedMap(opts Options) string {
 	byKind := make([]string, 0, len(kinds))
+	none := len(opts.Managed) == 0 && len(opts.ManagedValidating) == 0
 	for _, kind := range kinds {
 		entries := make([]string, 0, len(opts.managed(kind)))
 		for _, name := range opts.ConfigNames(kind) {
 			entries = append(entries, circuit.QuoteCEL(name)+": "+celList(opts.managedWebhooks(kind, name)))
+		}
+		if none && kind == circuit.KindMutating {
+			entries = append(entries, circuit.QuoteCEL(noManagedConfigurationName)+": "+celList([]string{""}))
 		}
 		byKind = append(byKind, circuit.QuoteCEL(kind.Resource())+": {"+strings.Join(entries, ", ")+"}")
 	}

@@ -218,6 +218,7 @@ func (r *ProbeRunner) observeAPIServer(ctx context.Context, t config.Target, res
 		log.Info("The direct probe and the apiserver's own calls disagree", append(target, "failing", st.Disagree, "detail", msg)...)
 		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, "SignalsDisagree", "Probe", "%s", msg)
 	}
+	r.judgeObserved(ctx, t, obj)
 	if pr.Outcome != probe.OutcomeFailed && view.Annotations[circuit.Annotation] == "" {
 		// As in ProbeOnce: an observation that is not failing gives Plan
 		// nothing to do on a configuration with no open circuit.

@@ -57,7 +57,7 @@ func pathHealthy(n int) Path {
 	return p
 }
 
-func TestDecideTarget(t *testing.T) {
+func TestJudgeTarget(t *testing.T) {
 	unknownAfterFailing := apiserverFailing(2)
 	unknownAfterFailing.Observe(probe.Result{Outcome: probe.OutcomeUnknown})
 	// An open circuit's probe that failed, then could not run.
@@ -140,7 +140,7 @@ func TestDecideTarget(t *testing.T) {
 			if tc.alone {
 				tgt.APIServerSignal.WithoutPathProbe = config.WithoutPathProbeOpen
 			}
-			action, signal := DecideTarget(tc.open, tc.entry, tc.probe, tc.api, tc.path, tgt)
+			action, signal := JudgeTarget(tc.open, tc.entry, tc.probe, tc.api, tc.path, tgt)
 			assert.Equal(t, tc.want, action)
 			assert.Equal(t, tc.wantSignal, signal)
 		})

@@ -1,5 +1,5 @@
 // Package breaker owns the circuit: the pure state machine that turns
-// probe results into open and close decisions (Decide, Plan), the probe
+// probe results into open and close decisions (Judge, JudgeTarget, Plan), the probe
 // runner that feeds it, and the reconciler that writes its decisions to
 // Mutating- and ValidatingWebhookConfigurations (seen through
 // circuit.View). The names and the record it writes belong to package

@@ -12,7 +12,10 @@ import (
 // Metrics are the breaker's Prometheus collectors. Labels are bounded: one
 // series per target, or per reason from a fixed set.
 type Metrics struct {
-	CircuitOpen   *prometheus.GaugeVec
+	CircuitOpen *prometheus.GaugeVec
+	// WouldOpen is CircuitOpen for targets in Observe mode: 1 while the
+	// breaker would have their circuit open, though it wrote nothing.
+	WouldOpen     *prometheus.GaugeVec
 	ProbeDuration *prometheus.HistogramVec
 	// ProbeLateness is how much later than due probes start: the guard's
 	// own delay (CPU starvation, throttling), not the webhooks'.
@@ -65,6 +68,9 @@ func NewMetrics() *Metrics {
 		CircuitOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "webhook_guard_circuit_open", Help: "1 while the breaker's changes are in place on a target webhook.",
 		}, target),
+		WouldOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "webhook_guard_circuit_would_open", Help: "1 while the circuit of a target in Observe mode would be open; the breaker wrote nothing (webhook_guard_circuit_open stays 0).",
+		}, target),
 		ProbeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "webhook_guard_probe_duration_seconds", Help: "Duration of probes, by target.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
@@ -83,7 +89,7 @@ func NewMetrics() *Metrics {
 			Name: "webhook_guard_probe_unknown_while_open", Help: "1 while an open circuit's probe has said Unknown for closeAfter intervals in a row: the circuit closes only when closeAfter apiserver observations in a row see the webhook's calls succeed (Ignore mode), and otherwise stays open.",
 		}, target),
 		Transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "webhook_guard_circuit_transitions_total", Help: "Changes the breaker wrote, by configuration kind and change (to). kind=\"Validating\",to=\"CircuitOpened\" counts openings that admit requests without validation.",
+			Name: "webhook_guard_circuit_transitions_total", Help: "Changes the breaker wrote, by configuration kind and change (to). kind=\"Validating\",to=\"CircuitOpened\" counts openings that admit requests without validation. to=\"CircuitWouldOpen\" and to=\"CircuitWouldClose\" count the changes it would have written to targets in Observe mode, where it writes nothing.",
 		}, []string{"kind", "to"}),
 		WriteConflicts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "webhook_guard_write_conflicts_total", Help: "Updates refused for a stale resourceVersion; each was re-read and decided again.",
@@ -140,7 +146,7 @@ func NewMetrics() *Metrics {
 // Collectors returns every collector, for registration on
 // controller-runtime's metrics.Registry.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.CircuitOpen, m.ProbeDuration, m.ProbeLateness, m.ProbeFailures, m.ProbeUnknown, m.UnknownWhileOpen, m.Transitions, m.WriteConflicts, m.WriteErrors, m.TargetMissing, m.TargetUnprobeable, m.Reconciles, m.RecordUnreadable, m.OpeningsHeld,
+	return []prometheus.Collector{m.CircuitOpen, m.WouldOpen, m.ProbeDuration, m.ProbeLateness, m.ProbeFailures, m.ProbeUnknown, m.UnknownWhileOpen, m.Transitions, m.WriteConflicts, m.WriteErrors, m.TargetMissing, m.TargetUnprobeable, m.Reconciles, m.RecordUnreadable, m.OpeningsHeld,
 		m.Openings, m.ScrapeDuration, m.ScrapeBytes, m.ScrapeErrors, m.APIServerObservations, m.SignalsDisagree, m.AdmittedWithout, m.MarkingAvailable, m.PathProbes}
 }
 
@@ -169,7 +175,7 @@ var ProbeFailureReasons = []probe.FailureReason{
 }
 
 // ChangeKinds are the to values of webhook_guard_circuit_transitions_total.
-var ChangeKinds = []ChangeKind{Opened, Closed, HandedOff, DroppedStale, Overwritten}
+var ChangeKinds = []ChangeKind{Opened, Closed, HandedOff, DroppedStale, Overwritten, WouldOpen, WouldClose}
 
 // Signals are the signal values of webhook_guard_circuit_openings_total.
 var Signals = []string{SignalProbe, SignalAPIServer, SignalBoth}
@@ -202,6 +208,9 @@ func (m *Metrics) Initialize(targets []config.Target) {
 		m.ProbeDuration.WithLabelValues(target...)
 		m.ProbeUnknown.WithLabelValues(target...)
 		m.AdmittedWithout.WithLabelValues(target...)
+		if t.Observes() {
+			m.WouldOpen.WithLabelValues(target...).Set(0)
+		}
 		for _, reason := range ProbeFailureReasons {
 			m.ProbeFailures.WithLabelValues(with(string(reason))...)
 		}

@@ -66,6 +66,10 @@ func (r *ProbeRunner) startPathProbe(ctx context.Context, t config.Target, obj c
 			open = open && entry.Mine(r.Signer)
 		}
 	}
+	if t.Observes() {
+		// No record: what would be open is in memory.
+		open, entry = st.WouldBeOpen(), circuit.Entry{Signal: st.WouldOpenSignal}
+	}
 	need := PathProbeNeeded(open, entry, st.APIServer)
 	shared := ""
 	if need {

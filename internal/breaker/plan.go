@@ -2,18 +2,13 @@ package breaker
 
 import (
 	"fmt"
-	"maps"
-	"slices"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
-	"github.com/webhook-guard/webhook-guard/internal/marking"
-	"github.com/webhook-guard/webhook-guard/internal/probe"
 )
 
 // ChangeKind names a change the breaker makes to one webhook.
@@ -102,6 +97,8 @@ type Inputs struct {
 }
 
 // Plan computes the configuration the breaker wants from the current one.
+// It never opens a circuit of a target in Observe mode (config.ModeObserve),
+// and closes one left open from an earlier mode.
 // It returns a modified deep copy and the changes it made; no changes
 // means no write, and then the result is cur itself (Plan runs on every
 // probe, so it copies in full only what it changes). Plan is pure: the reconciler writes its result in one
@@ -181,17 +178,28 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 			}
 			changes = append(changes, Change{Webhook: name, Kind: Overwritten, Message: msg})
 		default:
-			if _, ok := targets[name]; !ok {
+			t, ok := targets[name]
+			switch {
+			case !ok:
 				restore(wh, entry)
 				delete(rec, name)
 				changes = append(changes, Change{Webhook: name, Kind: Closed, Message: fmt.Sprintf(
 					"closed the circuit on %s because it is no longer a target; restored failurePolicy %s", name, circuit.PolicyString(entry.OriginalFailurePolicy))})
+			case t.Observes():
+				// Observe writes nothing, so nothing would ever close it.
+				restore(wh, entry)
+				delete(rec, name)
+				changes = append(changes, Change{Webhook: name, Kind: Closed, Message: fmt.Sprintf(
+					"closed the circuit on %s because its target is now in Observe mode, which changes nothing; restored failurePolicy %s (open since %s)",
+					name, circuit.PolicyString(entry.OriginalFailurePolicy), entry.OpenedAt.UTC().Format(time.RFC3339))})
 			}
 		}
 	}
 
 	for _, t := range in.Targets {
-		if in.Only != "" && t.Webhook != in.Only {
+		if in.Only != "" && t.Webhook != in.Only || t.Observes() {
+			// Observe targets are judged by State.JudgeObserved, and
+			// nothing is written for them.
 			continue
 		}
 		wh := webhook(next, t.Webhook)
@@ -214,7 +222,7 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 			}
 			continue
 		}
-		action, signal := DecideTarget(open, entry, c, in.APIServer[t.Webhook], in.Path[t.Webhook], t)
+		action, signal := JudgeTarget(open, entry, c, in.APIServer[t.Webhook], in.Path[t.Webhook], t)
 		switch action {
 		case Open:
 			if in.HoldOpen && signal == SignalProbe {
@@ -262,22 +270,6 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 	return finish(cur, next, rec, changes)
 }
 
-// HandOffOriginal says what an entry recorded, for the HandedOff Event
-// and guard status: "original failurePolicy X, mode M, opened at T by B".
-// A handoff removes the entry, the only place the original failurePolicy
-// was kept, so the Event must carry it.
-func HandOffOriginal(e circuit.Entry) string {
-	s := fmt.Sprintf("%s%s, mode %s, opened at %s", OriginalPrefix, circuit.PolicyString(e.OriginalFailurePolicy), e.Mode, e.OpenedAt.UTC().Format(time.RFC3339))
-	if e.By != "" {
-		s += " by " + e.By
-	}
-	return s
-}
-
-// OriginalPrefix begins HandOffOriginal, so that a reader of a HandedOff
-// Event (guard status) can find it in the note.
-const OriginalPrefix = "original failurePolicy "
-
 // TakeOver signs anew, with identity, every entry of cur's record that
 // a signer in retired wrote; retired maps each such signer (an identity
 // that no longer runs) to why it is taken for gone. Only the record
@@ -313,74 +305,6 @@ func TakeOver(cur *admissionregistrationv1.MutatingWebhookConfiguration, identit
 	return next, taken, nil
 }
 
-// unknownErr is the error of c's last Unknown result.
-func unknownErr(c Counts) error {
-	if c.LastUnknown == nil {
-		return nil
-	}
-	return c.LastUnknown.Err
-}
-
-// openedBecause returns the record's reason and the Event's explanation of
-// an opening by signal.
-func openedBecause(signal string, probeCounts, apiserver Counts) (string, string) {
-	probeSays := func() string {
-		return fmt.Sprintf("after %d consecutive failed probes (last: %s: %v)", probeCounts.Failures, probeCounts.Last.Reason, probeCounts.Last.Err)
-	}
-	apiserverSays := func() string {
-		return fmt.Sprintf("after %d consecutive failing intervals of the apiserver's own calls (last: %v)", apiserver.Failures, apiserver.Last.Err)
-	}
-	switch signal {
-	case SignalAPIServer:
-		why := apiserverSays()
-		switch probeCounts.Last.Outcome {
-		case probe.OutcomeHealthy:
-			why += " while the direct probe was healthy: the apiserver's path to the webhook is broken (konnectivity, a firewall or a NetworkPolicy between the control plane and the webhook)"
-		case probe.OutcomeFailed:
-			why += fmt.Sprintf(" (the direct probe is failing too: %s)", probeCounts.Last.Reason)
-		}
-		return string(ReasonAPIServerCalls), why
-	case SignalBoth:
-		return string(probeCounts.Last.Reason), probeSays() + " and " + apiserverSays()
-	}
-	return string(probeCounts.Last.Reason), probeSays()
-}
-
-// openedByAPIServer reports whether the apiserver signal opened entry's
-// circuit.
-func openedByAPIServer(entry circuit.Entry) bool {
-	return entry.Signal == SignalAPIServer || entry.Signal == SignalBoth
-}
-
-// trialNote explains, for a closing Event, that closing a Bypass circuit
-// the apiserver signal opened is a trial.
-func trialNote(t config.Target, entry circuit.Entry) string {
-	if t.Mode != circuit.ModeBypass || !openedByAPIServer(entry) {
-		return ""
-	}
-	return "; the apiserver signal opened it, and its calls cannot be seen while bypassed: if they still fail it opens again, and stays open twice as long"
-}
-
-// admittedNote says, for a closing Event, how many requests the apiserver
-// admitted without the webhook while the circuit was open, when the
-// apiserver signal counted them.
-func admittedNote(t config.Target, entry circuit.Entry, in Inputs) string {
-	n, ok := in.Admitted[t.Webhook]
-	if !t.APIServerSignal.Enabled || !ok {
-		return ""
-	}
-	without := "mutation"
-	if t.Kind == circuit.KindValidating {
-		without = "validation"
-	}
-	note := fmt.Sprintf("; the apiserver admitted %.0f requests without the %s while open (%s), as counted from its /metrics",
-		n, without, in.Now.Sub(entry.OpenedAt.Time).Round(time.Second))
-	if m := in.Marked[t.Webhook]; m > 0 {
-		note += fmt.Sprintf("; %.0f objects were marked %s=%s (guard unmutated lists them)", m, circuit.UnmutatedLabel, marking.ID(t.Configuration, t.Webhook))
-	}
-	return note
-}
-
 // handOffUnreadable hands a configuration whose record cannot be read to
 // the administrator who set the override: the record and every bypass
 // marker (the guard owns that name on any webhook) go, failurePolicy stays
@@ -395,92 +319,4 @@ func handOffUnreadable(cur *admissionregistrationv1.MutatingWebhookConfiguration
 		"administrator override: webhook-guard released this configuration, whose circuit record it could not read, so the original failurePolicy is unknown; "+
 			"it removed the record and its bypass markers, failurePolicy stays as it is now; remove the annotation %s to hand it back; override reason: %q; the record was: %q",
 		circuit.OverrideAnnotation, reason, cur.Annotations[circuit.Annotation])}}, nil
-}
-
-// planCopy copies of cur what Plan changes: the annotations, and each
-// webhook's struct, whose failurePolicy and matchConditions Plan replaces
-// (it never writes through a pointer or into a slice it did not make).
-// The rest is shared with cur until finish.
-func planCopy(cur *admissionregistrationv1.MutatingWebhookConfiguration) *admissionregistrationv1.MutatingWebhookConfiguration {
-	next := *cur
-	next.Annotations = maps.Clone(cur.Annotations)
-	next.Webhooks = slices.Clone(cur.Webhooks)
-	return &next
-}
-
-// finish returns cur when nothing changed, and otherwise a deep copy of
-// next, which shares nothing with cur, with rec encoded.
-func finish(cur, next *admissionregistrationv1.MutatingWebhookConfiguration, rec circuit.Record, changes []Change) (*admissionregistrationv1.MutatingWebhookConfiguration, []Change, error) {
-	if len(changes) == 0 {
-		return cur, nil, nil
-	}
-	annotations, err := circuit.Encode(next.Annotations, rec)
-	if err != nil {
-		return nil, nil, err
-	}
-	next.Annotations = annotations
-	return next.DeepCopy(), changes, nil
-}
-
-// openWebhook applies mode to wh and reports whether anything changed.
-func openWebhook(wh *admissionregistrationv1.MutatingWebhook, mode circuit.Mode) bool {
-	changed := false
-	if wh.FailurePolicy == nil || *wh.FailurePolicy != admissionregistrationv1.Ignore {
-		wh.FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
-		changed = true
-	}
-	if mode == circuit.ModeBypass && bypassIndex(wh) < 0 {
-		wh.MatchConditions = append(slices.Clip(wh.MatchConditions), admissionregistrationv1.MatchCondition{Name: circuit.BypassCondition, Expression: circuit.BypassExpression})
-		changed = true
-	}
-	return changed
-}
-
-// inPlace reports whether the changes entry records are still on wh.
-func inPlace(wh *admissionregistrationv1.MutatingWebhook, entry circuit.Entry) bool {
-	if wh.FailurePolicy == nil || *wh.FailurePolicy != admissionregistrationv1.Ignore {
-		return false
-	}
-	return entry.Mode != circuit.ModeBypass || bypassIndex(wh) >= 0
-}
-
-// restore puts back what entry says was there, and removes the bypass
-// marker. The guard forbids anyone else to touch either while open.
-func restore(wh *admissionregistrationv1.MutatingWebhook, entry circuit.Entry) {
-	wh.FailurePolicy = entry.OriginalFailurePolicy
-	removeBypass(wh)
-}
-
-func removeBypass(wh *admissionregistrationv1.MutatingWebhook) {
-	if i := bypassIndex(wh); i >= 0 {
-		wh.MatchConditions = append(wh.MatchConditions[:i:i], wh.MatchConditions[i+1:]...)
-		if len(wh.MatchConditions) == 0 {
-			wh.MatchConditions = nil
-		}
-	}
-}
-
-func bypassIndex(wh *admissionregistrationv1.MutatingWebhook) int {
-	for i, mc := range wh.MatchConditions {
-		if mc.Name == circuit.BypassCondition {
-			return i
-		}
-	}
-	return -1
-}
-
-func webhook(mwc *admissionregistrationv1.MutatingWebhookConfiguration, name string) *admissionregistrationv1.MutatingWebhook {
-	if i := index(mwc, name); i >= 0 {
-		return &mwc.Webhooks[i]
-	}
-	return nil
-}
-
-func index(mwc *admissionregistrationv1.MutatingWebhookConfiguration, name string) int {
-	for i := range mwc.Webhooks {
-		if mwc.Webhooks[i].Name == name {
-			return i
-		}
-	}
-	return -1
 }

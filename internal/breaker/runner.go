@@ -175,6 +175,7 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 	if t.Probe.Kind == config.ProbeAdmissionReview {
 		if err := probe.AdmissionReviewProbeable(*wh); err != nil {
 			r.problem(ctx, t, obj, true, fmt.Sprintf("%v; configure an HTTPGet probe. While it cannot be probed its circuit does not open, and an open one is closed", err))
+			r.judgeObserved(ctx, t, obj)
 			r.wake(ctx, t.Kind, obj, view, r.inputs(t.Kind, view))
 			return
 		}
@@ -224,6 +225,7 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 		log.Info("TLS probe failure diagnosed", "diagnosis", diagnosis)
 		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, "ProbeTLSFailure", "Probe", "%s: %s", t.Webhook, diagnosis)
 	}
+	r.judgeObserved(ctx, t, obj)
 	pathMayOpen := path.Last.Outcome == probe.OutcomeFailed && path.Failures >= t.OpenAfter
 	if view.Annotations[circuit.Annotation] == "" && !holdChanged && !pathMayOpen && (res.Outcome != probe.OutcomeFailed || counts.Failures < t.OpenAfter) {
 		// The common case, skipped because it runs for every target every
@@ -240,6 +242,24 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 		in = r.inputs(t.Kind, view)
 	}
 	r.wake(ctx, t.Kind, obj, view, in)
+}
+
+// judgeObserved reports the transition t, a target in Observe mode, would
+// have made now (State.JudgeObserved), if any: an Event on obj, its
+// configuration, webhook_guard_circuit_transitions_total and
+// webhook_guard_circuit_would_open. It writes nothing.
+func (r *ProbeRunner) judgeObserved(ctx context.Context, t config.Target, obj client.Object) {
+	if !t.Observes() {
+		return
+	}
+	c, ok := r.State.JudgeObserved(t, r.Clock.Now())
+	if !ok {
+		return
+	}
+	r.Metrics.Transitions.WithLabelValues(string(t.Kind), string(c.Kind)).Inc()
+	r.Metrics.WouldOpen.WithLabelValues(string(t.Kind), t.Configuration, t.Webhook).Set(boolGauge(c.Kind == WouldOpen))
+	logf.FromContext(ctx).Info("Observe mode: a circuit transition that was not written", "change", c.Kind, "signal", c.Signal)
+	r.Recorder.Eventf(obj, nil, eventType(c.Kind), string(c.Kind), "Observe", "%s", c.Message)
 }
 
 // closes reports whether Plan, given in, would close a circuit on view.

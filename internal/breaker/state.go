@@ -43,6 +43,9 @@ type TargetStatus struct {
 	// Unprobeable is set when the target exists but cannot be probed
 	// safely; Plan closes an open circuit on it.
 	Unprobeable bool
+	// Observed is, for a target in Observe mode, what the breaker would
+	// have done (State.JudgeObserved); zero for the others.
+	Observed
 }
 
 // State holds every target's TargetStatus, keyed by config.Target.Key.
@@ -213,6 +216,48 @@ func (s *State) Reset(key string) {
 	st.Path.Failures, st.Path.Successes = 0, 0
 	st.Admitted, st.Marked = 0, 0
 	s.targets[key] = st
+}
+
+// JudgeObserved judges t, a target in Observe mode, from its counts
+// (JudgeObserved, with the hold), and applies the transition it would
+// have made, if any, to its Observed state at now: it returns the Change
+// to report, and true when there is one. As after a written transition,
+// the counts of both signals start again from zero. An unprobeable target
+// whose circuit would be open would close (as Plan closes an open one).
+// Deciding and applying under one lock, the probe loop and the apiserver
+// signal's loop never report one transition twice.
+func (s *State) JudgeObserved(t config.Target, now time.Time) (Change, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, ok := s.targets[t.Key()]
+	if !ok {
+		return Change{}, false
+	}
+	var action Action
+	var signal string
+	switch {
+	case st.Unprobeable:
+		if st.WouldBeOpen() {
+			action = Close
+		}
+	case st.Problem != "":
+	default:
+		action, signal = JudgeObserved(st.WouldBeOpen(), st.WouldOpenSignal, st.Counts, st.APIServer, st.Path, t, s.allFailingLocked())
+	}
+	if action != Open && action != Close {
+		return Change{}, false
+	}
+	c := observedChange(t, st, action, signal, now)
+	if action == Open {
+		st.WouldOpenSince, st.WouldOpenSignal = now, signal
+	} else {
+		st.WouldOpenSince, st.WouldOpenSignal, st.WouldClosedAt = time.Time{}, "", now
+	}
+	st.Failures, st.Successes = 0, 0
+	st.APIServer.Failures, st.APIServer.Successes = 0, 0
+	st.Path.Failures, st.Path.Successes = 0, 0
+	s.targets[t.Key()] = st
+	return c, true
 }
 
 // Get returns key's status.

@@ -102,26 +102,33 @@ func convertTarget(p *field.Path, ft fileTarget) (Target, field.ErrorList) {
 	if ft.Webhook == "" {
 		errs = append(errs, field.Required(p.Child("webhook"), "the webhook name inside the configuration"))
 	}
-	if t.Kind == circuit.KindValidating {
-		errs = append(errs, approval(p.Child("allowAdmissionWithoutValidation"), ft.AllowAdmissionWithoutValidation, "validation",
-			"requests without this webhook's validation, a security decision")...)
-		if ft.AllowAdmissionWithoutMutation != nil {
-			errs = append(errs, field.Forbidden(p.Child("allowAdmissionWithoutMutation"), "a Validating target approves allowAdmissionWithoutValidation instead"))
-		}
-	} else {
-		errs = append(errs, approval(p.Child("allowAdmissionWithoutMutation"), ft.AllowAdmissionWithoutMutation, "mutation",
-			"objects without this webhook's mutation")...)
-		if ft.AllowAdmissionWithoutValidation != nil {
-			errs = append(errs, field.Forbidden(p.Child("allowAdmissionWithoutValidation"), "a Mutating target approves allowAdmissionWithoutMutation instead; set kind: Validating for a validating webhook"))
-		}
-	}
-
 	t.Mode = Mode(ft.Mode)
 	if t.Mode == "" {
 		t.Mode = DefaultMode
 	}
-	if t.Mode != ModeIgnore && t.Mode != ModeBypass {
-		errs = append(errs, field.NotSupported(p.Child("mode"), ft.Mode, []string{string(ModeIgnore), string(ModeBypass)}))
+	if t.Mode != ModeIgnore && t.Mode != ModeBypass && t.Mode != ModeObserve {
+		errs = append(errs, field.NotSupported(p.Child("mode"), ft.Mode, []string{string(ModeIgnore), string(ModeBypass), string(ModeObserve)}))
+	}
+	// An Observe target admits nothing without its webhook, so it needs no
+	// approval; one given must still be true, so that it can stay when
+	// the mode changes to Ignore or Bypass, which then require it.
+	observe := t.Mode == ModeObserve
+	if t.Kind == circuit.KindValidating {
+		if !observe || ft.AllowAdmissionWithoutValidation != nil {
+			errs = append(errs, approval(p.Child("allowAdmissionWithoutValidation"), ft.AllowAdmissionWithoutValidation, "validation",
+				"requests without this webhook's validation, a security decision")...)
+		}
+		if ft.AllowAdmissionWithoutMutation != nil {
+			errs = append(errs, field.Forbidden(p.Child("allowAdmissionWithoutMutation"), "a Validating target approves allowAdmissionWithoutValidation instead"))
+		}
+	} else {
+		if !observe || ft.AllowAdmissionWithoutMutation != nil {
+			errs = append(errs, approval(p.Child("allowAdmissionWithoutMutation"), ft.AllowAdmissionWithoutMutation, "mutation",
+				"objects without this webhook's mutation")...)
+		}
+		if ft.AllowAdmissionWithoutValidation != nil {
+			errs = append(errs, field.Forbidden(p.Child("allowAdmissionWithoutValidation"), "a Mutating target approves allowAdmissionWithoutMutation instead; set kind: Validating for a validating webhook"))
+		}
 	}
 	t.OpenAfter = threshold(p.Child("openAfter"), ft.OpenAfter, DefaultOpenAfter, &errs)
 	t.CloseAfter = threshold(p.Child("closeAfter"), ft.CloseAfter, DefaultCloseAfter, &errs)

@@ -220,7 +220,15 @@ func TestParse_malformed(t *testing.T) {
 		},
 		"an unknown mode is rejected": {
 			header + minimalTarget + "  mode: Open\n",
-			`invalid GuardConfiguration: targets[0].mode: Unsupported value: "Open": supported values: "Ignore", "Bypass"`,
+			`invalid GuardConfiguration: targets[0].mode: Unsupported value: "Open": supported values: "Ignore", "Bypass", "Observe"`,
+		},
+		"a false approval is rejected in Observe mode too": {
+			header + "targets:\n- configuration: a\n  webhook: a.example.com\n  mode: Observe\n  allowAdmissionWithoutMutation: false\n",
+			"invalid GuardConfiguration: targets[0].allowAdmissionWithoutMutation: Invalid value: false: must be true: a webhook whose mutation is required must not be listed as a target",
+		},
+		"the other kind's approval is forbidden in Observe mode too": {
+			header + "targets:\n- kind: Validating\n  configuration: a\n  webhook: a.example.com\n  mode: Observe\n  allowAdmissionWithoutMutation: true\n",
+			"invalid GuardConfiguration: targets[0].allowAdmissionWithoutMutation: Forbidden: a Validating target approves allowAdmissionWithoutValidation instead",
 		},
 		"an unknown probe kind is rejected": {
 			header + minimalTarget + "  probe:\n    kind: TCP\n",
@@ -286,4 +294,44 @@ func TestParse_pathProbeServicePortDefaultsTo443(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, &Service{Namespace: "webhooks", Name: "hook", Port: 443}, cfg.Targets[0].APIServerSignal.PathProbe.Service)
 	assert.Equal(t, "https:hook:443", cfg.Targets[0].APIServerSignal.PathProbe.Service.ProxyName())
+}
+
+// An Observe target needs no approval, since it admits nothing without its
+// webhook, and is not managed: the guard policy does not own its fields.
+// A configuration that mixes modes is managed for its other targets only.
+func TestParse_observeNeedsNoApprovalAndIsNotManaged(t *testing.T) {
+	cfg, err := Parse([]byte(header + `targets:
+- configuration: watched
+  webhook: a.example.com
+  mode: Observe
+- kind: Validating
+  configuration: watched-policy
+  webhook: v.example.com
+  mode: Observe
+  allowAdmissionWithoutValidation: true
+- configuration: mixed
+  webhook: observed.example.com
+  mode: Observe
+- configuration: mixed
+  webhook: bypassed.example.com
+  allowAdmissionWithoutMutation: true
+  mode: Bypass
+`))
+	require.NoError(t, err)
+	require.Len(t, cfg.Targets, 4)
+	for name, c := range map[string]struct {
+		target  Target
+		observe bool
+	}{
+		"an Observe target without approval":    {cfg.Targets[0], true},
+		"an Observe target with its approval":   {cfg.Targets[1], true},
+		"a Bypass target beside an Observe one": {cfg.Targets[3], false},
+	} {
+		t.Run(name, func(t *testing.T) { assert.Equal(t, c.observe, c.target.Observes()) })
+	}
+	assert.Equal(t, ModeObserve, cfg.Targets[0].Mode)
+	assert.Equal(t, map[string][]string{"mixed": {"bypassed.example.com"}}, cfg.Managed(circuit.KindMutating),
+		"only the webhooks the breaker may write are managed")
+	assert.Empty(t, cfg.Managed(circuit.KindValidating), "a configuration with only Observe targets is not managed")
+	assert.Equal(t, []string{"watched", "mixed"}, cfg.Names(circuit.KindMutating), "Names still lists every target configuration")
 }

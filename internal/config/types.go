@@ -21,6 +21,13 @@ type Mode = circuit.Mode
 const (
 	ModeIgnore = circuit.ModeIgnore
 	ModeBypass = circuit.ModeBypass
+	// ModeObserve is the shadow mode: the breaker probes and judges the
+	// target as in the other modes, and reports each transition it would
+	// have made (Events CircuitWouldOpen and CircuitWouldClose, metrics),
+	// but writes nothing to its configuration, and the guard policy does
+	// not own its fields (Configuration.Managed leaves it out). It is
+	// never recorded in a record entry: nothing opens.
+	ModeObserve Mode = "Observe"
 )
 
 // ProbeKind names how a target is probed.
@@ -154,7 +161,9 @@ type Target struct {
 	Configuration string
 	// Webhook is the webhook's name inside that configuration.
 	Webhook string
-	// Mode is applied while the circuit is open. Default Ignore.
+	// Mode is applied while the circuit is open. Default Ignore. Under
+	// ModeObserve nothing is applied: the breaker only says when it would
+	// have opened and closed.
 	Mode Mode
 	// OpenAfter is the number of consecutive failed probes that opens the
 	// circuit. Default 3.
@@ -259,12 +268,18 @@ func (c *Configuration) Names(kind circuit.Kind) []string {
 	return out
 }
 
+// Observes reports whether t is in ModeObserve: probed and judged, never
+// written.
+func (t Target) Observes() bool { return t.Mode == ModeObserve }
+
 // Managed maps each of kind's configuration names to its target webhook
-// names.
+// names: the fields the guard policy owns. Targets in ModeObserve are left
+// out, since the breaker never writes them; a configuration whose targets
+// all observe is not managed at all, and anyone may change it.
 func (c *Configuration) Managed(kind circuit.Kind) map[string][]string {
 	out := map[string][]string{}
 	for _, t := range c.Targets {
-		if t.Kind == kind {
+		if t.Kind == kind && !t.Observes() {
 			out[t.Configuration] = append(out[t.Configuration], t.Webhook)
 		}
 	}

@@ -12,7 +12,7 @@ import (
 // wakes late, and so do its probes: a probe whose deadline passed while
 // the guard itself was not running says nothing about the webhook.
 type StallMonitor struct {
-	// Tick is how often it wakes. Default 20ms.
+	// Tick is how often it wakes. Default defaultTick.
 	Tick time.Duration
 	// Min is the smallest lateness recorded as a stall. Default 30ms.
 	Min time.Duration
@@ -31,8 +31,13 @@ func (m *StallMonitor) tick() time.Duration {
 	if m.Tick > 0 {
 		return m.Tick
 	}
-	return 20 * time.Millisecond
+	return defaultTick
 }
+
+// defaultTick is how often a StallMonitor wakes by default: often enough
+// to see a stall of a probe's scale (tens of milliseconds), rarely enough
+// to cost nothing measurable.
+const defaultTick = 20 * time.Millisecond
 
 func (m *StallMonitor) min() time.Duration {
 	if m.Min > 0 {

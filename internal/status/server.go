@@ -122,6 +122,15 @@ func probeRow(t config.Target, state *breaker.State) Row {
 	case st.APIServer.Last.Outcome != "":
 		row.APIServerLast = string(st.APIServer.Last.Outcome)
 	}
+	if t.Observes() {
+		row.WouldOpenSignal = st.WouldOpenSignal
+		if st.WouldBeOpen() {
+			row.WouldOpenSince = st.WouldOpenSince.UTC().Format(time.RFC3339)
+		}
+		if !st.WouldClosedAt.IsZero() {
+			row.WouldClosedAt = st.WouldClosedAt.UTC().Format(time.RFC3339)
+		}
+	}
 	if !st.LastProbe.IsZero() {
 		row.LastProbe = st.LastProbe.UTC().Format(time.RFC3339)
 	}

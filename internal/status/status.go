@@ -59,8 +59,10 @@ func LeaseName(instance string) string {
 }
 
 // Row is one target in /status and in "guard status". The leader fills
-// the probe counts; "guard status" adds what the objects say (State,
-// Mode, Since, OpenedBy, Owner, Original).
+// the probe counts and, for a target in Observe mode, what the breaker
+// would have done (WouldOpenSince, WouldOpenSignal, WouldClosedAt); "guard
+// status" adds what the objects say (State, Mode, Since, OpenedBy, Owner,
+// Original).
 type Row struct {
 	Kind          string `json:"kind"`
 	Configuration string `json:"configuration"`
@@ -99,4 +101,17 @@ type Row struct {
 	// Marking says why objects admitted while the circuit is open are not
 	// marked, when they are not.
 	Marking string `json:"marking,omitempty"`
+	// For a target in Observe mode, from the leader's memory (there is no
+	// record): since when its circuit would be open (RFC 3339; empty while
+	// it would be closed), the signal that would have opened it, and when
+	// it last would have closed. State is then WouldOpen while it would be
+	// open; Since and OpenedBy keep their meaning, the record's, and stay
+	// empty.
+	WouldOpenSince  string `json:"wouldOpenSince,omitempty"`
+	WouldOpenSignal string `json:"wouldOpenSignal,omitempty"`
+	WouldClosedAt   string `json:"wouldClosedAt,omitempty"`
 }
+
+// StateWouldOpen is the State of a target in Observe mode whose circuit
+// would be open: the breaker wrote nothing.
+const StateWouldOpen = "WouldOpen"

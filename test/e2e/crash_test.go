@@ -117,13 +117,13 @@ func TestCrash_randomSIGKILLs(t *testing.T) {
 	}
 }
 
-// TestRace_adminEditsAgainstAFlappingBreaker: an administrator makes 100
+// TestCrash_adminEditsAgainstAFlappingBreaker: an administrator makes 100
 // edits of fields the breaker does not own while the breaker opens and
 // closes the circuit as fast as it can, then 100 more while the override
 // hands the configuration over mid-way. Every edit lands (no lost
 // update), every value reaches the object in order, and the contract holds
 // at the end.
-func TestRace_adminEditsAgainstAFlappingBreaker(t *testing.T) {
+func TestCrash_adminEditsAgainstAFlappingBreaker(t *testing.T) {
 	ctx := context.Background()
 	s := newBreakerSetup(t, setupOptions{mode: "Bypass"})
 	g, err := env.StartGuard(harness.GuardOptions{Name: "guard", Kubeconfig: s.guardID.KubeconfigPath, Config: s.config(""), Args: []string{"--leader-elect=false"}})

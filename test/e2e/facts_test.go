@@ -359,3 +359,87 @@ func update(t *testing.T, mwc *admissionregistrationv1.MutatingWebhookConfigurat
 	edit(&mwc.Webhooks[0])
 	require.NoError(t, env.Client.Update(ctx, mwc))
 }
+
+// Fact f: like MutatingWebhookConfigurations, writes to
+// ValidatingWebhookConfigurations are seen by a ValidatingAdmissionPolicy
+// and never by an API-registered webhook. The validating breaker's guard
+// rests on both halves.
+func TestFact_validatingWebhookConfigurationWritesSeenByPolicyNotByWebhooks(t *testing.T) {
+	ctx := context.Background()
+	ns := testNamespace(t)
+	dumpOnFailure(t, ns)
+	name := uniqueName(t, "fact-f")
+	wh := startWebhook(t, harness.WebhookOptions{})
+	wh.SetBehaviour("/vwc", harness.Deny("fact f: this webhook must never be called"))
+	wh.SetBehaviour("/control", harness.Allow())
+
+	watcher := validatingWebhook("vwc.fact-f.webhook-guard.io", ns, wh.URL("/vwc"), wh.CA.CertPEM, admissionregistrationv1.Fail)
+	watcher.NamespaceSelector = nil
+	watcher.ObjectSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"fact-f": name}}
+	watcher.Rules[0].Operations = []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update}
+	watcher.Rules[0].Rule = admissionregistrationv1.Rule{APIGroups: []string{"admissionregistration.k8s.io"}, APIVersions: []string{"v1"}, Resources: []string{"validatingwebhookconfigurations"}}
+	registration := &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-watcher"},
+		Webhooks:   []admissionregistrationv1.ValidatingWebhook{watcher, validatingWebhook("control.fact-f.webhook-guard.io", ns, wh.URL("/control"), wh.CA.CertPEM, admissionregistrationv1.Fail)},
+	}
+	require.NoError(t, env.Client.Create(ctx, registration))
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), registration) })
+	require.Eventually(t, func() bool {
+		_, err := createConfigMap(ctx, env.Client, ns)
+		return err == nil && wh.Calls("/control") > 0
+	}, propagation, 50*time.Millisecond, "control: the registration was never live for configmaps")
+
+	message := "fact-f: failurePolicy of " + name + " is owned"
+	vap := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				ResourceNames: []string{name},
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{"admissionregistration.k8s.io"}, APIVersions: []string{"v1"}, Resources: []string{"validatingwebhookconfigurations"}},
+				},
+			}}},
+			Validations: []admissionregistrationv1.Validation{{
+				Expression: "object.webhooks.all(w, oldObject.webhooks.all(o, o.name != w.name || o.failurePolicy == w.failurePolicy))",
+				Message:    message,
+				Reason:     ptr.To(metav1.StatusReasonForbidden),
+			}},
+		},
+	}
+	require.NoError(t, env.Client.Create(ctx, vap))
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), vap) })
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: name, ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}},
+	}
+	require.NoError(t, env.Client.Create(ctx, binding))
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), binding) })
+
+	target := &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"fact-f": name}},
+		Webhooks:   []admissionregistrationv1.ValidatingWebhook{validatingWebhook("v.fact-f.webhook-guard.io", "nowhere-"+name, "https://127.0.0.1:1/never", nil, admissionregistrationv1.Fail)},
+	}
+	require.NoError(t, env.Client.Create(ctx, target), "an API-registered webhook denied a VWC create")
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), target) })
+
+	// Until the policy is live an update goes through; each attempt flips
+	// the policy, so once it is live the flip is denied with its message.
+	var err error
+	require.Eventually(t, func() bool {
+		live := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+		require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Name: name}, live))
+		p := admissionregistrationv1.Ignore
+		if *live.Webhooks[0].FailurePolicy == p {
+			p = admissionregistrationv1.Fail
+		}
+		live.Webhooks[0].FailurePolicy = &p
+		err = env.Client.Update(ctx, live)
+		return err != nil && !apierrors.IsConflict(err)
+	}, propagation, 100*time.Millisecond, "the policy never denied a VWC failurePolicy change")
+	require.True(t, apierrors.IsForbidden(err), "want Forbidden, got %v", err)
+	assert.Contains(t, err.Error(), message)
+	assert.Contains(t, err.Error(), "ValidatingAdmissionPolicy")
+	assert.Equal(t, 0, wh.Calls("/vwc"), "kube-apiserver called an API-registered webhook for a VWC write")
+}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"runtime"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -119,18 +118,6 @@ func (o *Options) Run(ctx context.Context) error {
 	}
 	setupLog.Info("Starting webhook-guard", "version", o.Build.Version, "identity", identity, "targets", len(cfg.Targets))
 
-	m := breaker.NewMetrics()
-	repairs := admission.NewPolicyRepairs()
-	// Every counter series the alerts take increase() or rate() of exists
-	// at 0 from the start, so that the first event after a start is seen.
-	m.Initialize(cfg.Targets)
-	admission.InitializePolicyRepairs(repairs)
-	for _, c := range append(m.Collectors(), repairs, breaker.NewBuildInfo(o.Build.Version, o.Build.Commit, runtime.Version())) {
-		if err := metrics.Registry.Register(c); err != nil {
-			return fmt.Errorf("registering metrics: %w", err)
-		}
-	}
-
 	var webhookServer webhook.Server
 	if o.WebhookCertDir != "" {
 		webhookServer = webhook.NewServer(webhook.Options{Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.WebhookCertDir, TLSOpts: serverTLSOpts})
@@ -167,10 +154,9 @@ func (o *Options) Run(ctx context.Context) error {
 		return fmt.Errorf("creating the manager: %w", err)
 	}
 
-	// The timeouts of every webhook in the cluster, from the cache, for the
-	// alert on kube-apiserver's latency of any webhook.
-	if err := metrics.Registry.Register(&breaker.WebhookTimeouts{Reader: mgr.GetCache()}); err != nil {
-		return fmt.Errorf("registering metrics: %w", err)
+	m, repairs, err := registerMetrics(metrics.Registry, cfg.Targets, o.Build, mgr.GetCache())
+	if err != nil {
+		return err
 	}
 
 	if err := setupCerts(ctx, mgr, o.Client, o.WebhookCertDir, o.Certs); err != nil {

@@ -228,8 +228,8 @@ func checkMarkingPolicies(ctx context.Context, c client.Client, cfg *config.Conf
 	keeper := &marking.Keeper{Reader: c}
 	var problems []string
 	for _, t := range cfg.Targets {
-		if t.Kind != circuit.KindMutating {
-			continue
+		if t.Kind != circuit.KindMutating || t.Observes() {
+			continue // an Observe target never opens, so marks nothing
 		}
 		if _, err := keeper.Check(ctx, marking.Circuit{Configuration: t.Configuration, Webhook: t.Webhook}); err != nil {
 			problems = append(problems, err.Error())

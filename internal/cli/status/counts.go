@@ -62,30 +62,47 @@ type noLeaderError struct{ error }
 
 func (e noLeaderError) Unwrap() error { return e.error }
 
-// leaderPod returns the pod that holds the leader-election Lease. The
-// holder identity is "<pod name>_<uuid>" (controller-runtime's default:
-// the hostname, which is the pod name). When the Lease says nobody leads,
-// the error is a noLeaderError.
-func leaderPod(ctx context.Context, c client.Reader, namespace, lease string) (*corev1.Pod, error) {
+// IsNoLeader reports whether err says that the installation has no
+// leader (a noLeaderError, from Leader or leaderPod).
+func IsNoLeader(err error) bool { return errors.As(err, new(noLeaderError)) }
+
+// Leader returns the holder identity of the leader-election Lease
+// namespace/lease. When the Lease says nobody leads (it does not exist,
+// has no holder, or has expired), the error is a noLeaderError
+// (IsNoLeader); any other error is a failure to read the Lease, which
+// says nothing about a leader.
+func Leader(ctx context.Context, c client.Reader, namespace, lease string) (string, error) {
 	l := &coordinationv1.Lease{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: lease}, l); err != nil {
 		err = fmt.Errorf("reading the leader's Lease %s/%s: %w", namespace, lease, err)
 		if apierrors.IsNotFound(err) {
-			return nil, noLeaderError{err}
+			return "", noLeaderError{err}
 		}
-		return nil, err
+		return "", err
 	}
 	holder := ""
 	if l.Spec.HolderIdentity != nil {
 		holder = *l.Spec.HolderIdentity
 	}
 	if holder == "" {
-		return nil, noLeaderError{fmt.Errorf("no leader: Lease %s/%s has no holder", namespace, lease)}
+		return "", noLeaderError{fmt.Errorf("no leader: Lease %s/%s has no holder", namespace, lease)}
 	}
 	if l.Spec.RenewTime != nil && l.Spec.LeaseDurationSeconds != nil {
 		if expired := l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second); time.Now().After(expired) {
-			return nil, noLeaderError{fmt.Errorf("no leader: Lease %s/%s held by %s expired %s ago", namespace, lease, holder, time.Since(expired).Round(time.Second))}
+			return "", noLeaderError{fmt.Errorf("no leader: Lease %s/%s held by %s expired %s ago", namespace, lease, holder, time.Since(expired).Round(time.Second))}
 		}
+	}
+	return holder, nil
+}
+
+// leaderPod returns the pod that holds the leader-election Lease. The
+// holder identity is "<pod name>_<uuid>" (controller-runtime's default:
+// the hostname, which is the pod name). When the Lease says nobody leads,
+// the error is a noLeaderError.
+func leaderPod(ctx context.Context, c client.Reader, namespace, lease string) (*corev1.Pod, error) {
+	holder, err := Leader(ctx, c, namespace, lease)
+	if err != nil {
+		return nil, err
 	}
 	name, _, _ := strings.Cut(holder, "_")
 	pod := &corev1.Pod{}

@@ -20,7 +20,7 @@ import (
 
 // objectRow reads a target's circuit state from its configuration.
 func objectRow(ctx context.Context, c client.Reader, t config.Target) statusapi.Row {
-	row := statusapi.Row{Kind: string(t.Kind), Configuration: t.Configuration, Webhook: t.Webhook, State: "Closed", Mode: string(t.Mode)}
+	row := statusapi.Row{Kind: string(t.Kind), Configuration: t.Configuration, Webhook: t.Webhook, State: stateClosed, Mode: string(t.Mode)}
 	obj := t.Kind.New()
 	if err := c.Get(ctx, client.ObjectKey{Name: t.Configuration}, obj); err != nil {
 		row.State = "Unknown"

@@ -20,6 +20,7 @@ import (
 	"github.com/webhook-guard/webhook-guard/internal/cli"
 	"github.com/webhook-guard/webhook-guard/internal/cli/factory"
 	"github.com/webhook-guard/webhook-guard/internal/cli/startcheck"
+	"github.com/webhook-guard/webhook-guard/internal/config"
 	statusapi "github.com/webhook-guard/webhook-guard/internal/status"
 )
 
@@ -38,8 +39,12 @@ const (
 	ExitNoLeader = 3
 )
 
-// stateOpen is the State of a row whose circuit is open.
-const stateOpen = "Open"
+// stateOpen is the State of a row whose circuit is open, and stateClosed
+// of one whose circuit is closed.
+const (
+	stateOpen   = "Open"
+	stateClosed = "Closed"
+)
 
 const long = `Prints every configured target: its circuit state from the webhook
 configurations, and the leader's probe counts. With a kubeconfig alone it
@@ -174,6 +179,10 @@ func (o *Options) Run(ctx context.Context) error {
 			row.Failures, row.Successes, row.LastResult, row.LastProbe = cr.Failures, cr.Successes, cr.LastResult, cr.LastProbe
 			row.APIServerLast, row.APIServerFailures, row.Admitted, row.Disagree = cr.APIServerLast, cr.APIServerFailures, cr.Admitted, cr.Disagree
 			row.Marking, row.Marked = cr.Marking, cr.Marked
+			row.WouldOpenSince, row.WouldOpenSignal, row.WouldClosedAt = cr.WouldOpenSince, cr.WouldOpenSignal, cr.WouldClosedAt
+			if t.Observes() && row.State == stateClosed && cr.WouldOpenSince != "" {
+				row.State = statusapi.StateWouldOpen
+			}
 			if cr.Problem != "" && row.Problem == "" {
 				row.Problem = cr.Problem
 			}
@@ -238,6 +247,27 @@ type orphanRow struct {
 	By            string `json:"by,omitempty"`
 }
 
+// observedSince is the SINCE column of a target in Observe mode: since when
+// its circuit would be open, or when it last would have closed.
+func observedSince(row statusapi.Row) string {
+	switch {
+	case row.WouldOpenSince != "":
+		return row.WouldOpenSince + sinceAgo(row.WouldOpenSince)
+	case row.WouldClosedAt != "":
+		return "would have closed " + row.WouldClosedAt
+	}
+	return ""
+}
+
+// sinceAgo is " (how long ago)" for an RFC 3339 time, or "".
+func sinceAgo(at string) string {
+	t, err := time.Parse(time.RFC3339, at)
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprintf(" (%s)", time.Since(t).Round(time.Second))
+}
+
 // printStatus prints rep as a table, and what was unavailable on stderr.
 func printStatus(stdout, stderr io.Writer, rep statusReport) error {
 	fmt.Fprintf(stdout, "Configuration: %s\n", rep.ConfigSource)
@@ -267,7 +297,12 @@ func printStatus(stdout, stderr io.Writer, rep statusReport) error {
 		if row.State == stateOpen && owner == "" {
 			owner = "(unsigned)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", row.Kind, row.Configuration, row.Webhook, row.State, row.Mode, cli.Dash(row.Since), cli.Dash(row.OpenedBy),
+		since, openedBy := row.Since, row.OpenedBy
+		if row.Mode == string(config.ModeObserve) {
+			// What would have happened, and when: nothing was written.
+			since, openedBy = observedSince(row), row.WouldOpenSignal
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", row.Kind, row.Configuration, row.Webhook, row.State, row.Mode, cli.Dash(since), cli.Dash(openedBy),
 			cli.Dash(owner), row.Failures, row.Successes, admitted, cli.Dash(last), cli.Dash(apiserver))
 	}
 	if err := tw.Flush(); err != nil {

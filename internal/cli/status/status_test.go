@@ -2,10 +2,12 @@ package status
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -146,6 +148,62 @@ func TestRefusedByGuard_tellsTheGuardFromTheAPIServer(t *testing.T) {
 			}
 			require.Error(t, err)
 			assert.Equal(t, tc.want, err.Error())
+		})
+	}
+}
+
+// An Observe target's row says what would have happened and when, from
+// the leader's memory: WouldOpen since then while its circuit would be
+// open, which does not count as open for --exit-code.
+func TestRun_observeShowsWhatWouldHaveHappened(t *testing.T) {
+	const since, closedAt = "2026-12-01T11:59:00Z", "2026-12-01T11:00:00Z"
+	for name, tc := range map[string]struct {
+		leader    statusapi.Row
+		wantState string
+		wantSince string
+	}{
+		"would be open": {
+			leader:    statusapi.Row{WouldOpenSince: since, WouldOpenSignal: breaker.SignalProbe, WouldClosedAt: closedAt},
+			wantState: statusapi.StateWouldOpen, wantSince: since,
+		},
+		"would have closed": {
+			leader:    statusapi.Row{WouldClosedAt: closedAt},
+			wantState: "Closed", wantSince: "would have closed " + closedAt,
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			tc.leader.Kind, tc.leader.Configuration, tc.leader.Webhook = string(circuit.KindMutating), clitest.Conf, clitest.Hook
+			leader := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				_ = json.NewEncoder(w).Encode([]statusapi.Row{tc.leader})
+			}))
+			defer leader.Close()
+			for _, output := range []string{cli.OutputTable, "json"} {
+				f := factory.New(nil)
+				f.Config = &config.Configuration{Targets: []config.Target{{Kind: circuit.KindMutating, Configuration: clitest.Conf, Webhook: clitest.Hook, Mode: config.ModeObserve}}}
+				f.RESTConfig, f.KubeClient, f.Client = &rest.Config{}, kubefake.NewClientset(), clitest.FakeReader(clitest.OpenConfiguration(t, nil, nil))
+				var stdout strings.Builder
+				o := &Options{Factory: f, IOStreams: cli.IOStreams{Out: &stdout, ErrOut: &strings.Builder{}}, Endpoint: leader.URL, Output: output, ExitCode: true}
+				require.NoError(t, o.Run(context.Background()), "WouldOpen is not an open circuit for --exit-code")
+				if output == "json" {
+					var rep statusReport
+					require.NoError(t, json.Unmarshal([]byte(stdout.String()), &rep))
+					require.Len(t, rep.Targets, 1)
+					row := rep.Targets[0]
+					assert.Equal(t, tc.wantState, row.State)
+					assert.Equal(t, string(config.ModeObserve), row.Mode)
+					assert.Equal(t, tc.leader.WouldOpenSince, row.WouldOpenSince)
+					assert.Equal(t, tc.leader.WouldClosedAt, row.WouldClosedAt)
+					assert.Empty(t, row.Since, "since stays the record's")
+					continue
+				}
+				var line string
+				for _, l := range strings.Split(stdout.String(), "\n") {
+					if strings.Contains(l, clitest.Hook) {
+						line = l
+					}
+				}
+				assert.Regexp(t, `\s`+tc.wantState+`\s+Observe\s+`+regexp.QuoteMeta(tc.wantSince), line)
+			}
 		})
 	}
 }

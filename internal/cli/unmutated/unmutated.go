@@ -34,8 +34,8 @@ import (
 	"github.com/webhook-guard/webhook-guard/internal/marking"
 )
 
-// unmarked is one object carrying the mark.
-type unmarked struct {
+// markedObject is one object carrying the unmutated mark.
+type markedObject struct {
 	gvr       schema.GroupVersionResource
 	kind      string
 	namespace string
@@ -191,7 +191,7 @@ func refuseClearWhileOpen(ctx context.Context, c client.Reader, cfg *config.Conf
 
 // listUnmutated lists, for every resource the mutating targets' webhooks
 // match (found by discovery), the objects carrying one of their marks.
-func listUnmutated(ctx context.Context, c client.Reader, mc metadata.Interface, dc discovery.DiscoveryInterface, cfg *config.Configuration) ([]unmarked, error) {
+func listUnmutated(ctx context.Context, c client.Reader, mc metadata.Interface, dc discovery.DiscoveryInterface, cfg *config.Configuration) ([]markedObject, error) {
 	var ids []string
 	var rules []admissionregistrationv1.RuleWithOperations
 	for _, t := range cfg.Targets {
@@ -221,7 +221,7 @@ func listUnmutated(ctx context.Context, c client.Reader, mc metadata.Interface, 
 	if err != nil && len(lists) == 0 {
 		return nil, fmt.Errorf("discovering the served resources: %w", err)
 	}
-	var out []unmarked
+	var out []markedObject
 	for _, list := range lists {
 		gv, err := schema.ParseGroupVersion(list.GroupVersion)
 		if err != nil {
@@ -237,7 +237,7 @@ func listUnmutated(ctx context.Context, c client.Reader, mc metadata.Interface, 
 				return nil, fmt.Errorf("listing %s: %w", gvr, err)
 			}
 			for _, it := range items.Items {
-				u := unmarked{gvr: gvr, kind: r.Kind, namespace: it.Namespace, name: it.Name, note: it.Annotations[circuit.UnmutatedAnnotation]}
+				u := markedObject{gvr: gvr, kind: r.Kind, namespace: it.Namespace, name: it.Name, note: it.Annotations[circuit.UnmutatedAnnotation]}
 				u.ownerKind, u.ownerNamespace, u.ownerName = topOwner(ctx, mc, dc, r.Kind, it.Namespace, it.Name, it.OwnerReferences)
 				out = append(out, u)
 			}
@@ -309,8 +309,8 @@ func resourceFor(dc discovery.DiscoveryInterface, apiVersion, kind string) (sche
 
 // printUnmutated prints objs grouped by owner, each group with the
 // command that repairs it.
-func printUnmutated(w io.Writer, objs []unmarked) {
-	groups := map[string][]unmarked{}
+func printUnmutated(w io.Writer, objs []markedObject) {
+	groups := map[string][]markedObject{}
 	for _, o := range objs {
 		key := o.ownerKind + " " + objectName(o.ownerNamespace, o.ownerName)
 		if o.ownerKind == o.kind && o.ownerName == o.name && !ownerRepairable(o.kind) {

@@ -138,6 +138,20 @@ func TestChart_rendersWhatKustomizeInstalls(t *testing.T) {
 			built := hashed.ReplaceAllString(kustomizeBuild(t, overlay), "webhook-guard-config")
 			want := byKey(t, parseObjects(t, built))
 			got := byKey(t, parseObjects(t, helmTemplate(t, append(namespaced, args...)...)))
+			// The pre-delete hook's objects (templates/release_hook.yaml)
+			// are the chart's own: kustomize users run guard release by hand.
+			var hooks []string
+			for k, obj := range got {
+				annotations, _ := obj["metadata"].(object)["annotations"].(object)
+				if annotations["helm.sh/hook"] == "pre-delete" {
+					hooks = append(hooks, k)
+					delete(got, k)
+				}
+			}
+			assert.ElementsMatch(t, []string{
+				"ServiceAccount webhook-guard-system/webhook-guard-release", "ClusterRole /webhook-guard-release", "ClusterRoleBinding /webhook-guard-release",
+				"Role webhook-guard-system/webhook-guard-release", "RoleBinding webhook-guard-system/webhook-guard-release", "Job webhook-guard-system/webhook-guard-release",
+			}, hooks, "the pre-delete hook's objects")
 
 			for _, k := range []string{"ValidatingAdmissionPolicy /webhook-guard", "ValidatingAdmissionPolicyBinding /webhook-guard"} {
 				require.Contains(t, want, k, "the overlay no longer ships the guard policy: update this test and the chart's README")
@@ -309,6 +323,17 @@ func TestChart_refusesWhatTheGuardRefuses(t *testing.T) {
 			t.Logf("helm said: %s", strings.TrimSpace(r.stderr))
 		})
 	}
+
+	t.Run("an Observe target needs no approval, for the guard and the chart", func(t *testing.T) {
+		observe := header + "targets:\n- {configuration: m, webhook: m.example.com, mode: Observe}\n- {kind: Validating, configuration: v, webhook: v.example.com, mode: Observe}\n"
+		_, err := config.Parse([]byte(observe))
+		require.NoError(t, err)
+		for _, extra := range [][]string{nil, {"--skip-schema-validation"}} {
+			args := append([]string{"template", "webhook-guard", chartDir, "-f", valuesFile(t, observe), "--set", "marking.enabled=false"}, extra...)
+			r := runHelm(t, args...)
+			require.NoError(t, r.err, "%v: %s", extra, r.stderr)
+		}
+	})
 
 	t.Run("without the schema the templates still refuse an unapproved target in the guard's words", func(t *testing.T) {
 		values := valuesFile(t, header+"targets:\n- {configuration: m, webhook: m.example.com}\n")

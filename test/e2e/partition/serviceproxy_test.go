@@ -12,10 +12,13 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
@@ -334,4 +337,64 @@ func (w *world) requireWebhookCallFails() {
 	assert.Greater(w.t, h, held, "the webhook call was held in the egress proxy")
 	assert.Equal(w.t, calls, w.wh.APIServerCalls(path))
 	w.t.Logf("create, ClusterIP cut: rejected in %s: %v", time.Since(begin).Round(time.Millisecond), err)
+}
+
+// What name does kube-apiserver's RBAC see for a service proxy request?
+// The path segment as sent, "https:<service>:<port>": a grant of the bare
+// Service name, or of the name and port, does not allow it; the rule
+// internal/rbac renders from apiserverSignal.pathProbe.service does.
+func TestFact_serviceProxyRBACSeesTheSchemeNameAndPort(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	w.wh.SetBehaviour(probePath, harness.Allow())
+	w.podAddr = w.serviceProxyBackend()
+	require.Eventually(t, func() bool {
+		body, err := w.serviceProxyGet(serviceProxyHang)
+		return err == nil && body == "ok"
+	}, transition, 50*time.Millisecond, "the service proxy never reached the webhook")
+	guard, err := kubernetes.NewForConfig(w.id.Config)
+	require.NoError(t, err)
+	port := strconv.Itoa(int(w.wh.Port()))
+	get := func() (string, error) {
+		ctx, cancel := context.WithTimeout(ctx, serviceProxyHang)
+		defer cancel()
+		res := guard.CoreV1().Services(w.ns).ProxyGet("https", "hook", port, probePath, nil).(*rest.Request).Do(ctx)
+		if err := res.Error(); err != nil {
+			return "", err
+		}
+		b, err := res.Raw()
+		return string(b), err
+	}
+	allowed := func(name string) bool {
+		review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Namespace: w.ns, Verb: "get", Resource: "services", Subresource: "proxy", Name: name,
+		}}}
+		require.NoError(t, w.id.Client.Create(ctx, review))
+		return review.Status.Allowed
+	}
+
+	_, err = get()
+	requireForbidden(t, err, `services "https:hook:`+port+`" is forbidden`)
+
+	// Grants by other names take effect, and do not allow the request.
+	other := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "proxy-by-other-names-" + w.ns}, Rules: []rbacv1.PolicyRule{{
+		APIGroups: []string{""}, Resources: []string{"services/proxy"}, Verbs: []string{"get"},
+		ResourceNames: []string{"hook", "hook:" + port, "https:hook"},
+	}}}
+	require.NoError(t, env.Client.Create(ctx, other))
+	require.NoError(t, env.Bind(ctx, other.Name, other.Name, w.ns, "webhook-guard"))
+	require.Eventually(t, func() bool { return allowed("hook") }, transition, 50*time.Millisecond, "the grant of the bare name never took effect")
+	_, err = get()
+	requireForbidden(t, err, `services "https:hook:`+port+`" is forbidden`)
+	t.Logf("granted %v: GET services/https:hook:%s/proxy is still forbidden", other.Rules[0].ResourceNames, port)
+
+	// The rule internal/rbac renders allows it.
+	rule, err := harness.PathProbeRule(w.service())
+	require.NoError(t, err)
+	assert.Equal(t, []string{"https:hook:" + port}, rule.ResourceNames)
+	require.NoError(t, env.GrantPathProbe(ctx, w.ns, w.id, w.service()))
+	body, err := get()
+	require.NoError(t, err)
+	assert.Equal(t, "ok", body, "the webhook server's own answer")
+	assert.False(t, allowed("https:other:"+port), "another Service's name is not granted")
 }

@@ -67,7 +67,9 @@ values.schema.json was skipped (--skip-schema-validation): the approvals.
 {{- fail "targets: Required value: list at least one approved webhook" -}}
 {{- end -}}
 {{- range $i, $t := .Values.targets -}}
-{{- if eq ($t.kind | default "Mutating") "Validating" -}}
+{{- if eq ($t.mode | default "") "Observe" -}}
+{{- /* Observe changes nothing: no approval needed. */ -}}
+{{- else if eq ($t.kind | default "Mutating") "Validating" -}}
 {{- if ne (toString $t.allowAdmissionWithoutValidation) "true" -}}
 {{- fail (printf "targets[%d].allowAdmissionWithoutValidation: must be true: opening the circuit admits requests without this webhook's validation, a security decision, and only an operator can approve that" $i) -}}
 {{- end -}}
@@ -111,4 +113,20 @@ marking policy and binding of each mutating target and nothing else.
 {{- fail (printf "marking.policies was not rendered for these targets: it marks %s (policies) and %s (bindings), the mutating targets are %s; %s" (toJson $policies) (toJson $bindings) (toJson $want) $how) -}}
 {{- end -}}
 {{- toJson $objs -}}
+{{- end }}
+
+{{/*
+webhook-guard.releaseArgs are the arguments of the pre-delete hook's
+"guard release" (release_hook.yaml), one YAML list item a line; the e2e
+test runs the guard with the same.
+*/}}
+{{- define "webhook-guard.releaseArgs" -}}
+- release
+- --all
+- --scale-down
+- --timeout=2m
+- --config=/etc/webhook-guard/config.yaml
+- --namespace={{ include "webhook-guard.namespace" . }}
+- --deployment=webhook-guard
+- --breaker=system:serviceaccount:{{ include "webhook-guard.namespace" . }}:webhook-guard
 {{- end }}

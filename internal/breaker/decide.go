@@ -45,7 +45,7 @@ func (c *Counts) Observe(r probe.Result) {
 // UnknownWhileOpen reports whether an open circuit's probe has said
 // Unknown for closeAfter intervals in a row: long enough that the probe
 // alone could have closed it had it run. From then on the apiserver's own
-// calls decide (DecideTarget), and the guard says so.
+// calls decide (JudgeTarget), and the guard says so.
 func (c Counts) UnknownWhileOpen(closeAfter int) bool { return c.Unknowns >= closeAfter }
 
 // Action is what the circuit wants done.
@@ -60,11 +60,11 @@ const (
 	Close Action = "Close"
 )
 
-// Decide is the circuit's state machine. open is whether the breaker's
+// Judge is the circuit's state machine. open is whether the breaker's
 // changes are in place now (a record entry exists). A closed circuit opens
 // after openAfter consecutive failures; an open one closes after
 // closeAfter consecutive successes.
-func Decide(open bool, c Counts, openAfter, closeAfter int) Action {
+func Judge(open bool, c Counts, openAfter, closeAfter int) Action {
 	switch {
 	case !open && c.Failures >= openAfter:
 		return Open
@@ -86,7 +86,7 @@ const (
 	SignalAPIServer = "apiserver"
 	// SignalBoth: both reached openAfter in the same interval.
 	SignalBoth = "probe+apiserver"
-	// SignalPath is not an opening signal: DecideTarget returns it with
+	// SignalPath is not an opening signal: JudgeTarget returns it with
 	// Close when the path probe closed a circuit the apiserver signal
 	// opened.
 	SignalPath = "path"
@@ -151,7 +151,7 @@ func PathProbeNeeded(open bool, entry circuit.Entry, apiserver Counts) bool {
 	return (open && openedByAPIServer(entry)) || apiserver.Failures > 0
 }
 
-// DecideTarget is Decide over all of t's evidence: the direct probe's
+// JudgeTarget is Judge over all of t's evidence: the direct probe's
 // counts, the apiserver signal's, and the path probe's.
 //
 // A closed circuit opens when the direct probe has openAfter consecutive
@@ -178,13 +178,13 @@ func PathProbeNeeded(open bool, entry circuit.Entry, apiserver Counts) bool {
 // closeAfter of its observations in a row saw the webhook's calls succeed
 // (only possible in Ignore mode, where the apiserver still calls it), and
 // the returned signal is SignalAPIServer; otherwise it stays open.
-func DecideTarget(open bool, entry circuit.Entry, probeCounts, apiserver Counts, path Path, t config.Target) (Action, string) {
+func JudgeTarget(open bool, entry circuit.Entry, probeCounts, apiserver Counts, path Path, t config.Target) (Action, string) {
 	if !t.APIServerSignal.Enabled {
 		apiserver, path = Counts{}, Path{}
 	}
 	if !open {
-		byProbe := Decide(false, probeCounts, t.OpenAfter, t.CloseAfter) == Open
-		byAPIServer := Decide(false, apiserver, t.OpenAfter, t.CloseAfter) == Open && PathBroken(path, t, t.OpenAfter)
+		byProbe := Judge(false, probeCounts, t.OpenAfter, t.CloseAfter) == Open
+		byAPIServer := Judge(false, apiserver, t.OpenAfter, t.CloseAfter) == Open && PathBroken(path, t, t.OpenAfter)
 		switch {
 		case byProbe && byAPIServer:
 			return Open, SignalBoth
@@ -210,7 +210,7 @@ func DecideTarget(open bool, entry circuit.Entry, probeCounts, apiserver Counts,
 		}
 		return Stay, ""
 	}
-	if Decide(true, probeCounts, t.OpenAfter, t.CloseAfter) != Close {
+	if Judge(true, probeCounts, t.OpenAfter, t.CloseAfter) != Close {
 		return Stay, ""
 	}
 	switch path.Road {

@@ -43,7 +43,7 @@ func observeSeq(t *testing.T, c *Counts, seq string) {
 	}
 }
 
-func TestDecide_table(t *testing.T) {
+func TestJudge_table(t *testing.T) {
 	cases := map[string]struct {
 		open                  bool
 		failures, successes   int
@@ -68,7 +68,7 @@ func TestDecide_table(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			c := Counts{Failures: tc.failures, Successes: tc.successes}
-			assert.Equal(t, tc.want, Decide(tc.open, c, tc.openAfter, tc.closeAfter))
+			assert.Equal(t, tc.want, Judge(tc.open, c, tc.openAfter, tc.closeAfter))
 		})
 	}
 }

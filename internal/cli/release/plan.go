@@ -1,0 +1,238 @@
+package release
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
+)
+
+// Line is what releasing one webhook does (or did): one line of output.
+type Line struct {
+	// Kind and Configuration name the webhook configuration.
+	Kind          circuit.Kind
+	Configuration string
+	// Webhook is the webhook's name.
+	Webhook string
+	// Changes are what is handed back, in order, for people: for example
+	// "failurePolicy Ignore -> Fail". Empty when there is nothing to
+	// release.
+	Changes []string
+	// Note says why nothing, or not everything, is handed back: the
+	// circuit is closed, the configuration is missing or handed off.
+	Note string
+}
+
+// String is the line as "guard release" prints it.
+func (l Line) String() string {
+	s := fmt.Sprintf("%s/%s %s:", l.Kind.Singular(), l.Configuration, l.Webhook)
+	if len(l.Changes) > 0 {
+		s += " released (" + strings.Join(l.Changes, ", ") + ")"
+	}
+	if l.Note != "" {
+		s += " " + l.Note
+	}
+	return s
+}
+
+// Plan is what releasing one configuration takes.
+type Plan struct {
+	// Lines are one per webhook: every webhook asked for, then every other
+	// webhook with an entry of this installation, in the configuration's
+	// order (webhooks no longer in it last, by name).
+	Lines []Line
+	// Next is the configuration, seen as circuit.View, with everything of
+	// this installation's handed back; nil when there is nothing to write.
+	Next *admissionregistrationv1.MutatingWebhookConfiguration
+}
+
+// PlanRelease computes what releasing view (a configuration of kind, as
+// circuit.View shows it) takes, for the installation that signs its
+// entries with signer. webhooks are the webhooks to release; nil means
+// every webhook with an entry of this installation. It changes nothing.
+//
+// For each released webhook with an entry of this installation in the
+// record: the failurePolicy goes back to the entry's
+// originalFailurePolicy (null: the field is removed, as it was unset),
+// the bypass matchCondition is removed, and so is the entry. An entry
+// whose UID is not the configuration's is a stale copy (the configuration
+// was recreated with its annotations): the entry goes, the fields stay,
+// for the breaker did not change them. The webhook's arming entry of
+// this installation goes too. Entries of other installations, and their
+// fields, are left alone.
+//
+// On a configuration handed to its administrators (a non-empty override
+// annotation), the fields are theirs: only the entries go, as the
+// breaker's handoff does.
+func PlanRelease(kind circuit.Kind, view *admissionregistrationv1.MutatingWebhookConfiguration, signer string, webhooks []string) (Plan, error) {
+	rec, err := circuit.Decode(view.Annotations)
+	if err != nil {
+		return Plan{}, err
+	}
+	armed, err := circuit.DecodeArming(view.Annotations)
+	if err != nil {
+		return Plan{}, err
+	}
+	override := view.Annotations[circuit.OverrideAnnotation]
+	next := view.DeepCopy()
+
+	mine := func(r circuit.Record, hook string) (circuit.Entry, bool) {
+		e, ok := r[hook]
+		return e, ok && e.Mine(signer)
+	}
+	selected := webhooks
+	if selected == nil {
+		for _, r := range []circuit.Record{rec, armed} {
+			for _, hook := range r.Webhooks() {
+				if _, ok := mine(r, hook); ok && !slices.Contains(selected, hook) {
+					selected = append(selected, hook)
+				}
+			}
+		}
+	}
+	index := func(hook string) int {
+		return slices.IndexFunc(next.Webhooks, func(w admissionregistrationv1.MutatingWebhook) bool { return w.Name == hook })
+	}
+	ordered := slices.Clone(selected)
+	slices.SortStableFunc(ordered, func(a, b string) int {
+		ia, ib := index(a), index(b)
+		switch {
+		case ia < 0 && ib < 0:
+			return strings.Compare(a, b)
+		case ia < 0:
+			return 1
+		case ib < 0:
+			return -1
+		}
+		return ia - ib
+	})
+
+	plan := Plan{}
+	changed := false
+	for _, hook := range ordered {
+		line := Line{Kind: kind, Configuration: view.Name, Webhook: hook}
+		i := index(hook)
+		entry, open := mine(rec, hook)
+		switch {
+		case open && override != "":
+			line.Changes = append(line.Changes, "record entry removed")
+			line.Note = fmt.Sprintf("(handed off, override %q: its failurePolicy and matchConditions are the administrators')", override)
+		case open && entry.UID != view.UID:
+			line.Changes = append(line.Changes, "stale record entry removed")
+			line.Note = fmt.Sprintf("(the entry was copied from a configuration with UID %s: the fields were not changed by this installation here)", entry.UID)
+		case open && i < 0:
+			line.Changes = append(line.Changes, "record entry removed")
+			line.Note = "(the webhook is no longer in the configuration)"
+		case open:
+			w := &next.Webhooks[i]
+			if was, want := circuit.PolicyString(w.FailurePolicy), circuit.PolicyString(entry.OriginalFailurePolicy); was != want {
+				line.Changes = append(line.Changes, fmt.Sprintf("failurePolicy %s -> %s", was, want))
+			}
+			w.FailurePolicy = entry.OriginalFailurePolicy
+			kept := slices.DeleteFunc(slices.Clone(w.MatchConditions), func(c admissionregistrationv1.MatchCondition) bool {
+				return c.Name == circuit.BypassCondition
+			})
+			if len(kept) != len(w.MatchConditions) {
+				line.Changes = append(line.Changes, "bypass matchCondition removed")
+			}
+			if len(kept) == 0 {
+				kept = nil
+			}
+			w.MatchConditions = kept
+			line.Changes = append(line.Changes, "record entry removed")
+		}
+		if open {
+			delete(rec, hook)
+		}
+		if _, ok := mine(armed, hook); ok {
+			delete(armed, hook)
+			line.Changes = append(line.Changes, "arming entry removed")
+		}
+		if len(line.Changes) > 0 {
+			changed = true
+		} else if e, ok := rec[hook]; ok {
+			line.Note = fmt.Sprintf("nothing to release (its circuit was opened by another installation, %s)", e.By)
+		} else if i < 0 {
+			line.Note = "nothing to release (the webhook is not in the configuration)"
+		} else {
+			line.Note = "nothing to release (circuit closed)"
+		}
+		plan.Lines = append(plan.Lines, line)
+	}
+	if !changed {
+		return plan, nil
+	}
+	annotations := maps.Clone(next.Annotations)
+	if annotations, err = circuit.Encode(annotations, rec); err != nil {
+		return Plan{}, err
+	}
+	if annotations, err = circuit.EncodeArming(annotations, armed); err != nil {
+		return Plan{}, err
+	}
+	next.Annotations = annotations
+	plan.Next = next
+	return plan, nil
+}
+
+// OverrideReason is the override annotation's value while "guard release"
+// writes: it names the command, for whoever sees it between its two
+// patches.
+const OverrideReason = "guard release: handing the webhooks back before webhook-guard is uninstalled"
+
+// Patches are the JSON patches (RFC 6902) that write a plan as someone
+// other than the breaker: the guard policy lets anyone change the owned
+// fields of a configuration whose new object carries a non-empty override
+// annotation, and anyone remove that annotation alone.
+type Patches struct {
+	// Restore takes cur to next with the override annotation added (unless
+	// cur has one), with cur's resourceVersion as its precondition.
+	Restore []byte
+	// RemoveOverride removes the override annotation Restore added; nil
+	// when cur had one, which stays. Its resourceVersion precondition is
+	// the one Restore's answer carries (ResourceVersionPatch).
+	RemoveOverride func(resourceVersion string) []byte
+}
+
+// PlanPatches returns the patches that write next over cur (both as
+// circuit.View shows them).
+func PlanPatches(cur, next *admissionregistrationv1.MutatingWebhookConfiguration) (Patches, error) {
+	withOverride := next.DeepCopy()
+	handedOff := cur.Annotations[circuit.OverrideAnnotation] != ""
+	if !handedOff {
+		if withOverride.Annotations == nil {
+			withOverride.Annotations = map[string]string{}
+		}
+		withOverride.Annotations[circuit.OverrideAnnotation] = OverrideReason
+	}
+	restore, err := circuit.Patch(cur, withOverride)
+	if err != nil {
+		return Patches{}, err
+	}
+	p := Patches{Restore: restore}
+	if !handedOff {
+		p.RemoveOverride = removeOverride
+	}
+	return p, nil
+}
+
+// removeOverride is the patch that removes the override annotation alone,
+// if the object's resourceVersion is still resourceVersion.
+func removeOverride(resourceVersion string) []byte {
+	type op struct {
+		Op    string `json:"op"`
+		Path  string `json:"path"`
+		Value any    `json:"value,omitempty"`
+	}
+	// RFC 6901: "/" in a key is "~1".
+	key := strings.ReplaceAll(strings.ReplaceAll(circuit.OverrideAnnotation, "~", "~0"), "/", "~1")
+	data, _ := json.Marshal([]op{
+		{Op: "replace", Path: "/metadata/resourceVersion", Value: resourceVersion},
+		{Op: "remove", Path: "/metadata/annotations/" + key},
+	})
+	return data
+}

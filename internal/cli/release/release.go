@@ -1,0 +1,418 @@
+package release
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/webhook-guard/webhook-guard/internal/admission"
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
+	"github.com/webhook-guard/webhook-guard/internal/cli"
+	"github.com/webhook-guard/webhook-guard/internal/cli/factory"
+	"github.com/webhook-guard/webhook-guard/internal/cli/startcheck"
+	"github.com/webhook-guard/webhook-guard/internal/cli/status"
+	"github.com/webhook-guard/webhook-guard/internal/config"
+	"github.com/webhook-guard/webhook-guard/internal/marking"
+	statusapi "github.com/webhook-guard/webhook-guard/internal/status"
+)
+
+// FieldManager is the field manager of the writes "guard release" makes.
+const FieldManager = "webhook-guard-release"
+
+const long = `Hands back what this installation of webhook-guard owns, before it is
+uninstalled: for every target (--all) or one configuration or webhook, it
+closes each open circuit, restoring the webhook exactly as its record says
+it was (the original failurePolicy, or none when it was unset, and no
+bypass matchCondition), and removes the installation's record and arming
+entries. It then deletes the marking policies (and bindings) of the
+mutating targets it released and, with --all, the guard policy and its
+binding. Circuits, entries and policies of other installations are left
+alone. It prints one line per webhook and per deleted object; --dry-run
+prints the same and writes nothing.
+
+It refuses while the installation has a leader (its leader-election Lease
+in --namespace has a holder and has not expired): the leader would open
+the circuits again. Stop the guard first, release, then delete the rest:
+
+  kubectl -n webhook-guard-system scale deployment webhook-guard --replicas 0
+  guard release --all
+  kustomize build ... | kubectl delete -f -
+
+--scale-down does the first step itself and waits up to --timeout for the
+Lease to say that nobody leads (the Helm chart's pre-delete hook uses it).
+
+Run it as an administrator, not as the service's ServiceAccount: it writes
+each configuration in two JSON patches, the first with the override
+annotation webhook-guard.io/override added (which the guard policy
+requires of anyone but the breaker), the second removing that annotation
+alone. A configuration that already carries an override is its
+administrators': only the entries are removed, and the override stays.
+The service's token could neither add the override nor delete a policy.`
+
+// Options are the flags and argument of "guard release".
+type Options struct {
+	// Factory owns --config (default: the installed configuration),
+	// -n/--namespace (where the Lease and the Deployment are),
+	// --deployment, --kubeconfig and --context, and builds the clients.
+	*factory.Factory
+	cli.IOStreams
+	// All releases every target and deletes the guard policy (--all).
+	// Default false: Target must be given.
+	All bool
+	// Target is the argument: CONFIGURATION or CONFIGURATION/WEBHOOK,
+	// among the configured targets. Default empty (with All).
+	Target string
+	// Breaker is the service's username (--breaker), which signs its
+	// entries (with the configuration's instance: startcheck.Signer).
+	// Default system:serviceaccount:<namespace>:webhook-guard.
+	Breaker string
+	// DryRun prints what would be done and writes nothing (--dry-run).
+	// Default false.
+	DryRun bool
+	// ScaleDown scales --deployment to 0 replicas first and waits, up to
+	// Timeout, until the Lease says nobody leads (--scale-down). Default
+	// false: a leader makes the command fail.
+	ScaleDown bool
+	// Timeout bounds the wait of ScaleDown (--timeout). Default 2m.
+	Timeout time.Duration
+
+	// poll is how often ScaleDown reads the Lease; tests shorten it.
+	poll time.Duration
+}
+
+// NewCmd returns "guard release". It only binds flags.
+func NewCmd(streams cli.IOStreams, f *factory.Factory) *cobra.Command {
+	o := &Options{Factory: f, IOStreams: streams, Timeout: 2 * time.Minute, poll: time.Second}
+	cmd := &cobra.Command{
+		Use:   "release (--all | CONFIGURATION[/WEBHOOK])",
+		Short: "Hand back every webhook this installation changed, and delete its policies, before uninstalling it",
+		Long:  long,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 1 {
+				return cli.Usagef("unexpected argument %q", args[1])
+			}
+			if len(args) == 1 {
+				o.Target = args[0]
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			if err := o.Complete(); err != nil {
+				return err
+			}
+			return o.Run(cmd.Context())
+		},
+	}
+	fs := cmd.Flags()
+	f.AddConfigFlag(fs, "GuardConfiguration file; default: the one installed in the cluster (the ConfigMap --deployment mounts).")
+	f.AddInstallationFlags(fs)
+	f.AddKubeconfigFlags(fs)
+	fs.BoolVar(&o.All, "all", false, "Release every target, and delete the guard policy and its binding.")
+	fs.StringVar(&o.Breaker, "breaker", "", "The service's username, which signs its entries; default: system:serviceaccount:<--namespace>:webhook-guard.")
+	fs.BoolVar(&o.DryRun, "dry-run", false, "Print what would be done; write nothing.")
+	fs.BoolVar(&o.ScaleDown, "scale-down", false, "Scale --deployment to 0 replicas first, and wait up to --timeout until nobody leads.")
+	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "How long --scale-down waits for the leader to go.")
+	return cmd
+}
+
+// Validate checks the argument and flags and reads the --config file,
+// before anything reaches the cluster.
+func (o *Options) Validate() error {
+	switch {
+	case o.All && o.Target != "":
+		return cli.Usagef("give --all or CONFIGURATION[/WEBHOOK], not both")
+	case !o.All && o.Target == "":
+		return cli.Usagef("give --all, or the CONFIGURATION[/WEBHOOK] to release")
+	case o.Timeout <= 0:
+		return cli.Usagef("--timeout %s: must be positive", o.Timeout)
+	}
+	if conf, hook, _ := strings.Cut(o.Target, "/"); !o.All && (conf == "" || strings.HasSuffix(o.Target, "/") && hook == "") {
+		return cli.Usagef("%q: want CONFIGURATION or CONFIGURATION/WEBHOOK", o.Target)
+	}
+	if o.Breaker == "" {
+		o.Breaker = "system:serviceaccount:" + o.Namespace + ":" + circuit.DefaultServiceAccount
+	}
+	return o.ReadConfigFile()
+}
+
+// Complete builds the clients.
+func (o *Options) Complete() error {
+	return o.Factory.Complete()
+}
+
+// configuration is one webhook configuration to release, and its
+// webhooks asked for.
+type configuration struct {
+	kind     circuit.Kind
+	name     string
+	webhooks []string
+}
+
+// Run releases what Validate selected: it stops or checks for the leader,
+// writes each configuration, then deletes the policies. A configuration
+// that could not be written keeps the guard policy in place, and fails
+// the command once everything else was tried.
+func (o *Options) Run(ctx context.Context) error {
+	if err := o.ReadInstalledConfig(ctx); err != nil {
+		return fmt.Errorf("%w; pass --config FILE to read the configuration from a file", err)
+	}
+	cfg := o.Config
+	targets, err := o.selected(cfg)
+	if err != nil {
+		return err
+	}
+	if err := o.stopLeader(ctx, statusapi.LeaseName(cfg.Instance)); err != nil {
+		return err
+	}
+	signer := startcheck.Signer(o.Breaker, cfg.Instance)
+
+	var failed []string
+	for _, c := range groupByConfiguration(targets) {
+		if err := o.release(ctx, c, signer); err != nil {
+			fmt.Fprintf(o.Out, "%s/%s: not released: %v\n", c.kind.Singular(), c.name, err)
+			failed = append(failed, c.kind.Singular()+"/"+c.name)
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("not released: %s; nothing was deleted, the guard policy still guards them: run guard release again", strings.Join(failed, ", "))
+	}
+	var objects []owned
+	for _, t := range targets {
+		if t.Kind == circuit.KindMutating {
+			name := marking.Name(t.Configuration, t.Webhook)
+			marks := t.Configuration + "/" + t.Webhook
+			objects = append(objects,
+				owned{"mutatingadmissionpolicybinding", &admissionregistrationv1.MutatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: name}}, marks},
+				owned{"mutatingadmissionpolicy", &admissionregistrationv1.MutatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}}, marks})
+		}
+	}
+	if o.All {
+		name := admission.Options{Instance: cfg.Instance}.Policy()
+		objects = append(objects,
+			owned{"validatingadmissionpolicybinding", &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: name}}, ""},
+			owned{"validatingadmissionpolicy", &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}}, ""})
+	}
+	for _, obj := range objects {
+		if err := o.delete(ctx, obj); err != nil {
+			failed = append(failed, err.Error())
+		}
+	}
+	if len(failed) > 0 {
+		return errors.New(strings.Join(failed, "; "))
+	}
+	return nil
+}
+
+// selected returns the configured targets Validate selected.
+func (o *Options) selected(cfg *config.Configuration) ([]config.Target, error) {
+	if o.All {
+		return cfg.Targets, nil
+	}
+	conf, hook, _ := strings.Cut(o.Target, "/")
+	var out []config.Target
+	for _, t := range cfg.Targets {
+		if t.Configuration == conf && (hook == "" || t.Webhook == hook) {
+			out = append(out, t)
+		}
+	}
+	if len(out) == 0 {
+		return nil, cli.Usagef("%q is not a target of the configuration (%s)", o.Target, o.ConfigSource)
+	}
+	return out, nil
+}
+
+// groupByConfiguration groups targets by configuration, in their order.
+func groupByConfiguration(targets []config.Target) []configuration {
+	var out []configuration
+	for _, t := range targets {
+		found := false
+		for i := range out {
+			if out[i].kind == t.Kind && out[i].name == t.Configuration {
+				out[i].webhooks = append(out[i].webhooks, t.Webhook)
+				found = true
+			}
+		}
+		if !found {
+			out = append(out, configuration{kind: t.Kind, name: t.Configuration, webhooks: []string{t.Webhook}})
+		}
+	}
+	return out
+}
+
+// stopLeader makes sure nobody leads: with ScaleDown it scales the
+// Deployment to 0 (even without a leader now: its pods would elect one)
+// and waits for the Lease to say that nobody leads; without, it refuses
+// while someone leads. A dry run changes nothing and only says what it
+// found.
+func (o *Options) stopLeader(ctx context.Context, lease string) error {
+	holder, err := status.Leader(ctx, o.Client, o.Namespace, lease)
+	switch {
+	case status.IsNoLeader(err) && (!o.ScaleDown || o.DryRun):
+		return nil
+	case err != nil && !status.IsNoLeader(err):
+		return fmt.Errorf("finding out whether the installation has a leader, which would open the circuits again: %w", err)
+	case o.DryRun:
+		fmt.Fprintf(o.ErrOut, "note: %s leads (Lease %s/%s): without --dry-run, guard release would refuse until it is stopped\n", holder, o.Namespace, lease)
+		return nil
+	case !o.ScaleDown:
+		return fmt.Errorf("%s leads (Lease %s/%s) and would open the circuits again: stop the guard first (kubectl -n %s scale deployment %s --replicas 0), or pass --scale-down",
+			holder, o.Namespace, lease, o.Namespace, o.Deployment)
+	}
+	scale := []byte(`{"spec":{"replicas":0}}`)
+	if _, err := o.KubeClient.AppsV1().Deployments(o.Namespace).Patch(ctx, o.Deployment, types.MergePatchType, scale, metav1.PatchOptions{FieldManager: FieldManager}, "scale"); err != nil {
+		return fmt.Errorf("scaling Deployment %s/%s to 0: %w", o.Namespace, o.Deployment, err)
+	}
+	fmt.Fprintf(o.Out, "deployment/%s scaled to 0\n", o.Deployment)
+	deadline := time.Now().Add(o.Timeout)
+	for {
+		holder, err = status.Leader(ctx, o.Client, o.Namespace, lease)
+		if status.IsNoLeader(err) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			if err == nil {
+				err = fmt.Errorf("%s still leads", holder)
+			}
+			return fmt.Errorf("waiting %s for the leader to go (Lease %s/%s): %w", o.Timeout, o.Namespace, lease, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(o.poll):
+		}
+	}
+}
+
+// release plans one configuration, prints its lines and writes it.
+func (o *Options) release(ctx context.Context, c configuration, signer string) error {
+	obj := c.kind.New()
+	if err := o.Client.Get(ctx, client.ObjectKey{Name: c.name}, obj); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return err
+		}
+		for _, hook := range c.webhooks {
+			fmt.Fprintln(o.Out, Line{Kind: c.kind, Configuration: c.name, Webhook: hook, Note: "nothing to release (configuration not found)"})
+		}
+		return nil
+	}
+	cur, err := circuit.View(obj)
+	if err != nil {
+		return err
+	}
+	// The targets asked for, and every other webhook of this
+	// installation's entries in this configuration.
+	webhooks := c.webhooks
+	if o.All {
+		others, err := PlanRelease(c.kind, cur, signer, nil)
+		if err != nil {
+			return err
+		}
+		for _, l := range others.Lines {
+			webhooks = appendNew(webhooks, l.Webhook)
+		}
+	}
+	plan, err := PlanRelease(c.kind, cur, signer, webhooks)
+	if err != nil {
+		return err
+	}
+	suffix := ""
+	if o.DryRun {
+		suffix = " (dry run)"
+	}
+	for _, l := range plan.Lines {
+		fmt.Fprintln(o.Out, l.String()+suffix)
+	}
+	if plan.Next == nil || o.DryRun {
+		return nil
+	}
+	patches, err := PlanPatches(cur, plan.Next)
+	if err != nil {
+		return err
+	}
+	written := c.kind.New()
+	written.SetName(c.name)
+	if err := o.Client.Patch(ctx, written, client.RawPatch(types.JSONPatchType, patches.Restore), client.FieldOwner(FieldManager)); err != nil {
+		return fmt.Errorf("restoring the webhooks (the first of two patches; nothing was written): %w", err)
+	}
+	if patches.RemoveOverride == nil {
+		return nil
+	}
+	if err := o.Client.Patch(ctx, written, client.RawPatch(types.JSONPatchType, patches.RemoveOverride(written.GetResourceVersion())), client.FieldOwner(FieldManager)); err != nil {
+		return fmt.Errorf("removing the override annotation the first patch added (the webhooks are restored; remove it with kubectl annotate %s %s %s-): %w",
+			c.kind.Singular(), c.name, circuit.OverrideAnnotation, err)
+	}
+	return nil
+}
+
+// owned is a cluster-scoped object the installation owns, to delete.
+type owned struct {
+	// kind is how kubectl names its resource, for the output.
+	kind string
+	// obj names the object.
+	obj client.Object
+	// marks, for a marking policy or binding, is the circuit it must mark
+	// (circuit.MarksAnnotation) to be deleted: one of the same name that
+	// marks another is not this installation's.
+	marks string
+}
+
+// delete deletes o.obj if it is there (and, for a marking policy, marks
+// the circuit it should), and prints what it did.
+func (o *Options) delete(ctx context.Context, d owned) error {
+	line := d.kind + "/" + d.obj.GetName()
+	suffix := ""
+	if o.DryRun {
+		suffix = " (dry run)"
+	}
+	got := d.obj.DeepCopyObject().(client.Object)
+	err := o.Client.Get(ctx, client.ObjectKeyFromObject(d.obj), got)
+	switch {
+	case apierrors.IsNotFound(err) || apimeta.IsNoMatchError(err):
+		fmt.Fprintln(o.Out, line+" not found"+suffix)
+		return nil
+	case err != nil:
+		fmt.Fprintf(o.Out, "%s not deleted: %v\n", line, err)
+		return fmt.Errorf("reading %s: %w", line, err)
+	case d.marks != "" && got.GetAnnotations()[circuit.MarksAnnotation] != d.marks:
+		fmt.Fprintf(o.Out, "%s left alone (it marks %q, not %s)%s\n", line, got.GetAnnotations()[circuit.MarksAnnotation], d.marks, suffix)
+		return nil
+	case o.DryRun:
+		fmt.Fprintln(o.Out, line+" deleted"+suffix)
+		return nil
+	}
+	// The precondition: the object read is the one deleted.
+	uid := got.GetUID()
+	err = o.Client.Delete(ctx, got, client.Preconditions{UID: &uid})
+	switch {
+	case err == nil:
+		fmt.Fprintln(o.Out, line+" deleted")
+	case apierrors.IsNotFound(err):
+		fmt.Fprintln(o.Out, line+" not found")
+	default:
+		fmt.Fprintf(o.Out, "%s not deleted: %v\n", line, err)
+		return fmt.Errorf("deleting %s: %w", line, err)
+	}
+	return nil
+}
+
+func appendNew(list []string, s string) []string {
+	for _, x := range list {
+		if x == s {
+			return list
+		}
+	}
+	return append(list, s)
+}

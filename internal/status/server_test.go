@@ -1,0 +1,46 @@
+package status
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/webhook-guard/webhook-guard/internal/breaker"
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
+	"github.com/webhook-guard/webhook-guard/internal/config"
+	"github.com/webhook-guard/webhook-guard/internal/probe"
+)
+
+// The leader's row of an Observe target carries what the breaker would
+// have done, from its memory; other targets' rows carry none of it.
+func TestProbeRow_observeCarriesTheWouldBeState(t *testing.T) {
+	observe := config.Target{Kind: circuit.KindMutating, Configuration: "c", Webhook: "w.example.com", Mode: config.ModeObserve, OpenAfter: 1, CloseAfter: 1}
+	bypass := observe
+	bypass.Webhook, bypass.Mode = "b.example.com", config.ModeBypass
+	state := breaker.NewState()
+	at := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	failed := probe.Result{Outcome: probe.OutcomeFailed, Reason: probe.ReasonTimeout}
+	for _, t := range []config.Target{observe, bypass} {
+		state.Observe(t.Key(), failed, at)
+	}
+	_, ok := state.JudgeObserved(observe, at)
+	assert.True(t, ok)
+
+	row := probeRow(observe, state)
+	assert.Equal(t, "2026-12-01T12:00:00Z", row.WouldOpenSince)
+	assert.Equal(t, breaker.SignalProbe, row.WouldOpenSignal)
+	assert.Empty(t, row.WouldClosedAt)
+	assert.Empty(t, row.Since)
+
+	row = probeRow(bypass, state)
+	assert.Empty(t, row.WouldOpenSince)
+	assert.Empty(t, row.WouldOpenSignal)
+
+	state.Observe(observe.Key(), probe.Result{Outcome: probe.OutcomeHealthy}, at.Add(time.Minute))
+	_, ok = state.JudgeObserved(observe, at.Add(time.Minute))
+	assert.True(t, ok)
+	row = probeRow(observe, state)
+	assert.Empty(t, row.WouldOpenSince)
+	assert.Equal(t, "2026-12-01T12:01:00Z", row.WouldClosedAt)
+}
