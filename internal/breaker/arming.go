@@ -54,6 +54,11 @@ type armingStep struct {
 	// annotations are next's annotations with the arming entries the
 	// write carries.
 	annotations map[string]string
+	// hold, when set, are openings that must wait while the others go:
+	// Plan again without them (Inputs.Wait), and write with armingFor
+	// and add, the entries of the held openings not armed yet.
+	hold map[string]bool
+	add  circuit.Record
 }
 
 // arming returns next's annotations with the arming entries of the write
@@ -83,10 +88,6 @@ func (r *TargetReconciler) arming(ctx context.Context, cur client.Object, view, 
 		logf.FromContext(ctx).Info("Rewriting unreadable arming entries", "error", err)
 		armed = circuit.Record{}
 	}
-	before, err := circuit.Decode(view.Annotations)
-	if err != nil {
-		return armingStep{}, err
-	}
 	after, err := circuit.Decode(next.Annotations)
 	if err != nil {
 		return armingStep{}, err
@@ -100,44 +101,65 @@ func (r *TargetReconciler) arming(ctx context.Context, cur client.Object, view, 
 	}
 	if len(opening) > 0 {
 		step, err := r.armOpenings(ctx, cur, view, armed, after, opening)
-		if err != nil || step.arm != nil || step.pending {
+		if err != nil || step.arm != nil || step.pending || step.hold != nil {
 			return step, err
 		}
 	}
 
-	// The arming entries of the write: those a closing moves out of the
-	// record, and those left from earlier until disarmAfter has passed.
-	// An entry back in the record (an opening) needs no arming entry.
-	// Another installation's entries are left as they are.
-	want := circuit.Record{}
-	var wait time.Duration
+	return r.armingFor(view, next, nil)
+}
+
+// armingFor returns next's annotations with the arming entries of the
+// write from view to next: those a closing moves out of the record, those
+// left from earlier until disarmAfter has passed since the latest of them
+// (so that a mass closing is disarmed in one write), and add. An entry
+// back in the record (an opening) needs no arming entry. Another
+// installation's entries are left as they are.
+func (r *TargetReconciler) armingFor(view, next *admissionregistrationv1.MutatingWebhookConfiguration, add circuit.Record) (armingStep, error) {
+	armed, err := circuit.DecodeArming(view.Annotations)
+	if err != nil {
+		armed = circuit.Record{} // only the breaker writes them: rewrite them
+	}
+	before, err := circuit.Decode(view.Annotations)
+	if err != nil {
+		return armingStep{}, err
+	}
+	after, err := circuit.Decode(next.Annotations)
+	if err != nil {
+		return armingStep{}, err
+	}
+	want, mine := circuit.Record{}, circuit.Record{}
 	now := now(r.Clock)
+	var latest time.Time
 	for hook, entry := range before {
 		if _, stays := after[hook]; !stays && entry.UID == view.UID && entry.Mine(r.Signer) {
-			want[hook] = entry
-			r.armedAt(view.UID, hook, now, true)
-			wait = disarmAfter
+			mine[hook] = entry
+			latest = r.armedAt(view.UID, hook, now, true)
 		}
 	}
 	for hook, entry := range armed {
-		if !entry.Mine(r.Signer) {
+		switch _, inRecord := after[hook]; {
+		case !entry.Mine(r.Signer):
 			want[hook] = entry // another installation's
-			continue
-		}
-		if _, inRecord := after[hook]; inRecord {
+		case inRecord:
 			r.forgetArmed(view.UID, hook)
-			continue
+		case mine[hook].UID == "":
+			mine[hook] = entry
+			if at := r.armedAt(view.UID, hook, now, false); at.After(latest) {
+				latest = at
+			}
 		}
-		if _, closing := want[hook]; closing {
-			continue
-		}
-		if left := disarmAfter - now.Sub(r.armedAt(view.UID, hook, now, false)); left > 0 {
-			want[hook] = entry
-			wait = minPositive(wait, left)
-			continue
-		}
-		r.forgetArmed(view.UID, hook)
 	}
+	var wait time.Duration
+	if left := disarmAfter - now.Sub(latest); len(mine) > 0 && left > 0 {
+		maps.Copy(want, mine)
+		wait = left
+	} else {
+		for hook := range mine {
+			r.forgetArmed(view.UID, hook)
+		}
+	}
+	maps.Copy(want, add)
 	annotations, err := circuit.EncodeArming(maps.Clone(next.Annotations), want)
 	if err != nil {
 		return armingStep{}, err
@@ -147,9 +169,11 @@ func (r *TargetReconciler) arming(ctx context.Context, cur client.Object, view, 
 
 // armOpenings arms the openings' marking policies before the write that
 // opens them: it checks that each is installed as this release renders it
-// (else a MarkingFailed Event and an error, retried with backoff), asks for
-// the arming write when an opening's entry is not armed yet, and waits
-// until a canary shows kube-apiserver marking with every one.
+// (else a MarkingFailed Event and an error, retried with backoff), and
+// asks one canary whether kube-apiserver marks with those already armed.
+// Those it does open now, and the write that opens them arms the others
+// (hold); when none does, it asks for the arming write if an opening is
+// not armed yet, and else waits (pending).
 func (r *TargetReconciler) armOpenings(ctx context.Context, cur client.Object, view *admissionregistrationv1.MutatingWebhookConfiguration, armed, after circuit.Record, opening []marking.Circuit) (armingStep, error) {
 	for _, c := range opening {
 		if _, err := r.Marker.Check(ctx, c); err != nil {
@@ -157,12 +181,35 @@ func (r *TargetReconciler) armOpenings(ctx context.Context, cur client.Object, v
 		}
 	}
 	missing := circuit.Record{}
+	var armedOnes []marking.Circuit
 	for _, c := range opening {
 		if armed[c.Webhook].UID != view.UID {
 			missing[c.Webhook] = after[c.Webhook]
+		} else {
+			armedOnes = append(armedOnes, c)
 		}
 	}
-	if len(missing) > 0 {
+	hold := map[string]bool{}
+	for hook := range missing {
+		hold[hook] = true
+	}
+	if len(armedOnes) > 0 {
+		notYet, err := r.Marker.Armed(ctx, armedOnes)
+		if err != nil {
+			return armingStep{}, r.markingFailed(cur, err)
+		}
+		for _, c := range notYet {
+			hold[c.Webhook] = true
+		}
+	}
+	switch {
+	case len(hold) == 0:
+		return armingStep{}, nil
+	case len(hold) < len(opening):
+		// Some can open now: they do, and the others are armed in the
+		// same write.
+		return armingStep{hold: hold, add: missing}, nil
+	case len(missing) > 0:
 		want := maps.Clone(armed)
 		maps.Copy(want, missing)
 		arm := view.DeepCopy()
@@ -172,15 +219,9 @@ func (r *TargetReconciler) armOpenings(ctx context.Context, cur client.Object, v
 		}
 		arm.Annotations = annotations
 		return armingStep{arm: arm}, nil
-	}
-	notYet, err := r.Marker.Armed(ctx, opening)
-	if err != nil {
-		return armingStep{}, r.markingFailed(cur, err)
-	}
-	if len(notYet) > 0 {
+	default:
 		return armingStep{pending: true}, nil
 	}
-	return armingStep{}, nil
 }
 
 // markingFailed reports that an opening was refused because its marking

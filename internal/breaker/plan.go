@@ -90,6 +90,9 @@ type Inputs struct {
 	// HoldOpen stops every opening (closes still happen): every probed
 	// target of the service is failing at once (State.Inputs).
 	HoldOpen bool
+	// Wait holds back the openings of these webhooks: their marking is
+	// not armed yet (TargetReconciler.arming).
+	Wait map[string]bool
 	// Only, when set, limits the decisions about targets to this webhook;
 	// the others stay as they are. The reconciler uses it to write
 	// transitions one by one after the apiserver refused them together.
@@ -227,6 +230,9 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 		case Open:
 			if in.HoldOpen && signal == SignalProbe {
 				continue // the apiserver does not agree that the webhook is down
+			}
+			if in.Wait[t.Webhook] {
+				continue
 			}
 			if !openWebhook(wh, t.Mode) {
 				continue // Ignore is already the administrator's baseline.

@@ -127,6 +127,18 @@ func (r *TargetReconciler) reconcileOnce(ctx context.Context, reader client.Read
 	if err != nil {
 		return 0, err
 	}
+	if step.hold != nil {
+		r.holdDecision(name, decidedAt)
+		add := step.add
+		in.Wait = step.hold
+		if next, changes, err = Plan(view, in); err != nil {
+			return 0, err
+		}
+		if step, err = r.armingFor(view, next, add); err != nil {
+			return 0, err
+		}
+		step.wait = minPositive(step.wait, markingPoll)
+	}
 	if step.arm != nil {
 		r.holdDecision(name, decidedAt)
 		return markingPoll, r.writeArming(ctx, cur, view, step.arm)

@@ -339,3 +339,132 @@ func TestTargetReconciler_anotherInstallationsArmingIsLeftAlone(t *testing.T) {
 	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: cfgName}, after))
 	assert.Equal(t, before.ResourceVersion, after.ResourceVersion)
 }
+
+// Openings that reach their threshold one after another, as in a mass
+// failure, cost one write each step: a webhook whose marking
+// kube-apiserver already shows armed opens in the same write that arms
+// the next one's.
+func TestTargetReconciler_anOpeningArmsTheNextInTheSameWrite(t *testing.T) {
+	var objs []client.Object
+	c := &canary{}
+	for _, hook := range []string{whA, whB} {
+		policy, binding := marking.Render(cfgName, hook)
+		objs = append(objs, policy, binding)
+		c.circuits = append(c.circuits, marking.Circuit{Configuration: cfgName, Webhook: hook})
+	}
+	scheme := runtime.NewScheme()
+	require.NoError(t, clientgoscheme.AddToScheme(scheme))
+	cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(append(objs, newConfig(newWebhook(whA, policyFail), newWebhook(whB, policyFail)))...).Build()
+	c.reader = cl
+	a, b := target(whA, config.ModeBypass, 3, 2), target(whB, config.ModeBypass, 3, 2)
+	state := NewState()
+	state.Register(a.Key())
+	state.Register(b.Key())
+	fail := func(tgt config.Target) {
+		for range 3 {
+			state.Observe(tgt.Key(), failedResult("timeout"), time.Now())
+		}
+	}
+	r := &TargetReconciler{
+		Kind: circuit.KindMutating, Client: cl, APIReader: cl, Targets: []config.Target{a, b}, State: state,
+		Recorder: events.NewFakeRecorder(100), Metrics: NewMetrics(), Signer: testIdentity,
+		Clock: clocktesting.NewFakeClock(time.Now()), Marker: &marking.Keeper{Reader: cl, Canary: c},
+	}
+	ctx := context.Background()
+	req := ctrl.Request{}
+	req.Name = cfgName
+	get := func() (rec, armed circuit.Record, rv string) {
+		mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: cfgName}, mwc))
+		rec, err := circuit.Decode(mwc.Annotations)
+		require.NoError(t, err)
+		armed, err = circuit.DecodeArming(mwc.Annotations)
+		require.NoError(t, err)
+		return rec, armed, mwc.ResourceVersion
+	}
+
+	fail(a)
+	_, err := r.Reconcile(ctx, req)
+	require.NoError(t, err)
+	rec, armed, _ := get()
+	require.Empty(t, rec)
+	require.Contains(t, armed, whA, "a is armed")
+
+	fail(b)
+	_, err = r.Reconcile(ctx, req)
+	require.NoError(t, err)
+	rec, armed, rv := get()
+	assert.Contains(t, rec, whA, "a opened")
+	assert.NotContains(t, rec, whB, "b is not shown armed yet")
+	assert.Contains(t, armed, whB, "b was armed in the write that opened a")
+	assert.NotContains(t, armed, whA, "a's entry moved to the record")
+
+	_, err = r.Reconcile(ctx, req)
+	require.NoError(t, err)
+	rec, armed, rv2 := get()
+	assert.Contains(t, rec, whB, "b opened")
+	assert.Empty(t, armed)
+	assert.NotEqual(t, rv, rv2)
+}
+
+// Closings spread over time are disarmed together, disarmAfter after the
+// latest of them: one write, however many closed.
+func TestTargetReconciler_closingsAreDisarmedInOneWrite(t *testing.T) {
+	entry := circuit.Entry{UID: testUID, Mode: circuit.ModeBypass, OpenedAt: metav1.Now(), Reason: "timeout", OriginalFailurePolicy: policyFail, By: testIdentity}
+	mwc := newConfig(newWebhook(whA, policyIgnore, bypassMarker()), newWebhook(whB, policyIgnore, bypassMarker()))
+	var err error
+	mwc.Annotations, err = circuit.Encode(mwc.Annotations, circuit.Record{whA: entry, whB: entry})
+	require.NoError(t, err)
+	scheme := runtime.NewScheme()
+	require.NoError(t, clientgoscheme.AddToScheme(scheme))
+	cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(mwc).Build()
+	a, b := target(whA, config.ModeBypass, 3, 2), target(whB, config.ModeBypass, 3, 2)
+	state := NewState()
+	state.Register(a.Key())
+	state.Register(b.Key())
+	heal := func(tgt config.Target) {
+		for range 2 {
+			state.Observe(tgt.Key(), healthyResult(), time.Now())
+		}
+	}
+	clock := clocktesting.NewFakeClock(time.Now())
+	r := &TargetReconciler{
+		Kind: circuit.KindMutating, Client: cl, APIReader: cl, Targets: []config.Target{a, b}, State: state,
+		Recorder: events.NewFakeRecorder(100), Metrics: NewMetrics(), Signer: testIdentity, Clock: clock,
+		Marker: &marking.Keeper{Reader: cl, Canary: &canary{reader: cl}},
+	}
+	ctx := context.Background()
+	req := ctrl.Request{}
+	req.Name = cfgName
+	armed := func() (circuit.Record, string) {
+		got := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: cfgName}, got))
+		rec, err := circuit.DecodeArming(got.Annotations)
+		require.NoError(t, err)
+		return rec, got.ResourceVersion
+	}
+
+	heal(a)
+	_, err = r.Reconcile(ctx, req)
+	require.NoError(t, err)
+	clock.Step(disarmAfter / 2)
+	heal(b)
+	_, err = r.Reconcile(ctx, req)
+	require.NoError(t, err)
+	rec, _ := armed()
+	require.Len(t, rec, 2, "both closed, both armed")
+
+	clock.Step(disarmAfter / 2)
+	res, err := r.Reconcile(ctx, req)
+	require.NoError(t, err)
+	rec, rv := armed()
+	assert.Len(t, rec, 2, "a's grace is over, b's is not: both wait")
+	assert.Equal(t, disarmAfter/2, res.RequeueAfter)
+
+	clock.Step(disarmAfter / 2)
+	_, err = r.Reconcile(ctx, req)
+	require.NoError(t, err)
+	rec, rv2 := armed()
+	assert.Empty(t, rec)
+	assert.NotEqual(t, rv, rv2)
+}
