@@ -610,6 +610,15 @@ func (s *suite) run(instance string) {
 	// kube-apiserver's field management records the guard's manager as its
 	// owner and takes it from the configuration's author. That one change
 	// is required exactly and reported; any other is a failure.
+	// The breaker disarms a mutating circuit's marking 2 s after the
+	// write that closed it (docs/how-it-works.md, "Ordering"): compare
+	// after that write.
+	for _, tg := range s.targets {
+		require.Eventually(t, func() bool {
+			raw, err := rawConfig(ctx, tg)
+			return err == nil && !bytes.Contains(raw, []byte(circuit.ArmingAnnotation))
+		}, time.Minute, 100*time.Millisecond, "%s %s: marking was never disarmed after the close", s.name, tg)
+	}
 	for _, tg := range s.targets {
 		after, err := rawConfig(ctx, tg)
 		require.NoError(t, err)
