@@ -292,8 +292,11 @@ func TestPartition_aLongPartitionRefusesNothingAfterTheFirstOpening(t *testing.T
 			// loaded machine runs the guard's timers late too; in Ignore
 			// mode the apiserver is still draining the dials it held when
 			// the test's first request gets through, and a path probe may
-			// wait behind them.
-			assert.LessOrEqual(t, toClose, bound+time.Second, "closing took longer than closeAfter intervals plus one scrape")
+			// wait behind them. The slack is 2 s (2.95 s against a 2.6 s
+			// bound was seen with every e2e package on 2 cores): this
+			// catches a close that waits for minOpen or a trial, not a
+			// slow machine.
+			assert.LessOrEqual(t, toClose, bound+2*time.Second, "closing took longer than closeAfter intervals plus one scrape")
 			assert.Contains(t, w.waitEvent(string(breaker.Closed)), "through kube-apiserver's service proxy: its road to the webhook works again")
 		})
 	}
