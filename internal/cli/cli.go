@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -92,4 +93,28 @@ func Dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// Command is a command's Options, as cert-manager's cmctl shapes them.
+type Command interface {
+	// Validate checks the flags and arguments.
+	Validate() error
+	// Complete fills in what the flags leave out (clients, the installed
+	// configuration).
+	Complete() error
+	// Run does the command's work.
+	Run(ctx context.Context) error
+}
+
+// RunE is cobra's RunE for o: Validate, Complete, then Run.
+func RunE(o Command) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, _ []string) error {
+		if err := o.Validate(); err != nil {
+			return err
+		}
+		if err := o.Complete(); err != nil {
+			return err
+		}
+		return o.Run(cmd.Context())
+	}
 }

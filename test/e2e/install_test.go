@@ -355,29 +355,12 @@ func installConfig(t *testing.T, ctx context.Context) string {
 	return cm.Data["config.yaml"]
 }
 
-// installFastConfig shortens the installed configuration's timings so the
-// test does not wait for production intervals: probes every 100ms, open
-// after 2 failures, close after 2 successes. Everything else (targets,
-// modes, probe kinds) is the installed configuration.
+// installFastConfig is harness.FastConfig for this test.
 func installFastConfig(t *testing.T, installed string) string {
 	t.Helper()
-	var cfg map[string]any
-	require.NoError(t, yaml.Unmarshal([]byte(installed), &cfg))
-	targets, ok := cfg["targets"].([]any)
-	require.True(t, ok, "the installed configuration has no targets list")
-	for _, raw := range targets {
-		target := raw.(map[string]any)
-		target["openAfter"], target["closeAfter"] = 2, 2
-		probe, _ := target["probe"].(map[string]any)
-		if probe == nil {
-			probe = map[string]any{}
-		}
-		probe["interval"] = "100ms"
-		target["probe"] = probe
-	}
-	out, err := yaml.Marshal(cfg)
+	cfg, err := harness.FastConfig(installed)
 	require.NoError(t, err)
-	return string(out)
+	return cfg
 }
 
 // installStatusRow is the part of one /status row this test reads.

@@ -114,6 +114,19 @@ func (f *Factory) AddConfigFlag(fs *pflag.FlagSet, usage string) {
 	fs.StringVar(&f.ConfigPath, "config", "", usage)
 }
 
+// InstalledConfigUsage is --config's usage on the commands that read the
+// installed configuration from the cluster when it is not given.
+const InstalledConfigUsage = "GuardConfiguration file; default: the one installed in the cluster (the ConfigMap --deployment mounts)."
+
+// AddInstallationReaderFlags adds the flags of a command that reads an
+// installation from the cluster: --config (with configUsage), -n/--namespace,
+// --deployment, --kubeconfig and --context.
+func (f *Factory) AddInstallationReaderFlags(fs *pflag.FlagSet, configUsage string) {
+	f.AddConfigFlag(fs, configUsage)
+	f.AddInstallationFlags(fs)
+	f.AddKubeconfigFlags(fs)
+}
+
 // ReadConfigFile reads and validates ConfigPath into Config, when it is
 // set. It touches no cluster: commands call it from Validate.
 func (f *Factory) ReadConfigFile() error {

@@ -106,20 +106,10 @@ func NewCmd(streams cli.IOStreams, f *factory.Factory) *cobra.Command {
 			}
 			return nil
 		},
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.Validate(); err != nil {
-				return err
-			}
-			if err := o.Complete(); err != nil {
-				return err
-			}
-			return o.Run(cmd.Context())
-		},
+		RunE: cli.RunE(o),
 	}
 	fs := cmd.Flags()
-	f.AddConfigFlag(fs, "GuardConfiguration file; default: the one installed in the cluster (the ConfigMap --deployment mounts).")
-	f.AddInstallationFlags(fs)
-	f.AddKubeconfigFlags(fs)
+	f.AddInstallationReaderFlags(fs, factory.InstalledConfigUsage)
 	fs.BoolVar(&o.All, "all", false, "Release every target, and delete the guard policy and its binding.")
 	fs.StringVar(&o.Breaker, "breaker", "", "The service's username, which signs its entries; default: system:serviceaccount:<--namespace>:webhook-guard.")
 	fs.BoolVar(&o.DryRun, "dry-run", false, "Print what would be done; write nothing.")

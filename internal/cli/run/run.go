@@ -79,15 +79,7 @@ func NewCmd(streams cli.IOStreams, f *factory.Factory, build version.Build) *cob
 		PersistentPreRun: func(*cobra.Command, []string) {
 			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.Zap), zap.WriteTo(o.ErrOut)))
 		},
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.Validate(); err != nil {
-				return err
-			}
-			if err := o.Complete(); err != nil {
-				return err
-			}
-			return o.Run(cmd.Context())
-		},
+		RunE: cli.RunE(o),
 	}
 	o.AddFlags(cmd.Flags())
 	return cmd

@@ -96,20 +96,10 @@ func NewCmd(streams cli.IOStreams, f *factory.Factory) *cobra.Command {
 		Short: "Print every configured target with its circuit state and probe counts",
 		Long:  long,
 		Args:  cli.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.Validate(); err != nil {
-				return err
-			}
-			if err := o.Complete(); err != nil {
-				return err
-			}
-			return o.Run(cmd.Context())
-		},
+		RunE:  cli.RunE(o),
 	}
 	fs := cmd.Flags()
-	f.AddConfigFlag(fs, "GuardConfiguration file; default: the one installed in the cluster (the ConfigMap --deployment mounts).")
-	f.AddInstallationFlags(fs)
-	f.AddKubeconfigFlags(fs)
+	f.AddInstallationReaderFlags(fs, factory.InstalledConfigUsage)
 	fs.StringVar(&o.Endpoint, "endpoint", "", "A /status URL to read counts from instead of the leader's pod: https://... (for example a port-forward to the metrics port; a status token is requested and sent, the self-signed certificate is not verified) or http://127.0.0.1:... (--status-bind-address of a guard run by hand); default: the leader's pod through the apiserver.")
 	cli.AddOutputFlag(fs, &o.Output)
 	fs.BoolVar(&o.ExitCode, "exit-code", false, "Exit 2 when a circuit is open and 3 when the installation has no leader (see above).")

@@ -75,20 +75,10 @@ by the workload that owns them, with the command that repairs each;
 open. It runs as the administrator: listing every kind a webhook matches
 is not part of the service's RBAC.`,
 		Args: cli.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.Validate(); err != nil {
-				return err
-			}
-			if err := o.Complete(); err != nil {
-				return err
-			}
-			return o.Run(cmd.Context())
-		},
+		RunE: cli.RunE(o),
 	}
 	fs := cmd.Flags()
-	f.AddConfigFlag(fs, "GuardConfiguration file; default: the one installed in the cluster (the ConfigMap --deployment mounts).")
-	f.AddInstallationFlags(fs)
-	f.AddKubeconfigFlags(fs)
+	f.AddInstallationReaderFlags(fs, factory.InstalledConfigUsage)
 	fs.BoolVar(&o.Clear, "clear", false, "Remove the mark from every listed object (after repairing them).")
 	return cmd
 }

@@ -165,20 +165,10 @@ func NewCmd(streams cli.IOStreams, f *factory.Factory) *cobra.Command {
 		Short: "List every webhook in the cluster, riskiest first: failurePolicy, timeout, failure ratio and p99 from kube-apiserver's metrics, managed or not",
 		Long:  long,
 		Args:  cli.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.Validate(); err != nil {
-				return err
-			}
-			if err := o.Complete(); err != nil {
-				return err
-			}
-			return o.Run(cmd.Context())
-		},
+		RunE:  cli.RunE(o),
 	}
 	fs := cmd.Flags()
-	f.AddConfigFlag(fs, "GuardConfiguration file, for which webhooks the guard manages; default: the one installed in the cluster (the ConfigMap --deployment mounts).")
-	f.AddInstallationFlags(fs)
-	f.AddKubeconfigFlags(fs)
+	f.AddInstallationReaderFlags(fs, "GuardConfiguration file, for which webhooks the guard manages; default: the one installed in the cluster (the ConfigMap --deployment mounts).")
 	fs.DurationVar(&o.Window, "window", 0, "Report the calls of this window (for example 10s or 5m) from two scrapes of /metrics, instead of the cumulative counts since the apiserver started.")
 	cli.AddOutputFlag(fs, &o.Output)
 	return cmd

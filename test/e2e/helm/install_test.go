@@ -30,7 +30,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
@@ -211,29 +210,12 @@ func podChecksum(t *testing.T, ctx context.Context) string {
 	return sum
 }
 
-// fastConfig shortens the installed configuration's timings so the test
-// does not wait for production intervals: probes every 100ms, open after
-// 2 failures, close after 2 successes. Everything else is the installed
-// configuration.
+// fastConfig is harness.FastConfig for this test.
 func fastConfig(t *testing.T, installed string) string {
 	t.Helper()
-	var cfg map[string]any
-	require.NoError(t, yaml.Unmarshal([]byte(installed), &cfg))
-	targets, ok := cfg["targets"].([]any)
-	require.True(t, ok, "the installed configuration has no targets list")
-	for _, raw := range targets {
-		tg := raw.(map[string]any)
-		tg["openAfter"], tg["closeAfter"] = 2, 2
-		probe, _ := tg["probe"].(map[string]any)
-		if probe == nil {
-			probe = map[string]any{}
-		}
-		probe["interval"] = "100ms"
-		tg["probe"] = probe
-	}
-	out, err := yaml.Marshal(cfg)
+	cfg, err := harness.FastConfig(installed)
 	require.NoError(t, err)
-	return string(out)
+	return cfg
 }
 
 // startInstalledGuard runs the real guard as the chart's ServiceAccount
