@@ -68,18 +68,7 @@ func TestPolicyEnforced_earlierVersionsRules(t *testing.T) {
 			require.NotContains(t, p.Annotations, admission.PolicyInputsAnnotation)
 			require.NotEqual(t, this.Spec, p.Spec, "the fixture is another version's rule")
 
-			require.NoError(t, enforcedWith(t, fixtureOptions, p, b))
-			added := fixtureOptions
-			added.Managed = map[string][]string{"cfg": {"w.example.com"}, "new": {"n.example.com"}}
-			require.NoError(t, enforcedWith(t, added, p, b), "a rollout that also changes the targets")
-
-			other := fixtureOptions
-			other.BreakerUsername = "system:serviceaccount:elsewhere:webhook-guard"
-			assert.ErrorContains(t, enforcedWith(t, other, p, b), "is not a rule this version renders")
-
-			changed := p.DeepCopy()
-			changed.Spec.Validations[len(changed.Spec.Validations)-1].Expression = "true"
-			assert.ErrorContains(t, enforcedWith(t, fixtureOptions, changed, b), "is not a rule this version renders")
+			changed := enforcedAcrossARollout(t, p, b, "is not a rule this version renders")
 			if _, ok := p.Annotations[circuit.PolicyDigestAnnotation]; ok {
 				changed.Annotations[circuit.PolicyDigestAnnotation] = admission.RuleDigest(changed.Spec)
 				assert.ErrorContains(t, enforcedWith(t, fixtureOptions, changed, b), "is not a rule this version renders", "with its digest recomputed")
@@ -224,6 +213,16 @@ func TestPolicyEnforced_previousVersionsPolicy(t *testing.T) {
 	this, _ := admission.RenderPolicy(fixtureOptions)
 	require.NotEqual(t, this.Spec, p.Spec, "the fixture is another version's rule")
 
+	enforcedAcrossARollout(t, p, b, "holds the rule of another breaker")
+}
+
+// enforcedAcrossARollout checks an earlier version's policy p and binding
+// b as this version's replicas see them during a rollout: enforced, also
+// when the rollout changes the targets; refused, with otherBreaker in the
+// error, for another breaker; and refused once its last validation is
+// changed. It returns that changed policy.
+func enforcedAcrossARollout(t *testing.T, p *admissionregistrationv1.ValidatingAdmissionPolicy, b *admissionregistrationv1.ValidatingAdmissionPolicyBinding, otherBreaker string) *admissionregistrationv1.ValidatingAdmissionPolicy {
+	t.Helper()
 	require.NoError(t, enforcedWith(t, fixtureOptions, p, b))
 	added := fixtureOptions
 	added.Managed = map[string][]string{"cfg": {"w.example.com"}, "new": {"n.example.com"}}
@@ -231,9 +230,10 @@ func TestPolicyEnforced_previousVersionsPolicy(t *testing.T) {
 
 	other := fixtureOptions
 	other.BreakerUsername = "system:serviceaccount:elsewhere:webhook-guard"
-	assert.ErrorContains(t, enforcedWith(t, other, p, b), "holds the rule of another breaker")
+	assert.ErrorContains(t, enforcedWith(t, other, p, b), otherBreaker)
 
 	changed := p.DeepCopy()
 	changed.Spec.Validations[len(changed.Spec.Validations)-1].Expression = "true"
 	assert.ErrorContains(t, enforcedWith(t, fixtureOptions, changed, b), "is not a rule this version renders")
+	return changed
 }

@@ -176,7 +176,7 @@ func (r *TargetReconciler) armingFor(view, next *admissionregistrationv1.Mutatin
 // not armed yet, and else waits (pending).
 func (r *TargetReconciler) armOpenings(ctx context.Context, cur client.Object, view *admissionregistrationv1.MutatingWebhookConfiguration, armed, after circuit.Record, opening []marking.Circuit) (armingStep, error) {
 	for _, c := range opening {
-		if _, err := r.Marker.Check(ctx, c); err != nil {
+		if err := r.Marker.Check(ctx, c); err != nil {
 			return armingStep{}, r.markingFailed(cur, err)
 		}
 	}

@@ -3,7 +3,6 @@ package marking
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -30,18 +29,13 @@ type Events interface {
 // place: installed as Render renders it, loaded by kube-apiserver, and
 // armed by the configuration it reads. It
 // writes nothing; the policies are installed by an administrator (guard
-// manifests marking). It is safe for concurrent use.
+// manifests marking). It keeps no state, so it is safe for concurrent use.
 type Keeper struct {
 	// Reader reads the installed policies and bindings (the manager's
 	// cache).
 	Reader client.Reader
 	// Canary sends the canary: a dry-run Event create.
 	Canary Events
-
-	mu sync.Mutex
-	// loaded holds, by policy name, the policy and binding
-	// resourceVersions a canary saw loaded.
-	loaded map[string]string
 }
 
 // CanaryNamespace is where the canary Event is created (dry run): the
@@ -54,69 +48,24 @@ const InstallHint = "install them with \"guard manifests marking --config <file>
 
 // Check returns nil when c's marking policy and binding are installed as
 // Render renders them, and an error that says what differs otherwise.
-// It returns the pair's resourceVersions.
-func (k *Keeper) Check(ctx context.Context, c Circuit) (string, error) {
+func (k *Keeper) Check(ctx context.Context, c Circuit) error {
 	wantPolicy, wantBinding := Render(c.Configuration, c.Webhook)
 	policy := &admissionregistrationv1.MutatingAdmissionPolicy{}
 	binding := &admissionregistrationv1.MutatingAdmissionPolicyBinding{}
 	for _, obj := range []client.Object{policy, binding} {
 		if err := k.Reader.Get(ctx, client.ObjectKey{Name: wantPolicy.Name}, obj); err != nil {
 			if apierrors.IsNotFound(err) {
-				return "", fmt.Errorf("the marking policy of %s/%s is not installed (%T %s not found): %s",
+				return fmt.Errorf("the marking policy of %s/%s is not installed (%T %s not found): %s",
 					c.Configuration, c.Webhook, obj, wantPolicy.Name, InstallHint)
 			}
-			return "", fmt.Errorf("reading the marking policy %s: %w", wantPolicy.Name, err)
+			return fmt.Errorf("reading the marking policy %s: %w", wantPolicy.Name, err)
 		}
 	}
 	if !equality.Semantic.DeepEqual(policy.Spec, wantPolicy.Spec) || !equality.Semantic.DeepEqual(binding.Spec, wantBinding.Spec) {
-		return "", fmt.Errorf("the marking policy %s of %s/%s differs from what this release renders (changed by hand, or rendered by another release): %s",
+		return fmt.Errorf("the marking policy %s of %s/%s differs from what this release renders (changed by hand, or rendered by another release): %s",
 			wantPolicy.Name, c.Configuration, c.Webhook, InstallHint)
 	}
-	return policy.ResourceVersion + "/" + binding.ResourceVersion, nil
-}
-
-// Ready returns the circuits of cs whose marking policy is not ready yet:
-// installed, but kube-apiserver has not shown that it evaluates that
-// version of it. It checks each (an error when one is not installed as
-// Render renders it) and sends at most one canary (a dry-run Event) for all
-// that no earlier canary saw at their current resourceVersions.
-func (k *Keeper) Ready(ctx context.Context, cs []Circuit) ([]Circuit, error) {
-	versions := map[Circuit]string{}
-	var unknown []Circuit
-	for _, c := range cs {
-		v, err := k.Check(ctx, c)
-		if err != nil {
-			return nil, err
-		}
-		versions[c] = v
-		k.mu.Lock()
-		seen := k.loaded[Name(c.Configuration, c.Webhook)] == v
-		k.mu.Unlock()
-		if !seen {
-			unknown = append(unknown, c)
-		}
-	}
-	if len(unknown) == 0 {
-		return nil, nil
-	}
-	review, err := k.Canary.Create(ctx, canary(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-	if err != nil {
-		return nil, fmt.Errorf("sending the marking canary (a dry-run Event): %w", err)
-	}
-	var notYet []Circuit
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.loaded == nil {
-		k.loaded = map[string]string{}
-	}
-	for _, c := range unknown {
-		if review.Annotations[LoadedAnnotation(c.Configuration, c.Webhook)] == Digest(c.Configuration, c.Webhook) {
-			k.loaded[Name(c.Configuration, c.Webhook)] = versions[c]
-			continue
-		}
-		notYet = append(notYet, c)
-	}
-	return notYet, nil
+	return nil
 }
 
 // Armed returns the circuits of cs whose marking policy kube-apiserver
@@ -127,11 +76,11 @@ func (k *Keeper) Ready(ctx context.Context, cs []Circuit) ([]Circuit, error) {
 // not on the policy, so every call sends one canary for all of cs.
 func (k *Keeper) Armed(ctx context.Context, cs []Circuit) ([]Circuit, error) {
 	for _, c := range cs {
-		if _, err := k.Check(ctx, c); err != nil {
+		if err := k.Check(ctx, c); err != nil {
 			return nil, err
 		}
 	}
-	review, err := k.Canary.Create(ctx, canary(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	review, err := k.Canary.Create(ctx, CanaryEvent(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	if err != nil {
 		return nil, fmt.Errorf("sending the marking canary (a dry-run Event): %w", err)
 	}
@@ -145,9 +94,9 @@ func (k *Keeper) Armed(ctx context.Context, cs []Circuit) ([]Circuit, error) {
 	return notYet, nil
 }
 
-// canary is the dry-run Event that the marking policies answer: valid,
-// so that the dry run succeeds, and about nothing in particular.
-func canary() *eventsv1.Event {
+// CanaryEvent is the dry-run Event that the marking policies answer:
+// valid, so that the dry run succeeds, and about nothing in particular.
+func CanaryEvent() *eventsv1.Event {
 	return &eventsv1.Event{
 		ObjectMeta:          metav1.ObjectMeta{GenerateName: "webhook-guard-marking-canary-", Labels: map[string]string{CanaryLabel: "true"}},
 		EventTime:           metav1.NowMicro(),

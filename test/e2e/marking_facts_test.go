@@ -69,9 +69,9 @@ func TestFact_markingPolicyReadsTheWebhookConfigurationAsItsParam(t *testing.T) 
 	circuits := []marking.Circuit{{Configuration: name, Webhook: hook}}
 	start := time.Now()
 	require.Eventually(t, func() bool {
-		notYet, err := keeper.Ready(ctx, circuits)
+		review, err := cs.EventsV1().Events(marking.CanaryNamespace).Create(ctx, marking.CanaryEvent(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		require.NoError(t, err)
-		return len(notYet) == 0
+		return review.Annotations[marking.LoadedAnnotation(name, hook)] == marking.Digest(name, hook)
 	}, propagation, 20*time.Millisecond, "the canary never showed the policy loaded")
 	t.Logf("policy loaded %v after its creation", time.Since(start))
 

@@ -231,7 +231,7 @@ func checkMarkingPolicies(ctx context.Context, c client.Client, cfg *config.Conf
 		if t.Kind != circuit.KindMutating || t.Observes() {
 			continue // an Observe target never opens, so marks nothing
 		}
-		if _, err := keeper.Check(ctx, marking.Circuit{Configuration: t.Configuration, Webhook: t.Webhook}); err != nil {
+		if err := keeper.Check(ctx, marking.Circuit{Configuration: t.Configuration, Webhook: t.Webhook}); err != nil {
 			problems = append(problems, err.Error())
 		}
 	}
