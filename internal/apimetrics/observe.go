@@ -26,6 +26,12 @@ type Thresholds struct {
 	// FailureRatio is the share of failed calls (calling_webhook_error
 	// plus fail-open) that makes the window Failing.
 	FailureRatio float64
+	// FastWithin, when set, is how long a call may take and still count
+	// as fast in Result.Traffic (the probe's timeout): the calls above the
+	// highest latency bucket bound at or below it are Traffic.Slow. It
+	// needs the latency histogram (ParseOptions.Latency); without it every
+	// call is Slow.
+	FastWithin time.Duration
 }
 
 // Observation is one judged window of one webhook's calls.
@@ -84,6 +90,10 @@ type instance struct {
 	base map[Webhook]point
 	// last is each webhook's previous scrape, for Admitted.
 	last map[Webhook]Counters
+	// lastAt is when the previous Observe scraped this instance, and
+	// latency each webhook's latency histogram then, for Traffic.
+	lastAt  time.Time
+	latency map[Webhook]Histogram
 }
 
 type point struct {
@@ -101,6 +111,28 @@ type Result struct {
 	Admitted float64
 	// Marked is how many objects its marking policy marked since then.
 	Marked float64
+	// Traffic is the calls made since the previous Observe of the same
+	// instance; its Window is zero when they cannot be known (first scrape
+	// of an instance, a reset, no instance).
+	Traffic Traffic
+}
+
+// Traffic is what the apiserver's calls to a webhook between two scrapes
+// say, whatever the minRequests window: how many completed, how many of
+// them failed, and how many were not fast.
+type Traffic struct {
+	Calls, Failed float64
+	// Slow is how many calls may have taken longer than
+	// Thresholds.FastWithin; zero when that is unset.
+	Slow float64
+	// Window is the time between the two scrapes.
+	Window time.Duration
+}
+
+// Healthy reports whether tr shows at least one call, and every call
+// answered, in time: evidence worth one healthy probe.
+func (tr Traffic) Healthy() bool {
+	return tr.Window > 0 && tr.Calls >= 1 && tr.Failed == 0 && tr.Slow == 0
 }
 
 // Observe compares s, scraped at now, with the earlier scrapes of the
@@ -123,10 +155,12 @@ func (t *Tracker) Observe(s Sample, now time.Time, want map[Webhook]Thresholds) 
 	first := in == nil
 	if first {
 		t.forgetOldest()
-		in = &instance{base: map[Webhook]point{}, last: map[Webhook]Counters{}}
+		in = &instance{base: map[Webhook]point{}, last: map[Webhook]Counters{}, latency: map[Webhook]Histogram{}}
 		t.instances[s.Instance] = in
 	}
 	in.seen = now
+	since := now.Sub(in.lastAt)
+	in.lastAt = now
 	out := make(map[Webhook]Result, len(want))
 	for wh, th := range want {
 		cur := s.Webhooks[wh]
@@ -144,6 +178,12 @@ func (t *Tracker) Observe(s Sample, now time.Time, want map[Webhook]Thresholds) 
 		default:
 			r.Marked = cur.Marked - last.Marked
 			r.Admitted = admitted(cur.Excluded-last.Excluded, r.Marked, cur.FailOpen-last.FailOpen)
+			r.Traffic = traffic(last, cur, in.latency[wh], s.Latency[wh], th.FastWithin, since)
+		}
+		if h, ok := s.Latency[wh]; ok {
+			in.latency[wh] = h
+		} else {
+			delete(in.latency, wh)
 		}
 		if r.Why != "" {
 			in.base[wh] = point{cur, now}
@@ -183,6 +223,13 @@ func (t *Tracker) Admitted(s Sample, want map[Webhook]bool) map[Webhook]Result {
 			continue
 		}
 		in.last[wh] = cur
+		// Traffic compares the latency histograms with the same scrape
+		// as the counters.
+		if h, ok := s.Latency[wh]; ok {
+			in.latency[wh] = h
+		} else {
+			delete(in.latency, wh)
+		}
 		marked := cur.Marked - last.Marked
 		out[wh] = Result{Admitted: admitted(cur.Excluded-last.Excluded, marked, cur.FailOpen-last.FailOpen), Marked: marked}
 	}
@@ -200,6 +247,35 @@ func (t *Tracker) Admitted(s Sample, want map[Webhook]bool) map[Webhook]Result {
 // stands for one exclusion too many.
 func admitted(excluded, marked, failOpen float64) float64 {
 	return max(excluded-marked, 0) + failOpen
+}
+
+// traffic is the calls between two scrapes of one webhook's counters
+// (last, cur) and latency histograms (was, is), since apart.
+func traffic(last, cur Counters, was, is Histogram, fastWithin, since time.Duration) Traffic {
+	tr := Traffic{
+		Calls:  cur.Calls - last.Calls,
+		Failed: (cur.CallErrors - last.CallErrors) + (cur.FailOpen - last.FailOpen),
+		Window: since,
+	}
+	if fastWithin <= 0 || tr.Calls == 0 {
+		return tr
+	}
+	tr.Slow = tr.Calls
+	// A histogram missing from either scrape leaves every call unknown.
+	d, ok := is.Sub(was)
+	if !ok || len(was.Buckets) == 0 {
+		return tr
+	}
+	// The highest bound at or below fastWithin: a call counted there took
+	// at most that long. Calls above it may have taken longer.
+	fast := 0.0
+	for _, b := range d.Buckets {
+		if b.UpperBound <= fastWithin.Seconds() {
+			fast = max(fast, b.Count)
+		}
+	}
+	tr.Slow = max(tr.Calls-fast, 0)
+	return tr
 }
 
 // judge judges the calls between from and to.

@@ -75,11 +75,17 @@ func newAPIServerSignal(targets []config.Target) *apiserverSignal {
 		wh := metricsWebhook(t)
 		s.want[wh] = true
 		th := apimetrics.Thresholds{MinRequests: t.APIServerSignal.MinRequests, FailureRatio: t.APIServerSignal.FailureRatio}
+		if t.APIServerSignal.TrafficAsProbe {
+			th.FastWithin = t.Probe.Timeout
+		}
 		if prev, ok := s.thresholds[wh]; ok {
 			// Two configurations with a webhook of the same name share the
 			// apiserver's counters; judge them by the stricter thresholds.
 			th.MinRequests = max(th.MinRequests, prev.MinRequests)
 			th.FailureRatio = max(th.FailureRatio, prev.FailureRatio)
+			if prev.FastWithin > 0 && (th.FastWithin == 0 || prev.FastWithin < th.FastWithin) {
+				th.FastWithin = prev.FastWithin
+			}
 		}
 		s.thresholds[wh] = th
 		if s.interval == 0 || t.Probe.Interval < s.interval {
@@ -168,10 +174,52 @@ func (r *ProbeRunner) ScrapeOnce(ctx context.Context, s *apiserverSignal) {
 		}
 		results = s.tracker.Observe(sample, start, s.thresholds)
 	}
+	shared := r.sharedNames(ctx)
 	for _, t := range s.targets {
-		r.observeAPIServer(ctx, t, results[metricsWebhook(t)])
+		res := results[metricsWebhook(t)]
+		if t.APIServerSignal.TrafficAsProbe {
+			// kube-apiserver counts every webhook of a name as one: another
+			// configuration's calls would stand in for this one's probe.
+			healthy := res.Traffic.Healthy() && shared[sharedKey{t.Kind, t.Webhook}] == 1
+			if was := r.State.ObserveTraffic(t.Key(), healthy, start); was && !healthy {
+				r.kick(t.Key())
+			}
+		}
+		r.observeAPIServer(ctx, t, res)
 	}
 }
+
+// sharedKey is a webhook name of one kind of configuration.
+type sharedKey struct {
+	kind circuit.Kind
+	name string
+}
+
+// sharedNames counts the configurations of each kind that hold a webhook
+// of each name, from the cache. A failed list counts nothing, and no
+// traffic stands in for a probe.
+func (r *ProbeRunner) sharedNames(ctx context.Context) map[sharedKey]int {
+	out := map[sharedKey]int{}
+	opts := &client.ListOptions{UnsafeDisableDeepCopy: ptr.To(true)}
+	mutating := &admissionregistrationv1.MutatingWebhookConfigurationList{}
+	if err := r.Reader.List(ctx, mutating, opts); err == nil {
+		for _, c := range mutating.Items {
+			for _, wh := range c.Webhooks { // names are unique in a configuration
+				out[sharedKey{circuit.KindMutating, wh.Name}]++
+			}
+		}
+	}
+	validating := &admissionregistrationv1.ValidatingWebhookConfigurationList{}
+	if err := r.Reader.List(ctx, validating, opts); err == nil {
+		for _, c := range validating.Items {
+			for _, wh := range c.Webhooks {
+				out[sharedKey{circuit.KindValidating, wh.Name}]++
+			}
+		}
+	}
+	return out
+}
+
 
 // observeAPIServer records one apiserver observation of t.
 func (r *ProbeRunner) observeAPIServer(ctx context.Context, t config.Target, res apimetrics.Result) {

@@ -22,6 +22,9 @@ type Metrics struct {
 	ProbeLateness     prometheus.Histogram
 	ProbeFailures     *prometheus.CounterVec
 	ProbeUnknown      *prometheus.CounterVec
+	// ProbesSkipped counts the probes the apiserver's own healthy calls
+	// stood in for (apiserverSignal.trafficAsProbe).
+	ProbesSkipped *prometheus.CounterVec
 	UnknownWhileOpen  *prometheus.GaugeVec
 	Transitions       *prometheus.CounterVec
 	WriteConflicts    prometheus.Counter
@@ -85,6 +88,9 @@ func NewMetrics() *Metrics {
 		ProbeUnknown: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "webhook_guard_probe_unknown_total", Help: "Probes that could not run for reasons on the guard's side; they count for nothing.",
 		}, target),
+		ProbesSkipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "webhook_guard_probes_skipped_total", Help: "Direct probes not sent because kube-apiserver's own calls to the webhook, in its last scrape, all answered in time (apiserverSignal.trafficAsProbe).",
+		}, target),
 		UnknownWhileOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "webhook_guard_probe_unknown_while_open", Help: "1 while an open circuit's probe has said Unknown for closeAfter intervals in a row: the circuit closes only when closeAfter apiserver observations in a row see the webhook's calls succeed (Ignore mode), and otherwise stays open.",
 		}, target),
@@ -146,7 +152,7 @@ func NewMetrics() *Metrics {
 // Collectors returns every collector, for registration on
 // controller-runtime's metrics.Registry.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.CircuitOpen, m.WouldOpen, m.ProbeDuration, m.ProbeLateness, m.ProbeFailures, m.ProbeUnknown, m.UnknownWhileOpen, m.Transitions, m.WriteConflicts, m.WriteErrors, m.TargetMissing, m.TargetUnprobeable, m.Reconciles, m.RecordUnreadable, m.OpeningsHeld,
+	return []prometheus.Collector{m.CircuitOpen, m.WouldOpen, m.ProbeDuration, m.ProbeLateness, m.ProbeFailures, m.ProbeUnknown, m.ProbesSkipped, m.UnknownWhileOpen, m.Transitions, m.WriteConflicts, m.WriteErrors, m.TargetMissing, m.TargetUnprobeable, m.Reconciles, m.RecordUnreadable, m.OpeningsHeld,
 		m.Openings, m.ScrapeDuration, m.ScrapeBytes, m.ScrapeErrors, m.APIServerObservations, m.SignalsDisagree, m.AdmittedWithout, m.MarkingAvailable, m.PathProbes}
 }
 
@@ -207,6 +213,7 @@ func (m *Metrics) Initialize(targets []config.Target) {
 		with := func(v string) []string { return append(append([]string(nil), target...), v) }
 		m.ProbeDuration.WithLabelValues(target...)
 		m.ProbeUnknown.WithLabelValues(target...)
+		m.ProbesSkipped.WithLabelValues(target...)
 		m.AdmittedWithout.WithLabelValues(target...)
 		if t.Observes() {
 			m.WouldOpen.WithLabelValues(target...).Set(0)

@@ -68,6 +68,8 @@ type ProbeRunner struct {
 
 	// signal is the apiserver signal's state, when a target enables it.
 	signal *apiserverSignal
+	// kicks wake each target's probe loop before its next slot, by key.
+	kicks map[string]chan struct{}
 
 	holding atomic.Bool
 	// byConfiguration holds the targets of each configuration, by kind
@@ -95,16 +97,20 @@ func (r *ProbeRunner) Start(ctx context.Context) error {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
+	r.kicks = make(map[string]chan struct{}, len(r.Targets))
 	for _, t := range r.Targets {
 		r.State.Register(t.Key())
+		r.kicks[t.Key()] = make(chan struct{}, 1)
+	}
+	if s := newAPIServerSignal(r.Targets); s != nil && r.Scraper != nil {
+		r.signal = s
 	}
 	var wg sync.WaitGroup
 	for _, t := range r.Targets {
 		wg.Go(func() { r.loop(ctx, t) })
 	}
-	if s := newAPIServerSignal(r.Targets); s != nil && r.Scraper != nil {
-		r.signal = s
-		wg.Go(func() { r.signalLoop(ctx, s) })
+	if r.signal != nil {
+		wg.Go(func() { r.signalLoop(ctx, r.signal) })
 	}
 	wg.Wait()
 	return nil
@@ -136,6 +142,10 @@ func (r *ProbeRunner) loop(ctx context.Context, t config.Target) {
 			timer.Stop()
 			return
 		case <-timer.C():
+		case <-r.kicks[t.Key()]:
+			// The apiserver's calls no longer stand in for the probe.
+			timer.Stop()
+			due = r.Clock.Now()
 		}
 	}
 }
@@ -184,6 +194,10 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 	r.Metrics.TargetMissing.WithLabelValues(labels...).Set(0)
 	r.Metrics.TargetUnprobeable.WithLabelValues(labels...).Set(0)
 
+	if r.coveredByTraffic(t, view) {
+		r.Metrics.ProbesSkipped.WithLabelValues(labels...).Inc()
+		return
+	}
 	pathDone := r.startPathProbe(ctx, t, obj, view, wh)
 	res := r.Prober.Probe(ctx, *wh, probe.Spec{
 		Kind: probe.Kind(t.Probe.Kind), Timeout: t.Probe.Timeout, Path: t.Probe.Path,

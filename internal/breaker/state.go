@@ -37,6 +37,10 @@ type TargetStatus struct {
 	APIServerOpenings int
 	// LastProbe is when the last probe finished.
 	LastProbe time.Time
+	// TrafficAt is when the last scrape of the apiserver's metrics showed
+	// the webhook called, every call healthy; zero when it did not
+	// (traffic as the probe, see ObserveTraffic).
+	TrafficAt time.Time
 	// Problem is why the target is not being probed (missing
 	// configuration or webhook, unprobeable, handed over); empty when it is.
 	Problem string

@@ -158,10 +158,13 @@ func convertTarget(p *field.Path, ft fileTarget) (Target, field.ErrorList) {
 }
 
 func signal(p *field.Path, f fileSignal, errs *field.ErrorList) APIServerSignal {
-	s := APIServerSignal{Enabled: true, MinRequests: DefaultMinRequests, FailureRatio: DefaultFailureRatio}
+	s := APIServerSignal{Enabled: true, MinRequests: DefaultMinRequests, FailureRatio: DefaultFailureRatio, TrafficAsProbe: true}
 	s.MinOpen = duration(p.Child("minOpen"), f.MinOpen, DefaultMinOpen, errs)
 	if f.Enabled != nil {
 		s.Enabled = *f.Enabled
+	}
+	if f.TrafficAsProbe != nil {
+		s.TrafficAsProbe = *f.TrafficAsProbe
 	}
 	s.MinRequests = threshold(p.Child("minRequests"), f.MinRequests, DefaultMinRequests, errs)
 	s.WithoutPathProbe = WithoutPathProbe(f.WithoutPathProbe)

@@ -33,7 +33,7 @@ func TestParse_defaults(t *testing.T) {
 		OpenAfter:       3,
 		CloseAfter:      5,
 		Probe:           Probe{Kind: ProbeAdmissionReview, Interval: time.Second},
-		APIServerSignal: APIServerSignal{Enabled: true, MinRequests: DefaultMinRequests, FailureRatio: DefaultFailureRatio, MinOpen: DefaultMinOpen, WithoutPathProbe: WithoutPathProbeReport},
+		APIServerSignal: APIServerSignal{Enabled: true, MinRequests: DefaultMinRequests, FailureRatio: DefaultFailureRatio, MinOpen: DefaultMinOpen, WithoutPathProbe: WithoutPathProbeReport, TrafficAsProbe: true},
 	}, cfg.Targets[0])
 }
 
@@ -61,6 +61,7 @@ func TestParse_everyField(t *testing.T) {
         name: slow-mutator
         port: 8443
     withoutPathProbe: Open
+    trafficAsProbe: false
 - configuration: slow-mutator
   webhook: other.example.com
   allowAdmissionWithoutMutation: true

@@ -115,6 +115,7 @@ type fileSignal struct {
 	MinOpen          string        `json:"minOpen"`
 	PathProbe        filePathProbe `json:"pathProbe"`
 	WithoutPathProbe string        `json:"withoutPathProbe"`
+	TrafficAsProbe   *bool         `json:"trafficAsProbe"`
 }
 
 type filePathProbe struct {
@@ -215,6 +216,11 @@ type APIServerSignal struct {
 	// clientConfig.url, whose road no path probe can travel. Default
 	// Report.
 	WithoutPathProbe WithoutPathProbe
+	// TrafficAsProbe lets the apiserver's own calls stand in for the
+	// direct probe: a closed circuit whose webhook the last scrape showed
+	// called, every call answered within the probe's timeout, is not
+	// probed until a scrape shows otherwise. Default true.
+	TrafficAsProbe bool
 }
 
 // PathProbe says which Service the path probe may reach.

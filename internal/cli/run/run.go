@@ -207,7 +207,9 @@ func (o *Options) Run(ctx context.Context) error {
 		return err
 	}
 	runner := &breaker.ProbeRunner{
-		Scraper: &apimetrics.Scraper{Client: clientset.Discovery().RESTClient()},
+		// The latency histograms tell calls answered within the probe's
+		// timeout, for traffic that stands in for the probe.
+		Scraper: &apimetrics.Scraper{Client: clientset.Discovery().RESTClient(), Latency: breaker.TrafficAsProbe(cfg.Targets)},
 		// kube-apiserver's own road to service-backed webhooks, through its
 		// service proxy: it confirms the apiserver signal before it opens.
 		PathProber: &probe.PathProber{Client: clientset.CoreV1().RESTClient()},
