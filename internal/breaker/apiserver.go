@@ -220,7 +220,6 @@ func (r *ProbeRunner) sharedNames(ctx context.Context) map[sharedKey]int {
 	return out
 }
 
-
 // observeAPIServer records one apiserver observation of t.
 func (r *ProbeRunner) observeAPIServer(ctx context.Context, t config.Target, res apimetrics.Result) {
 	log := logf.FromContext(ctx)

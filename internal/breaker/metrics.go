@@ -19,12 +19,12 @@ type Metrics struct {
 	ProbeDuration *prometheus.HistogramVec
 	// ProbeLateness is how much later than due probes start: the guard's
 	// own delay (CPU starvation, throttling), not the webhooks'.
-	ProbeLateness     prometheus.Histogram
-	ProbeFailures     *prometheus.CounterVec
-	ProbeUnknown      *prometheus.CounterVec
+	ProbeLateness prometheus.Histogram
+	ProbeFailures *prometheus.CounterVec
+	ProbeUnknown  *prometheus.CounterVec
 	// ProbesSkipped counts the probes the apiserver's own healthy calls
 	// stood in for (apiserverSignal.trafficAsProbe).
-	ProbesSkipped *prometheus.CounterVec
+	ProbesSkipped     *prometheus.CounterVec
 	UnknownWhileOpen  *prometheus.GaugeVec
 	Transitions       *prometheus.CounterVec
 	WriteConflicts    prometheus.Counter
