@@ -334,6 +334,9 @@ func (s *State) allFailingLocked() bool {
 	for _, st := range s.targets {
 		switch {
 		case st.Problem != "", st.Last.Outcome == "" && st.LastUnknown != nil:
+		case !st.TrafficAt.IsZero() && st.Failures == 0:
+			// Traffic stands in for its probe: the guard sends none, so it
+			// says nothing about the guard's own network either way.
 		case st.Last.Outcome == "":
 			pending++
 		case st.Last.Outcome == probe.OutcomeFailed:
