@@ -44,8 +44,10 @@ type observer struct {
 	state  map[string]*admissionregistrationv1.MutatingWebhookConfiguration
 	writes int
 	arming int
-	change chan struct{}
-	stop   func()
+	// perConfiguration counts the transition writes to each configuration.
+	perConfiguration map[string]int
+	change           chan struct{}
+	stop             func()
 }
 
 func observe(ctx context.Context, env *harness.Env, f *fleet) (*observer, error) {
@@ -57,7 +59,7 @@ func observe(ctx context.Context, env *harness.Env, f *fleet) (*observer, error)
 	if err != nil {
 		return nil, err
 	}
-	o := &observer{state: map[string]*admissionregistrationv1.MutatingWebhookConfiguration{}, change: make(chan struct{}, 1), stop: w.Stop}
+	o := &observer{state: map[string]*admissionregistrationv1.MutatingWebhookConfiguration{}, perConfiguration: map[string]int{}, change: make(chan struct{}, 1), stop: w.Stop}
 	for i := range list.Items {
 		o.state[list.Items[i].Name] = &list.Items[i]
 	}
@@ -72,6 +74,7 @@ func observe(ctx context.Context, env *harness.Env, f *fleet) (*observer, error)
 				o.arming++
 			} else {
 				o.writes++
+				o.perConfiguration[m.Name]++
 			}
 			o.state[m.Name] = m
 			o.mu.Unlock()
@@ -84,14 +87,26 @@ func observe(ctx context.Context, env *harness.Env, f *fleet) (*observer, error)
 	return o, nil
 }
 
-// takeWrites returns the transition writes and the arming writes
-// counted since the last call.
-func (o *observer) takeWrites() (writes, arming int) {
+// writeCounts are the writes an observer counted.
+type writeCounts struct {
+	// transitions and arming are the transition writes and the writes
+	// that changed only the arming entries.
+	transitions, arming int
+	// most is the most transition writes to one configuration.
+	most int
+}
+
+// takeWrites returns the writes counted since the last call.
+func (o *observer) takeWrites() writeCounts {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	writes, arming = o.writes, o.arming
+	w := writeCounts{transitions: o.writes, arming: o.arming}
+	for _, n := range o.perConfiguration {
+		w.most = max(w.most, n)
+	}
 	o.writes, o.arming = 0, 0
-	return writes, arming
+	clear(o.perConfiguration)
+	return w
 }
 
 // onlyArming reports whether b differs from a in the arming entries
@@ -151,18 +166,17 @@ func allAre(m *admissionregistrationv1.MutatingWebhookConfiguration, open bool) 
 // long until every circuit is open (closed), and the writes that took:
 // the transitions', and the arming writes (an opening's arming, and the
 // disarming of an earlier closing if it landed meanwhile).
-func transition(ctx context.Context, o *observer, f *fleet, failing bool, timeout time.Duration) (seconds float64, writes, arming int, err error) {
+func transition(ctx context.Context, o *observer, f *fleet, failing bool, timeout time.Duration) (seconds float64, w writeCounts, err error) {
 	o.takeWrites()
 	start := time.Now()
 	f.failing.Store(failing)
 	at, err := o.waitAll(ctx, failing, timeout)
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, writeCounts{}, err
 	}
 	// Let a late duplicate write, if any, be counted.
 	time.Sleep(interval)
-	writes, arming = o.takeWrites()
-	return at.Sub(start).Seconds(), writes, arming, nil
+	return at.Sub(start).Seconds(), o.takeWrites(), nil
 }
 
 // disarmSettle is how long after the last closing the breaker's
@@ -200,13 +214,13 @@ func cycles(ctx context.Context, b *Bench) ([]Row, error) {
 		var opens, closes, ow, cw []float64
 		arming := 0
 		for range n {
-			s, w, a, err := transition(ctx, o, f, true, time.Minute)
-			arming += a
+			s, w, err := transition(ctx, o, f, true, time.Minute)
+			arming += w.arming
 			if err == nil {
-				opens, ow = append(opens, s), append(ow, float64(w))
-				s, w, a, err = transition(ctx, o, f, false, time.Minute)
-				closes, cw = append(closes, s), append(cw, float64(w))
-				arming += a
+				opens, ow = append(opens, s), append(ow, float64(w.transitions))
+				s, w, err = transition(ctx, o, f, false, time.Minute)
+				closes, cw = append(closes, s), append(cw, float64(w.transitions))
+				arming += w.arming
 			}
 			if err != nil {
 				o.stop()
@@ -215,8 +229,7 @@ func cycles(ctx context.Context, b *Bench) ([]Row, error) {
 			}
 		}
 		time.Sleep(disarmSettle)
-		_, a := o.takeWrites()
-		arming += a
+		arming += o.takeWrites().arming
 		o.stop()
 		r.stop()
 		openS, closeS = append(openS, median(opens)), append(closeS, median(closes))
@@ -251,7 +264,7 @@ func massFailure(ctx context.Context, b *Bench) ([]Row, error) {
 		if err != nil {
 			return rows, err
 		}
-		var openS, closeS, openW, closeW, conflicts, created, arming []float64
+		var openS, closeS, openW, closeW, openMost, closeMost, conflicts, created, arming []float64
 		for range b.Runs {
 			// holdWhenAllFail 0: every target of the guard fails at once
 			// here, which the default hold would take for the guard's own
@@ -267,9 +280,11 @@ func massFailure(ctx context.Context, b *Bench) ([]Row, error) {
 				f.delete(ctx, env)
 				return rows, fmt.Errorf("%w\n%s", err, r.g.Logs())
 			}
-			openS, closeS = append(openS, res[0]), append(closeS, res[1])
-			openW, closeW, conflicts = append(openW, res[2]), append(closeW, res[3]), append(conflicts, res[4])
-			created, arming = append(created, res[5]), append(arming, res[6])
+			openS, closeS = append(openS, res.openS), append(closeS, res.closeS)
+			openW, closeW = append(openW, float64(res.open.transitions)), append(closeW, float64(res.close.transitions))
+			openMost, closeMost = append(openMost, float64(res.open.most)), append(closeMost, float64(res.close.most))
+			conflicts, created = append(conflicts, res.conflicts), append(created, float64(res.created))
+			arming = append(arming, float64(res.open.arming+res.close.arming+res.disarm))
 		}
 		f.delete(ctx, env)
 		name := fmt.Sprintf("%d webhooks in %d configurations, Ignore", n, len(f.configs))
@@ -279,6 +294,9 @@ func massFailure(ctx context.Context, b *Bench) ([]Row, error) {
 			Row{Section: "mass failure", Case: name, Metric: "all closed after (s)", Runs: closeS}.AtMost(float64(closeAfter)*interval.Seconds()+1),
 			Row{Section: "mass failure", Case: name, Metric: "writes to open all", Runs: openW}.AtMost(float64(len(f.configs))*1.1),
 			Row{Section: "mass failure", Case: name, Metric: "writes to close all", Runs: closeW}.AtMost(float64(len(f.configs))*1.1),
+			Row{Section: "mass failure", Case: name, Metric: "most transition writes to one configuration, opening", Runs: openMost,
+				Note: "transitions of one configuration that come within one probe interval go in one write"}.AtMost(1),
+			Row{Section: "mass failure", Case: name, Metric: "most transition writes to one configuration, closing", Runs: closeMost}.AtMost(1),
 			Row{Section: "mass failure", Case: name, Metric: "arming writes, opening and closing all", Runs: arming,
 				Note: "one before the openings and one 2 s after the closings, per configuration"}.AtMost(float64(len(f.configs))*2*1.1),
 			Row{Section: "mass failure", Case: name, Metric: "write conflicts", Runs: conflicts},
@@ -289,10 +307,24 @@ func massFailure(ctx context.Context, b *Bench) ([]Row, error) {
 	return rows, nil
 }
 
+// massResult is what massRun measures.
+type massResult struct {
+	// openS and closeS are the seconds to all open and to all closed.
+	openS, closeS float64
+	// open and close are the writes of each; disarm the arming writes
+	// that landed after the closings were seen.
+	open, close writeCounts
+	disarm      int
+	// conflicts are the guard's write conflicts over the run.
+	conflicts float64
+	// created are the admission policy objects created while opening.
+	created int
+}
+
 // massRun measures one failure and recovery of every webhook of f:
 // seconds to all open, to all closed, writes for each, and conflicts.
-func massRun(ctx context.Context, env *harness.Env, f *fleet, r *guardRun) ([7]float64, error) {
-	var out [7]float64
+func massRun(ctx context.Context, env *harness.Env, f *fleet, r *guardRun) (massResult, error) {
+	var out massResult
 	if err := r.waitServing(ctx); err != nil {
 		return out, err
 	}
@@ -313,25 +345,25 @@ func massRun(ctx context.Context, env *harness.Env, f *fleet, r *guardRun) ([7]f
 	if err != nil {
 		return out, err
 	}
-	openS, openW, armOpen, err := transition(ctx, o, f, true, 2*time.Minute)
-	if err != nil {
+	if out.openS, out.open, err = transition(ctx, o, f, true, 2*time.Minute); err != nil {
 		return out, err
 	}
 	after, err := admissionPolicyObjects(ctx, env)
 	if err != nil {
 		return out, err
 	}
-	closeS, closeW, armClose, err := transition(ctx, o, f, false, 2*time.Minute)
-	if err != nil {
+	out.created = after - before
+	if out.closeS, out.close, err = transition(ctx, o, f, false, 2*time.Minute); err != nil {
 		return out, err
 	}
 	time.Sleep(disarmSettle)
-	_, disarm := o.takeWrites()
+	out.disarm = o.takeWrites().arming
 	m1, err := r.metrics(ctx)
 	if err != nil {
 		return out, err
 	}
-	return [7]float64{openS, closeS, float64(openW), float64(closeW), m1["webhook_guard_write_conflicts_total"] - m0["webhook_guard_write_conflicts_total"], float64(after - before), float64(armOpen + armClose + disarm)}, nil
+	out.conflicts = m1["webhook_guard_write_conflicts_total"] - m0["webhook_guard_write_conflicts_total"]
+	return out, nil
 }
 
 // admissionPolicyObjects counts the MutatingAdmissionPolicies and their

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -31,8 +32,21 @@ import (
 //     informer itself, so for a moment after the closing write the webhook
 //     may still be skipped.
 //
+//   - Ahead of an opening: when a target of a mutating configuration has
+//     ArmAheadAt consecutive failures (openAfter-1, when openAfter is at
+//     least 3), the breaker arms it, and in the same write every other
+//     target of the configuration whose circuit is closed and that has
+//     failed at least once in a row (armAhead). By the time they reach
+//     openAfter, the canary shows them armed, and the opening write is
+//     the only write at the threshold. An entry armed ahead stays while
+//     its target keeps failing, and goes as an abandoned arming
+//     (disarmAfter after it was first seen) once it has recovered.
+//
 // Marks made while armed around a transition may be on objects the webhook
-// did mutate: marks are hints, and an extra one is the safe error.
+// did mutate: marks are hints, and an extra one is the safe error. Ahead of
+// an opening the webhook is failing and its failurePolicy is still the
+// original one, so under Fail the requests it matches are mostly refused,
+// not admitted and marked.
 
 // disarmAfter is how long marking stays armed after the write that closed
 // its circuit, or after an opening that did not happen: long enough for
@@ -59,6 +73,11 @@ type armingStep struct {
 	// and add, the entries of the held openings not armed yet.
 	hold map[string]bool
 	add  circuit.Record
+	// ahead are the targets whose marking is armed ahead of their
+	// opening (armAhead), with their probe interval: their arming entries
+	// stay while they fail, and the reconciler looks again every interval
+	// to remove them once they have recovered.
+	ahead map[string]time.Duration
 }
 
 // arming returns next's annotations with the arming entries of the write
@@ -66,7 +85,7 @@ type armingStep struct {
 // (armingStep). It changes neither. Without a
 // Marker (validating configurations, or no MutatingAdmissionPolicy API)
 // there is nothing to arm.
-func (r *TargetReconciler) arming(ctx context.Context, cur client.Object, view, next *admissionregistrationv1.MutatingWebhookConfiguration, changes []Change) (armingStep, error) {
+func (r *TargetReconciler) arming(ctx context.Context, cur client.Object, view, next *admissionregistrationv1.MutatingWebhookConfiguration, changes []Change, in Inputs) (armingStep, error) {
 	if r.Marker == nil {
 		return armingStep{annotations: next.Annotations}, nil
 	}
@@ -92,6 +111,7 @@ func (r *TargetReconciler) arming(ctx context.Context, cur client.Object, view, 
 	if err != nil {
 		return armingStep{}, err
 	}
+	ahead, missing := r.armAhead(view, in, armed, after, changes)
 
 	var opening []marking.Circuit
 	for _, c := range changes {
@@ -100,22 +120,185 @@ func (r *TargetReconciler) arming(ctx context.Context, cur client.Object, view, 
 		}
 	}
 	if len(opening) > 0 {
-		step, err := r.armOpenings(ctx, cur, view, armed, after, opening)
+		step, err := r.armOpenings(ctx, cur, view, armed, after, opening, missing)
 		if err != nil || step.arm != nil || step.pending || step.hold != nil {
+			step.ahead = ahead
 			return step, err
 		}
 	}
 
-	return r.armingFor(view, next, nil)
+	step, err := r.armingFor(view, next, missing, ahead)
+	if err != nil || len(opening) > 0 || len(missing) > 0 {
+		return step, err
+	}
+	// Armed ahead and nothing to write: ask kube-apiserver now whether
+	// it marks with them, so that at the threshold the opening needs no
+	// canary of its own.
+	if wait, err := r.showAhead(ctx, view, in, armed, ahead); err != nil {
+		return armingStep{}, r.markingFailed(cur, err)
+	} else if wait > 0 {
+		step.wait = minPositive(step.wait, wait)
+	}
+	return step, nil
+}
+
+// showAhead sends a canary for the entries armed ahead of a target at
+// ArmAheadAt failures (and its siblings armed with it) that no canary has
+// shown armed yet, and returns markingPoll while one is still not shown.
+func (r *TargetReconciler) showAhead(ctx context.Context, view *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs, armed circuit.Record, ahead map[string]time.Duration) (time.Duration, error) {
+	due := false
+	var cs []marking.Circuit
+	for _, t := range in.Targets {
+		if _, ok := ahead[t.Webhook]; !ok || armed[t.Webhook].UID != view.UID || !armed[t.Webhook].Mine(r.Signer) {
+			continue
+		}
+		due = due || in.Counts[t.Webhook].Failures >= ArmAheadAt(t)
+		cs = append(cs, marking.Circuit{Configuration: view.Name, Webhook: t.Webhook})
+	}
+	if !due {
+		return 0, nil
+	}
+	notYet, err := r.armedShown(ctx, view.UID, cs)
+	if err != nil || len(notYet) == 0 {
+		return 0, err
+	}
+	return markingPoll, nil
+}
+
+// armedShown returns the circuits of cs, all armed in the configuration
+// (by UID) as this reconciler last read it, that kube-apiserver does not
+// show marking with yet. One canary asks for those no earlier canary has
+// shown armed: kube-apiserver's view of an arming entry only moves
+// forward, and the breaker forgets what a canary showed whenever it adds
+// or removes that entry (armedNow, forgetArmed), so what a canary showed
+// once holds until then. No canary is sent when every one was shown.
+func (r *TargetReconciler) armedShown(ctx context.Context, uid types.UID, cs []marking.Circuit) ([]marking.Circuit, error) {
+	var ask []marking.Circuit
+	r.mu.Lock()
+	for _, c := range cs {
+		if !r.shown[string(uid)+"/"+c.Webhook] {
+			ask = append(ask, c)
+		}
+	}
+	r.mu.Unlock()
+	if len(ask) == 0 {
+		return nil, nil
+	}
+	notYet, err := r.Marker.Armed(ctx, ask)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.shown == nil {
+		r.shown = map[string]bool{}
+	}
+	for _, c := range ask {
+		if !slices.Contains(notYet, c) {
+			r.shown[string(uid)+"/"+c.Webhook] = true
+		}
+	}
+	return notYet, nil
+}
+
+// armAhead returns the targets of view whose marking is armed ahead of
+// their opening, with their probe intervals (ahead), and the arming
+// entries the next write adds for those not armed yet (missing).
+//
+// A target is armed ahead while its circuit is closed (in view), it has
+// failed at least once in a row, and it would open at its threshold
+// (Plan, as if it had reached it: not in Observe mode, not held by
+// HoldOpen, not an Ignore that is the administrator's baseline). Those
+// opening in this write (in after) are armed by armOpenings, not added
+// here. Entries are added only when something in the configuration is
+// about to open: an opening in changes, or a target at ArmAheadAt
+// failures. A single failed probe, alone, arms nothing.
+func (r *TargetReconciler) armAhead(view *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs, armed, after circuit.Record, changes []Change) (map[string]time.Duration, circuit.Record) {
+	entries := aheadEntries(view, in)
+	if len(entries) == 0 {
+		return nil, nil
+	}
+	ahead := map[string]time.Duration{}
+	due := false
+	for _, c := range changes {
+		due = due || c.Kind == Opened
+	}
+	for _, t := range in.Targets {
+		if _, ok := entries[t.Webhook]; !ok {
+			continue
+		}
+		// An opening is armed by armOpenings; its entry is kept like the
+		// others' should it wait (Inputs.Wait).
+		ahead[t.Webhook] = t.Probe.Interval
+		if _, opening := after[t.Webhook]; opening {
+			delete(entries, t.Webhook)
+			continue
+		}
+		due = due || in.Counts[t.Webhook].Failures >= ArmAheadAt(t)
+	}
+	if !due {
+		return ahead, nil
+	}
+	missing := circuit.Record{}
+	for hook, entry := range entries {
+		if a, ok := armed[hook]; !ok || a.UID != view.UID && a.Mine(r.Signer) {
+			missing[hook] = entry
+		}
+	}
+	return ahead, missing
+}
+
+// aheadEntries returns the entries Plan would record for the targets of
+// view that have failed at least once in a row and whose circuit is
+// closed, if they reached their threshold now.
+func aheadEntries(view *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) circuit.Record {
+	if in.HoldOpen {
+		return nil
+	}
+	rec, err := circuit.Decode(view.Annotations)
+	if err != nil {
+		return nil
+	}
+	pretend := in
+	pretend.Counts, pretend.Wait, pretend.Only = map[string]Counts{}, nil, ""
+	var names []string
+	for _, t := range in.Targets {
+		c, probed := in.Counts[t.Webhook]
+		if _, open := rec[t.Webhook]; !probed || open || t.Observes() || c.Failures == 0 {
+			continue
+		}
+		c.Failures = max(c.Failures, t.OpenAfter)
+		pretend.Counts[t.Webhook] = c
+		names = append(names, t.Webhook)
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	next, _, err := Plan(view, pretend)
+	if err != nil {
+		return nil
+	}
+	would, err := circuit.Decode(next.Annotations)
+	if err != nil {
+		return nil
+	}
+	out := circuit.Record{}
+	for _, hook := range names {
+		if entry, ok := would[hook]; ok && entry.UID == view.UID && entry.Mine(in.Signer) {
+			out[hook] = entry
+		}
+	}
+	return out
 }
 
 // armingFor returns next's annotations with the arming entries of the
 // write from view to next: those a closing moves out of the record, those
 // left from earlier until disarmAfter has passed since the latest of them
-// (so that a mass closing is disarmed in one write), and add. An entry
-// back in the record (an opening) needs no arming entry. Another
-// installation's entries are left as they are.
-func (r *TargetReconciler) armingFor(view, next *admissionregistrationv1.MutatingWebhookConfiguration, add circuit.Record) (armingStep, error) {
+// (so that a mass closing is disarmed in one write), those armed ahead of
+// an opening while their target fails (ahead), and add. An entry back in
+// the record (an opening) needs no arming entry. Another installation's
+// entries are left as they are.
+func (r *TargetReconciler) armingFor(view, next *admissionregistrationv1.MutatingWebhookConfiguration, add circuit.Record, ahead map[string]time.Duration) (armingStep, error) {
 	armed, err := circuit.DecodeArming(view.Annotations)
 	if err != nil {
 		armed = circuit.Record{} // only the breaker writes them: rewrite them
@@ -128,7 +311,7 @@ func (r *TargetReconciler) armingFor(view, next *admissionregistrationv1.Mutatin
 	if err != nil {
 		return armingStep{}, err
 	}
-	want, mine := circuit.Record{}, circuit.Record{}
+	want, mine, kept := circuit.Record{}, circuit.Record{}, circuit.Record{}
 	now := now(r.Clock)
 	var latest time.Time
 	for hook, entry := range before {
@@ -138,12 +321,22 @@ func (r *TargetReconciler) armingFor(view, next *admissionregistrationv1.Mutatin
 		}
 	}
 	for hook, entry := range armed {
-		switch _, inRecord := after[hook]; {
+		_, inRecord := after[hook]
+		_, failing := ahead[hook]
+		switch {
 		case !entry.Mine(r.Signer):
 			want[hook] = entry // another installation's
 		case inRecord:
 			r.forgetArmed(view.UID, hook)
-		case mine[hook].UID == "":
+		case mine[hook].UID != "":
+		case failing && entry.UID == view.UID:
+			// Armed ahead of an opening, and still failing. Its time
+			// is noted: once it recovers, it goes as an abandoned
+			// arming, disarmAfter after it was first seen (or after
+			// its circuit closed).
+			kept[hook] = entry
+			r.armedAt(view.UID, hook, now, false)
+		default:
 			mine[hook] = entry
 			if at := r.armedAt(view.UID, hook, now, false); at.After(latest) {
 				latest = at
@@ -159,12 +352,21 @@ func (r *TargetReconciler) armingFor(view, next *admissionregistrationv1.Mutatin
 			r.forgetArmed(view.UID, hook)
 		}
 	}
+	maps.Copy(want, kept)
 	maps.Copy(want, add)
+	r.armedNow(view.UID, add, now)
+	for hook, interval := range ahead {
+		if _, ok := want[hook]; ok && interval > 0 {
+			// Look again in one interval: an entry whose target has
+			// recovered goes.
+			wait = minPositive(wait, interval)
+		}
+	}
 	annotations, err := circuit.EncodeArming(maps.Clone(next.Annotations), want)
 	if err != nil {
 		return armingStep{}, err
 	}
-	return armingStep{wait: wait, annotations: annotations}, nil
+	return armingStep{wait: wait, annotations: annotations, ahead: ahead}, nil
 }
 
 // armOpenings arms the openings' marking policies before the write that
@@ -174,7 +376,11 @@ func (r *TargetReconciler) armingFor(view, next *admissionregistrationv1.Mutatin
 // Those it does open now, and the write that opens them arms the others
 // (hold); when none does, it asks for the arming write if an opening is
 // not armed yet, and else waits (pending).
-func (r *TargetReconciler) armOpenings(ctx context.Context, cur client.Object, view *admissionregistrationv1.MutatingWebhookConfiguration, armed, after circuit.Record, opening []marking.Circuit) (armingStep, error) {
+//
+// ahead are the entries armed ahead of their opening that the write adds
+// (armAhead): they go with the first write, the arming one or the opening
+// one.
+func (r *TargetReconciler) armOpenings(ctx context.Context, cur client.Object, view *admissionregistrationv1.MutatingWebhookConfiguration, armed, after circuit.Record, opening []marking.Circuit, ahead circuit.Record) (armingStep, error) {
 	for _, c := range opening {
 		if err := r.Marker.Check(ctx, c); err != nil {
 			return armingStep{}, r.markingFailed(cur, err)
@@ -194,7 +400,7 @@ func (r *TargetReconciler) armOpenings(ctx context.Context, cur client.Object, v
 		hold[hook] = true
 	}
 	if len(armedOnes) > 0 {
-		notYet, err := r.Marker.Armed(ctx, armedOnes)
+		notYet, err := r.armedShown(ctx, view.UID, armedOnes)
 		if err != nil {
 			return armingStep{}, r.markingFailed(cur, err)
 		}
@@ -208,10 +414,14 @@ func (r *TargetReconciler) armOpenings(ctx context.Context, cur client.Object, v
 	case len(hold) < len(opening):
 		// Some can open now: they do, and the others are armed in the
 		// same write.
+		maps.Copy(missing, ahead)
 		return armingStep{hold: hold, add: missing}, nil
 	case len(missing) > 0:
 		want := maps.Clone(armed)
 		maps.Copy(want, missing)
+		maps.Copy(want, ahead)
+		r.armedNow(view.UID, missing, now(r.Clock))
+		r.armedNow(view.UID, ahead, now(r.Clock))
 		arm := view.DeepCopy()
 		annotations, err := circuit.EncodeArming(maps.Clone(view.Annotations), want)
 		if err != nil {
@@ -243,6 +453,7 @@ func (r *TargetReconciler) writeArming(ctx context.Context, cur client.Object, v
 	if err := r.Client.Patch(ctx, written, client.RawPatch(types.JSONPatchType, patch), client.FieldOwner(circuit.FieldManager)); err != nil {
 		return err
 	}
+	r.wrote(cur.GetName(), cur, written)
 	logf.FromContext(ctx).V(1).Info("Armed marking before opening", "annotation", arm.Annotations[circuit.ArmingAnnotation], "resourceVersion", written.GetResourceVersion())
 	return nil
 }
@@ -270,10 +481,28 @@ func (r *TargetReconciler) armedAt(uid types.UID, hook string, now time.Time, re
 	return now
 }
 
+// armedNow notes now as when the entries of rec, about to be armed, were
+// first seen, unless they were seen before: an arming abandoned without
+// an opening goes disarmAfter after it was armed.
+// A canary's answer about them is forgotten: it may predate their
+// addition.
+func (r *TargetReconciler) armedNow(uid types.UID, rec circuit.Record, now time.Time) {
+	for hook := range rec {
+		r.armedAt(uid, hook, now, false)
+		r.mu.Lock()
+		delete(r.shown, string(uid)+"/"+hook)
+		r.mu.Unlock()
+	}
+}
+
+// forgetArmed forgets the arming entry of the configuration's (by UID)
+// hook: it moved into the record, or it is removed. What a canary showed
+// about it is forgotten too.
 func (r *TargetReconciler) forgetArmed(uid types.UID, hook string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.armedSince, string(uid)+"/"+hook)
+	delete(r.shown, string(uid)+"/"+hook)
 }
 
 // minPositive is the smaller of a and b, ignoring a zero a.

@@ -3,6 +3,7 @@ package breaker
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -68,6 +69,25 @@ type TargetReconciler struct {
 	// armedSince holds when each arming entry outside the record was
 	// first seen (see arming), by configuration UID and webhook.
 	armedSince map[string]time.Time
+	// shown holds the arming entries a canary showed armed, by
+	// configuration UID and webhook, until the breaker adds or removes
+	// them again (see armedShown).
+	shown map[string]bool
+	// holds holds, by configuration name, until when its transitions may
+	// wait for a sibling one probe away (coalesce).
+	holds map[string]time.Time
+	// ownWrites holds, by configuration name, the object as this
+	// reconciler last wrote it, until the cache shows that write.
+	ownWrites map[string]ownWrite
+}
+
+// ownWrite is an object as the reconciler wrote it, and the
+// resourceVersions that write superseded: while the cache still shows one
+// of those, the written object is the configuration as it is (no one
+// else wrote since, or the write's precondition fails with a Conflict).
+type ownWrite struct {
+	obj        client.Object
+	superseded []string
 }
 
 // Reconcile brings one configuration to what Plan wants. A conflict is
@@ -117,24 +137,28 @@ func (r *TargetReconciler) reconcileOnce(ctx context.Context, reader client.Read
 	next, changes, err := Plan(view, in)
 	if err != nil {
 		r.forgetDecision(name)
+		r.forgetHold(name)
 		r.Metrics.Reconciles.WithLabelValues(ReconcileUnreadable).Inc()
 		r.Recorder.Eventf(cur, nil, corev1.EventTypeWarning, "RecordUnreadable", "Reconcile",
 			"webhook-guard changes nothing on this configuration until the record is repaired: %v", err)
 		r.syncGauges(targets, view)
 		return 0, nil // retried when the object changes
 	}
-	step, err := r.arming(ctx, cur, view, next, changes)
+	if wait, held := r.coalesce(name, view, in, changes); held {
+		return r.holdTransitions(ctx, cur, view, next, in, changes, decidedAt, wait)
+	}
+	step, err := r.arming(ctx, cur, view, next, changes, in)
 	if err != nil {
 		return 0, err
 	}
 	if step.hold != nil {
 		r.holdDecision(name, decidedAt)
-		add := step.add
+		add, ahead := step.add, step.ahead
 		in.Wait = step.hold
 		if next, changes, err = Plan(view, in); err != nil {
 			return 0, err
 		}
-		if step, err = r.armingFor(view, next, add); err != nil {
+		if step, err = r.armingFor(view, next, add, ahead); err != nil {
 			return 0, err
 		}
 		step.wait = minPositive(step.wait, markingPoll)
@@ -162,6 +186,9 @@ func (r *TargetReconciler) reconcileOnce(ctx context.Context, reader client.Read
 	err = r.write(ctx, cur, view, next, changes, targets)
 	if err == nil {
 		r.forgetDecision(name)
+		if len(changes) > 0 {
+			r.forgetHold(name)
+		}
 		return step.wait, nil
 	}
 	if !apierrors.IsInvalid(err) {
@@ -186,7 +213,7 @@ func (r *TargetReconciler) reconcileOnce(ctx context.Context, reader client.Read
 		if err != nil || len(changes) == 0 {
 			continue
 		}
-		step, err := r.arming(ctx, cur, view, next, changes)
+		step, err := r.arming(ctx, cur, view, next, changes, one)
 		if err != nil || step.arm != nil || step.pending {
 			continue // armed and written by the next reconcile
 		}
@@ -242,17 +269,66 @@ func (r *TargetReconciler) decisionTime(name string) time.Time {
 const maxHeldDecision = time.Minute
 
 // read returns name's object and its circuit.View; nil and no error when
-// it does not exist.
+// it does not exist. Read from the cache (r.Client), it is the object as
+// this reconciler last wrote it while the cache has not caught up with
+// that write: deciding from the cache's older copy would only earn a
+// Conflict, and a mass failure's reconciles follow each other faster than
+// the watch delivers their writes.
 func (r *TargetReconciler) read(ctx context.Context, reader client.Reader, name string) (client.Object, *admissionregistrationv1.MutatingWebhookConfiguration, error) {
 	cur := r.Kind.New()
 	if err := reader.Get(ctx, client.ObjectKey{Name: name}, cur); err != nil {
 		if apierrors.IsNotFound(err) {
+			r.wrote(name, nil, nil)
 			return nil, nil, nil
 		}
 		return nil, nil, fmt.Errorf("reading: %w", err)
 	}
+	if reader == client.Reader(r.Client) {
+		if own := r.ownWrite(name, cur.GetResourceVersion()); own != nil {
+			cur = own
+		}
+	}
 	view, err := circuit.View(cur)
 	return cur, view, err
+}
+
+// wrote notes written, name's object as this reconciler wrote it over
+// from, the object it read; nil forgets name's last write.
+func (r *TargetReconciler) wrote(name string, from, written client.Object) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if written == nil {
+		delete(r.ownWrites, name)
+		return
+	}
+	if r.ownWrites == nil {
+		r.ownWrites = map[string]ownWrite{}
+	}
+	w := ownWrite{obj: written.DeepCopyObject().(client.Object)}
+	if prev, ok := r.ownWrites[name]; ok && prev.obj.GetResourceVersion() == from.GetResourceVersion() {
+		// Written over the previous write, which the cache may not show
+		// either.
+		w.superseded = prev.superseded
+	}
+	w.superseded = append(slices.Clip(w.superseded), from.GetResourceVersion())
+	r.ownWrites[name] = w
+}
+
+// ownWrite returns a copy of name's object as this reconciler last wrote
+// it when the cache, at cached, shows a version that write superseded;
+// otherwise nil, and the cache has caught up (or someone else wrote).
+func (r *TargetReconciler) ownWrite(name, cached string) client.Object {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w, ok := r.ownWrites[name]
+	if !ok {
+		return nil
+	}
+	if slices.Contains(w.superseded, cached) {
+		return w.obj.DeepCopyObject().(client.Object)
+	}
+	delete(r.ownWrites, name)
+	return nil
 }
 
 // SetupWithManager watches the target configurations of its kind, every

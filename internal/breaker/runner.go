@@ -241,11 +241,12 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 	}
 	r.judgeObserved(ctx, t, obj)
 	pathMayOpen := path.Last.Outcome == probe.OutcomeFailed && path.Failures >= t.OpenAfter
-	if view.Annotations[circuit.Annotation] == "" && !holdChanged && !pathMayOpen && (res.Outcome != probe.OutcomeFailed || counts.Failures < t.OpenAfter) {
+	if view.Annotations[circuit.Annotation] == "" && !holdChanged && !pathMayOpen && (res.Outcome != probe.OutcomeFailed || counts.Failures < ArmAheadAt(t)) {
 		// The common case, skipped because it runs for every target every
 		// interval: with no circuit open in the configuration there is
 		// nothing to close, and this probe cannot have opened one below its
-		// threshold (an apiserver observation wakes the reconciler itself).
+		// threshold, nor armed marking ahead of it (an apiserver observation
+		// wakes the reconciler itself).
 		// Only the end of a hold could release other openings.
 		return
 	}
@@ -342,7 +343,7 @@ func (r *ProbeRunner) inputs(kind circuit.Kind, view *admissionregistrationv1.Mu
 // wakes nothing: the reconciler reports it when the object changes.
 func (r *ProbeRunner) wake(ctx context.Context, kind circuit.Kind, obj client.Object, view *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) {
 	_, changes, err := Plan(view, in)
-	if err != nil || len(changes) == 0 {
+	if err != nil || len(changes) == 0 && !ArmsAhead(view, in) {
 		return
 	}
 	select {

@@ -56,17 +56,17 @@ func TestProbeRunner_ProbeOnce_wakesOnlyWhenPlanWouldWrite(t *testing.T) {
 		result   probe.Result
 		wantWake []bool // after each probe
 	}{
-		"a failing webhook with Fail wakes it at the opening threshold": {
+		"a failing webhook with Fail wakes it one probe before the opening threshold, to arm marking ahead": {
 			policy: policyFail, mode: config.ModeIgnore, result: failedResult(probe.ReasonTimeout),
-			wantWake: []bool{false, false, true, true},
+			wantWake: []bool{false, true, true, true},
 		},
 		"a failing webhook on an administrator's Ignore baseline never wakes it in Ignore mode": {
 			policy: policyIgnore, mode: config.ModeIgnore, result: failedResult(probe.ReasonTimeout),
 			wantWake: []bool{false, false, false, false, false, false},
 		},
-		"the Ignore baseline in Bypass mode still wants the marker": {
+		"the Ignore baseline in Bypass mode still wants the marker (armed ahead)": {
 			policy: policyIgnore, mode: config.ModeBypass, result: failedResult(probe.ReasonTimeout),
-			wantWake: []bool{false, false, true},
+			wantWake: []bool{false, true, true},
 		},
 		"a healthy closed webhook never wakes it": {
 			policy: policyFail, mode: config.ModeBypass, result: healthyResult(),

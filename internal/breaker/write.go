@@ -34,6 +34,7 @@ func (r *TargetReconciler) write(ctx context.Context, cur client.Object, view, n
 		return err
 	}
 	failpoint("after-write")
+	r.wrote(cur.GetName(), cur, written)
 	r.Metrics.Reconciles.WithLabelValues(ReconcileWritten).Inc()
 	for _, c := range changes {
 		for _, t := range targets {
