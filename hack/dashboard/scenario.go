@@ -165,6 +165,7 @@ func record(ctx context.Context, s *store, apiserver bool) (_ *recording, err er
 // guardConfig probes fast so that the scenario is short.
 var guardConfig = fmt.Sprintf(`apiVersion: config.webhook-guard.io/v1alpha1
 kind: GuardConfiguration
+apiserverScrapeInterval: 1s
 targets:
 - configuration: %s
   webhook: %s

@@ -321,7 +321,7 @@ func TestProbeRunner_pathProbeDecidesWhetherTheApiserverSignalOpens(t *testing.T
 			r.Scraper = scraper
 			paths := &stubPathProber{result: tc.path}
 			r.PathProber = paths
-			s := newAPIServerSignal(r.Targets)
+			s := newAPIServerSignal(r.Targets, 0)
 			require.NotNil(t, s)
 			ctx := context.Background()
 			r.ProbeOnce(ctx, r.Targets[0]) // the direct probe is healthy
@@ -365,7 +365,7 @@ func TestProbeRunner_ScrapeOnce_missingRBACIsUnknownReportedOnce(t *testing.T) {
 	tgt := withSignal(target(whA, config.ModeBypass, 3, 2))
 	r, trigger := runnerFor(t, newConfig(newWebhook(whA, policyFail)), tgt, healthyResult())
 	r.Scraper = &fakeScraper{err: fmt.Errorf("reading the apiserver's /metrics: %w", apierrors.NewForbidden(schema.GroupResource{}, "", errors.New("no")))}
-	s := newAPIServerSignal(r.Targets)
+	s := newAPIServerSignal(r.Targets, 0)
 	for range 10 {
 		r.ScrapeOnce(context.Background(), s)
 	}
@@ -379,19 +379,18 @@ func TestProbeRunner_ScrapeOnce_missingRBACIsUnknownReportedOnce(t *testing.T) {
 	assert.Contains(t, evs[0], "get on the non-resource URL /metrics")
 }
 
-func TestNewAPIServerSignal_oneScrapeAtTheShortestIntervalOfTheTargetsThatEnableItNotBelowTheFloor(t *testing.T) {
+func TestNewAPIServerSignal_oneScrapeAtTheConfiguredIntervalNotBelowTheFloor(t *testing.T) {
 	a := withSignal(target(whA, config.ModeBypass, 3, 2))
 	a.Probe.Interval = 2 * time.Second
 	b := withSignal(target(whB, config.ModeBypass, 3, 2))
 	b.Probe.Interval = 500 * time.Millisecond
 	c := target(whOther, config.ModeBypass, 3, 2)
 	c.Probe.Interval = 100 * time.Millisecond
-	s := newAPIServerSignal([]config.Target{a, b, c})
-	assert.Equal(t, MinScrapeInterval, s.interval, "never more often than MinScrapeInterval, whatever the probes")
+	s := newAPIServerSignal([]config.Target{a, b, c}, 30*time.Second)
+	assert.Equal(t, 30*time.Second, s.interval, "the configured interval, whatever the probes")
 	assert.Len(t, s.want, 2)
-	b.Probe.Interval = 1500 * time.Millisecond
-	assert.Equal(t, 1500*time.Millisecond, newAPIServerSignal([]config.Target{a, b, c}).interval)
-	assert.Nil(t, newAPIServerSignal([]config.Target{c}), "no target enables it: no scrape at all")
+	assert.Equal(t, MinScrapeInterval, newAPIServerSignal([]config.Target{a, b, c}, 100*time.Millisecond).interval, "never more often than MinScrapeInterval")
+	assert.Nil(t, newAPIServerSignal([]config.Target{c}, time.Second), "no target enables it: no scrape at all")
 }
 
 // A circuit the apiserver signal opened on a url road (withoutPathProbe:
@@ -550,7 +549,7 @@ func TestProbeRunner_ScrapeOnce_withoutAProcessStartTimeIsUnknownReportedOnce(t 
 		scraper.samples = append(scraper.samples, s)
 	}
 	r.Scraper = scraper
-	s := newAPIServerSignal(r.Targets)
+	s := newAPIServerSignal(r.Targets, 0)
 	for range 10 {
 		r.ScrapeOnce(context.Background(), s)
 	}
@@ -605,7 +604,7 @@ func TestProbeRunner_aClosingReadsTheAdmittedCountOnceMore(t *testing.T) {
 	}
 	scraper := &fakeScraper{samples: []apimetrics.Sample{excluded(100), excluded(112)}}
 	r.Scraper = scraper
-	r.signal = newAPIServerSignal(r.Targets)
+	r.signal = newAPIServerSignal(r.Targets, 0)
 	ctx := context.Background()
 	r.ScrapeOnce(ctx, r.signal) // the last regular scrape: the mark
 	r.ProbeOnce(ctx, tgt)

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -66,6 +67,11 @@ type ProbeRunner struct {
 	// apiserver signal opens nothing.
 	PathProber PathProber
 
+	// ScrapeInterval is how often the apiserver signal reads
+	// kube-apiserver's /metrics (config.Configuration
+	// .APIServerScrapeInterval); never more often than MinScrapeInterval.
+	ScrapeInterval time.Duration
+
 	// signal is the apiserver signal's state, when a target enables it.
 	signal *apiserverSignal
 	// kicks wake each target's probe loop before its next slot, by key.
@@ -102,7 +108,7 @@ func (r *ProbeRunner) Start(ctx context.Context) error {
 		r.State.Register(t.Key())
 		r.kicks[t.Key()] = make(chan struct{}, 1)
 	}
-	if s := newAPIServerSignal(r.Targets); s != nil && r.Scraper != nil {
+	if s := newAPIServerSignal(r.Targets, r.ScrapeInterval); s != nil && r.Scraper != nil {
 		r.signal = s
 	}
 	var wg sync.WaitGroup
@@ -110,6 +116,10 @@ func (r *ProbeRunner) Start(ctx context.Context) error {
 		wg.Go(func() { r.loop(ctx, t) })
 	}
 	if r.signal != nil {
+		if rare := trafficTooRare(r.Targets, r.signal.interval); len(rare) > 0 {
+			logf.FromContext(ctx).Info("Traffic does not stand in for these targets' probes: kube-apiserver's /metrics is read less often than they are probed (apiserverScrapeInterval); each read costs kube-apiserver a gathering of all its metrics",
+				"apiserverScrapeInterval", r.signal.interval, "targets", len(rare), "first", rare[0])
+		}
 		wg.Go(func() { r.signalLoop(ctx, r.signal) })
 	}
 	wg.Wait()

@@ -87,7 +87,25 @@ func (r *ProbeRunner) coveredByTraffic(t config.Target, view *admissionregistrat
 			return false
 		}
 	}
+	if s.interval > t.Probe.Interval {
+		// A scrape less often than the probe would be older evidence than
+		// the probe it skips.
+		return false
+	}
 	return r.State.CoveredByTraffic(t.Key(), r.Clock.Now(), trafficFresh(s.interval))
+}
+
+// trafficTooRare returns the targets that let traffic stand in for their
+// probe but are probed more often than kube-apiserver's /metrics is read
+// every interval: their probe always runs.
+func trafficTooRare(targets []config.Target, interval time.Duration) []string {
+	var out []string
+	for _, t := range targets {
+		if t.APIServerSignal.Enabled && t.APIServerSignal.TrafficAsProbe && max(interval, MinScrapeInterval) > t.Probe.Interval {
+			out = append(out, t.Key())
+		}
+	}
+	return out
 }
 
 // kick wakes key's probe loop now, when it waits for its next slot.

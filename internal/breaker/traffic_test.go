@@ -56,13 +56,14 @@ func trafficRunner(t *testing.T, objs ...*admissionregistrationv1.MutatingWebhoo
 	tgt := withSignal(target(whA, config.ModeBypass, 3, 2))
 	tgt.APIServerSignal.TrafficAsProbe = true
 	tgt.Probe.Timeout = time.Second
+	tgt.Probe.Interval = time.Second
 	r, _ := runnerFor(t, objs[0], tgt, healthyResult())
 	for _, o := range objs[1:] {
 		require.NoError(t, r.Reader.(client.Client).Create(context.Background(), o))
 	}
 	prober := &countingProber{result: healthyResult()}
 	r.Prober = prober
-	r.signal = newAPIServerSignal(r.Targets)
+	r.signal = newAPIServerSignal(r.Targets, 0)
 	require.NotNil(t, r.signal)
 	r.kicks = map[string]chan struct{}{tgt.Key(): make(chan struct{}, 1)}
 	return r, prober, r.Clock.(*clocktesting.FakeClock)
@@ -149,6 +150,7 @@ func TestProbeRunner_trafficDoesNotStandInFor(t *testing.T) {
 	}{
 		"an open circuit, whose webhook only the probe sees":       {objs: []*admissionregistrationv1.MutatingWebhookConfiguration{open}},
 		"a webhook whose name another configuration also has":      {objs: []*admissionregistrationv1.MutatingWebhookConfiguration{newConfig(newWebhook(whA, policyFail)), other}},
+		"a target probed more often than the apiserver is scraped": {change: func(t *config.Target) { t.Probe.Interval = 500 * time.Millisecond }},
 		"a target that turned trafficAsProbe off":                  {change: func(t *config.Target) { t.APIServerSignal.TrafficAsProbe = false }},
 		"a target whose apiserver signal is off, whatever it says": {change: func(t *config.Target) { t.APIServerSignal.Enabled = false }},
 	} {
@@ -188,4 +190,16 @@ func TestState_holdOpenLeavesOutWhatTrafficStandsInFor(t *testing.T) {
 	assert.True(t, s.HoldOpen())
 	s.ObserveTraffic("covered", false, testNow)
 	assert.False(t, s.HoldOpen(), "without traffic its last probe, healthy, counts again")
+}
+
+func TestTrafficTooRare(t *testing.T) {
+	fast := withSignal(target(whA, config.ModeBypass, 3, 2))
+	fast.APIServerSignal.TrafficAsProbe = true
+	fast.Probe.Interval = time.Second
+	slow := fast
+	slow.Webhook, slow.Probe.Interval = whB, time.Minute
+	off := fast
+	off.Webhook, off.APIServerSignal.TrafficAsProbe = whOther, false
+	assert.Equal(t, []string{fast.Key()}, trafficTooRare([]config.Target{fast, slow, off}, 30*time.Second))
+	assert.Empty(t, trafficTooRare([]config.Target{fast, slow, off}, time.Second))
 }

@@ -60,6 +60,10 @@ func convert(f *file) (*Configuration, field.ErrorList) {
 			errs = append(errs, field.Invalid(field.NewPath("holdWhenAllFail"), cfg.HoldWhenAllFail, "must be 0 (off) or at least 2"))
 		}
 	}
+	cfg.APIServerScrapeInterval = duration(field.NewPath("apiserverScrapeInterval"), f.ScrapeInterval, DefaultAPIServerScrapeInterval, &errs)
+	if d := cfg.APIServerScrapeInterval; d > 0 && d < MinAPIServerScrapeInterval {
+		errs = append(errs, field.Invalid(field.NewPath("apiserverScrapeInterval"), f.ScrapeInterval, "must be at least 1s: each read makes kube-apiserver gather all its metrics"))
+	}
 	cfg.Instance = f.Instance
 	if f.Instance != "" {
 		for _, msg := range validation.IsDNS1123Label(f.Instance) {

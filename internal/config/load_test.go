@@ -35,6 +35,13 @@ func TestParse_defaults(t *testing.T) {
 		Probe:           Probe{Kind: ProbeAdmissionReview, Interval: time.Second},
 		APIServerSignal: APIServerSignal{Enabled: true, MinRequests: DefaultMinRequests, FailureRatio: DefaultFailureRatio, MinOpen: DefaultMinOpen, WithoutPathProbe: WithoutPathProbeReport, TrafficAsProbe: true},
 	}, cfg.Targets[0])
+	assert.Equal(t, DefaultAPIServerScrapeInterval, cfg.APIServerScrapeInterval)
+}
+
+func TestParse_apiserverScrapeInterval(t *testing.T) {
+	cfg, err := Parse([]byte("apiserverScrapeInterval: 1s\n" + header + minimalTarget))
+	require.NoError(t, err)
+	assert.Equal(t, time.Second, cfg.APIServerScrapeInterval)
 }
 
 func TestParse_everyField(t *testing.T) {
@@ -133,6 +140,10 @@ func TestParse_malformed(t *testing.T) {
 		"a duplicate target is rejected": {
 			header + minimalTarget + "- configuration: slow-mutator\n  webhook: slow-mutator.example.com\n  allowAdmissionWithoutMutation: true\n",
 			`invalid GuardConfiguration: targets[1]: Duplicate value: "Mutating/slow-mutator/slow-mutator.example.com (same as targets[0])"`,
+		},
+		"a scrape more often than once a second is rejected": {
+			"apiserverScrapeInterval: 500ms\n" + header + minimalTarget,
+			"invalid GuardConfiguration: apiserverScrapeInterval: Invalid value: \"500ms\": must be at least 1s: each read makes kube-apiserver gather all its metrics",
 		},
 		"holdWhenAllFail of 1 would hold every single failure": {
 			"holdWhenAllFail: 1\n" + header + minimalTarget,

@@ -143,6 +143,7 @@ func contains(list []string, s string) bool {
 func (s *breakerSetup) config(extra string) string {
 	return fmt.Sprintf(`apiVersion: config.webhook-guard.io/v1alpha1
 kind: GuardConfiguration
+apiserverScrapeInterval: 1s
 targets:
 - configuration: %s
   webhook: %s

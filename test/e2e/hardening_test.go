@@ -30,6 +30,7 @@ import (
 // other configuration: the setup's own target has been removed.
 const otherTargetConfig = `apiVersion: config.webhook-guard.io/v1alpha1
 kind: GuardConfiguration
+apiserverScrapeInterval: 1s
 targets:
 - configuration: some-other-configuration
   webhook: other.webhook-guard.io

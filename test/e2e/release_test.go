@@ -65,7 +65,7 @@ var releaseTargets = []releaseTarget{
 // the circuits open within seconds.
 func releaseConfig() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "apiVersion: config.webhook-guard.io/v1alpha1\nkind: GuardConfiguration\ninstance: %s\ntargets:\n", releaseInstance)
+	fmt.Fprintf(&b, "apiVersion: config.webhook-guard.io/v1alpha1\nkind: GuardConfiguration\napiserverScrapeInterval: 1s\ninstance: %s\ntargets:\n", releaseInstance)
 	for _, tg := range releaseTargets {
 		fmt.Fprintf(&b, "- kind: %s\n  configuration: %s\n  webhook: %s\n  mode: %s\n  openAfter: 2\n  closeAfter: 2\n  probe: {kind: AdmissionReview, interval: 100ms}\n",
 			tg.kind, tg.configuration, tg.webhook, tg.mode)

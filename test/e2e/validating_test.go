@@ -75,6 +75,7 @@ func (s *validatingSetup) startGuard(mode string) *harness.Guard {
 		Name: "guard", Kubeconfig: s.guardID.KubeconfigPath,
 		Config: fmt.Sprintf(`apiVersion: config.webhook-guard.io/v1alpha1
 kind: GuardConfiguration
+apiserverScrapeInterval: 1s
 targets:
 - kind: Validating
   configuration: %s

@@ -96,6 +96,7 @@ func TestWebhooks_inventoryFromTheApiserversOwnMetrics(t *testing.T) {
 	// volume "config" names the ConfigMap with the GuardConfiguration.
 	guardConfig := fmt.Sprintf(`apiVersion: config.webhook-guard.io/v1alpha1
 kind: GuardConfiguration
+apiserverScrapeInterval: 1s
 targets:
 - configuration: %s
   webhook: %s

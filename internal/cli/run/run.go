@@ -212,8 +212,9 @@ func (o *Options) Run(ctx context.Context) error {
 		Scraper: &apimetrics.Scraper{Client: clientset.Discovery().RESTClient(), Latency: breaker.TrafficAsProbe(cfg.Targets)},
 		// kube-apiserver's own road to service-backed webhooks, through its
 		// service proxy: it confirms the apiserver signal before it opens.
-		PathProber: &probe.PathProber{Client: clientset.CoreV1().RESTClient()},
-		Reader:     mgr.GetClient(), Targets: cfg.Targets, State: state, Metrics: m, Recorder: recorder, Triggers: triggers, Signer: signer,
+		PathProber:     &probe.PathProber{Client: clientset.CoreV1().RESTClient()},
+		ScrapeInterval: cfg.APIServerScrapeInterval,
+		Reader:         mgr.GetClient(), Targets: cfg.Targets, State: state, Metrics: m, Recorder: recorder, Triggers: triggers, Signer: signer,
 		Prober: &probe.Prober{Resolver: &probe.CachingResolver{Next: probe.NewServiceResolver(mgr.GetAPIReader())}, Discovery: clientset.Discovery(), Username: identity, Stalls: stalls,
 			// HTTPGet probes keep their connections between probes and
 			// re-dial every probe.DefaultRedial; AdmissionReview probes use

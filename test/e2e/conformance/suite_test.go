@@ -394,7 +394,7 @@ type suite struct {
 // from the other tests' guards, which run in parallel.
 func (s *suite) guardConfig(instance string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "apiVersion: config.webhook-guard.io/v1alpha1\nkind: GuardConfiguration\ninstance: %s\ntargets:\n", instance)
+	fmt.Fprintf(&b, "apiVersion: config.webhook-guard.io/v1alpha1\nkind: GuardConfiguration\napiserverScrapeInterval: 1s\ninstance: %s\ntargets:\n", instance)
 	for _, tg := range s.targets {
 		approval := "allowAdmissionWithoutMutation"
 		if tg.kind == circuit.KindValidating {

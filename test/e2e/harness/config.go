@@ -9,7 +9,8 @@ import (
 
 // FastConfig shortens an installed GuardConfiguration's timings so a test
 // does not wait for production intervals: probes every 100ms, open after
-// 2 failures, close after 2 successes. Everything else (targets, modes,
+// 2 failures, close after 2 successes, kube-apiserver's /metrics read
+// every second. Everything else (targets, modes,
 // probe kinds) is the installed configuration.
 func FastConfig(installed string) (string, error) {
 	var cfg map[string]any
@@ -33,6 +34,7 @@ func FastConfig(installed string) (string, error) {
 		probe["interval"] = "100ms"
 		target["probe"] = probe
 	}
+	cfg["apiserverScrapeInterval"] = "1s"
 	out, err := yaml.Marshal(cfg)
 	return string(out), err
 }

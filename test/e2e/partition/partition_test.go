@@ -113,6 +113,7 @@ func newWorld(t *testing.T, withoutRBAC ...string) *world {
 func (w *world) config(signal bool, minOpen time.Duration) string {
 	return fmt.Sprintf(`apiVersion: config.webhook-guard.io/v1alpha1
 kind: GuardConfiguration
+apiserverScrapeInterval: 1s
 targets:
 - configuration: %s
   webhook: %s

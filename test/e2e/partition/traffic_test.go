@@ -25,6 +25,7 @@ func TestTraffic_standsInForTheProbeAndAFailingWebhookStillOpens(t *testing.T) {
 	w := newWorld(t)
 	cfg := fmt.Sprintf(`apiVersion: config.webhook-guard.io/v1alpha1
 kind: GuardConfiguration
+apiserverScrapeInterval: 1s
 targets:
 - configuration: %s
   webhook: %s

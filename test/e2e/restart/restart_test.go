@@ -94,6 +94,7 @@ func newSetup(t *testing.T, prefix string) *setup {
 func (s *setup) config() string {
 	return fmt.Sprintf(`apiVersion: config.webhook-guard.io/v1alpha1
 kind: GuardConfiguration
+apiserverScrapeInterval: 1s
 targets:
 - configuration: %s
   webhook: %s
