@@ -43,6 +43,9 @@ type fleet struct {
 	configs []string
 	servers []*harness.TLSServer
 	failing atomic.Bool
+	// scrapeInterval, when set, is the guard's apiserverScrapeInterval;
+	// otherwise its default.
+	scrapeInterval string
 
 	// The guard's identity and the metrics reader's token, made once per
 	// fleet and shared by its guards' runs.
@@ -128,7 +131,11 @@ func (f *fleet) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // after 5 successes.
 func (f *fleet) config(mode string, hold int) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "apiVersion: config.webhook-guard.io/v1alpha1\nkind: GuardConfiguration\nholdWhenAllFail: %d\ntargets:\n", hold)
+	fmt.Fprintf(&b, "apiVersion: config.webhook-guard.io/v1alpha1\nkind: GuardConfiguration\nholdWhenAllFail: %d\n", hold)
+	if f.scrapeInterval != "" {
+		fmt.Fprintf(&b, "apiserverScrapeInterval: %s\n", f.scrapeInterval)
+	}
+	b.WriteString("targets:\n")
 	for _, c := range f.configs {
 		for j := 0; j < min(f.n, perConfiguration); j++ {
 			fmt.Fprintf(&b, "- configuration: %s\n  webhook: %s\n  allowAdmissionWithoutMutation: true\n  mode: %s\n  openAfter: 3\n  closeAfter: 5\n  probe:\n    interval: 1s\n    timeout: 1s\n", c, webhookName(j, c), mode)
@@ -216,7 +223,9 @@ func startGuard(ctx context.Context, env *harness.Env, f *fleet, mode string, ho
 		}
 		args = append(args, "--pprof-bind-address", pprofAddr)
 	}
+	restore := setGuardEnv()
 	g, err := env.StartGuard(harness.GuardOptions{Name: f.ns, Kubeconfig: id.KubeconfigPath, Config: f.config(mode, hold), Args: args})
+	restore()
 	if err != nil {
 		return nil, err
 	}
@@ -230,6 +239,37 @@ func startGuard(ctx context.Context, env *harness.Env, f *fleet, mode string, ho
 		}
 	}
 	return r, nil
+}
+
+// guardEnv (-guard-env) is extra environment for the guard process only,
+// such as GOMEMLIMIT or GOGC: set in the bench's own environment the
+// control plane would inherit it too.
+var guardEnv = flag.String("guard-env", "", "Comma-separated NAME=value pairs set in the guard's environment only (e.g. GOMEMLIMIT=100MiB,GOGC=50).")
+
+// setGuardEnv sets guardEnv in this process's environment, which the
+// guard inherits when it starts, and returns what restores it.
+func setGuardEnv() (restore func()) {
+	var undo []func()
+	for _, kv := range strings.Split(*guardEnv, ",") {
+		name, value, ok := strings.Cut(kv, "=")
+		if !ok || name == "" {
+			continue
+		}
+		old, had := os.LookupEnv(name)
+		_ = os.Setenv(name, value)
+		undo = append(undo, func() {
+			if had {
+				_ = os.Setenv(name, old)
+			} else {
+				_ = os.Unsetenv(name)
+			}
+		})
+	}
+	return func() {
+		for _, u := range undo {
+			u()
+		}
+	}
 }
 
 // profileDir, when set (-profile), receives a CPU profile and a heap

@@ -14,6 +14,7 @@ import (
 var (
 	sizes    = flag.String("sizes", "10,100,1000", "Comma-separated numbers of targets for the scale table.")
 	withLoad = flag.Bool("load", true, "Also measure the largest url fleet with one core busy elsewhere.")
+	kinds    = flag.String("kinds", "url,service", "Comma-separated fleet kinds of the scale table: url, service.")
 )
 
 func init() {
@@ -116,7 +117,10 @@ func scale(ctx context.Context, b *Bench) ([]Row, error) {
 		load bool
 	}
 	var cells []cell
-	for _, kind := range []string{"url", "service"} {
+	for _, kind := range strings.Split(*kinds, ",") {
+		if kind != "url" && kind != "service" {
+			return nil, fmt.Errorf("-kinds: %q is neither url nor service", kind)
+		}
 		for _, v := range strings.Split(*sizes, ",") {
 			n, err := strconv.Atoi(v)
 			if err != nil || n <= 0 {

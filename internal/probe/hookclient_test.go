@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionv1beta1 "k8s.io/api/admission/v1beta1"
+	webhookutil "k8s.io/apiserver/pkg/util/webhook"
 	"sigs.k8s.io/yaml"
 )
 
@@ -301,5 +302,34 @@ func TestProber_Probe_reviewVersionPerWebhook(t *testing.T) {
 		res := p.Probe(t.Context(), wh, Spec{})
 		assert.Equal(t, OutcomeHealthy, res.Outcome, "admissionReviewVersions %v: %v", tc.versions, res.Err)
 		assert.Equal(t, []string{tc.want}, got.all(), "admissionReviewVersions %v", tc.versions)
+	}
+}
+
+// Every field of a clientConfig makes another client, as the
+// ClientManager's JSON key did.
+func TestClientKey_tellsEveryClientConfigApart(t *testing.T) {
+	svc := func(ns, name, path string, port int32) *webhookutil.ClientConfigService {
+		return &webhookutil.ClientConfigService{Namespace: ns, Name: name, Path: path, Port: port}
+	}
+	configs := map[string]webhookutil.ClientConfig{
+		"a url":                              {URL: "https://a.example.com/mutate", CABundle: []byte("ca1")},
+		"the same url with another caBundle": {URL: "https://a.example.com/mutate", CABundle: []byte("ca2")},
+		"another url":                        {URL: "https://a.example.com/validate", CABundle: []byte("ca1")},
+		"a service":                          {Service: svc("ns", "hook", "/mutate", 443), CABundle: []byte("ca1")},
+		"the service on another port":        {Service: svc("ns", "hook", "/mutate", 8443), CABundle: []byte("ca1")},
+		"the service at another path":        {Service: svc("ns", "hook", "/validate", 443), CABundle: []byte("ca1")},
+		"another service name":               {Service: svc("ns", "hook2", "/mutate", 443), CABundle: []byte("ca1")},
+		"another namespace":                  {Service: svc("ns2", "hook", "/mutate", 443), CABundle: []byte("ca1")},
+		"names that shift a separator":       {Service: svc("nsh", "ook", "/mutate", 443), CABundle: []byte("ca1")},
+		"a service without a caBundle":       {Service: svc("ns", "hook", "/mutate", 443)},
+	}
+	seen := map[string]string{}
+	for name, cc := range configs {
+		key := clientKey(cc)
+		if other, ok := seen[key]; ok {
+			t.Errorf("%q and %q have the same key", name, other)
+		}
+		seen[key] = name
+		assert.Equal(t, key, clientKey(cc), "%s: the key is stable", name)
 	}
 }
