@@ -11,6 +11,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/url"
 	"os"
 	"os/signal"
 	"runtime"
@@ -77,6 +78,9 @@ func (b *Bench) Env() (*harness.Env, error) {
 		return nil, err
 	}
 	b.env = env
+	if u, err := url.Parse(env.Config.Host); err == nil {
+		apiserverHost = u.Host
+	}
 	return env, nil
 }
 
