@@ -17,19 +17,7 @@ import (
 // partition e2e tests' webhook traffic (WEBHOOK_GUARD_CAPTURE_METRICS).
 func realMetrics(tb testing.TB) []byte {
 	tb.Helper()
-	f, err := os.Open("testdata/kube-apiserver-v1.37.2-metrics.txt.gz")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer func() { _ = f.Close() }()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	data, err := io.ReadAll(zr)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	data := gunzipTestdata(tb, "kube-apiserver-v1.37.2-metrics.txt.gz")
 	return data
 }
 
@@ -136,19 +124,7 @@ func BenchmarkFilter_realApiserverLineByLine(b *testing.B) {
 // (hack/bench, section scrape): 153 KB, 1,008 lines.
 func named(tb testing.TB) ([]byte, map[Webhook]bool) {
 	tb.Helper()
-	f, err := os.Open("testdata/kube-apiserver-v1.37.2-1000-webhooks-name-filtered.txt.gz")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer func() { _ = f.Close() }()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	data, err := io.ReadAll(zr)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	data := gunzipTestdata(tb, "kube-apiserver-v1.37.2-1000-webhooks-name-filtered.txt.gz")
 	want := map[Webhook]bool{}
 	for wh := range realWant(tb, data) {
 		if len(want) < 10 {
@@ -182,4 +158,23 @@ func BenchmarkRead_1000WebhooksAsked10WithoutSelector(b *testing.B) {
 			b.Fatal(err, len(s.Webhooks))
 		}
 	}
+}
+
+// gunzipTestdata returns the gzipped testdata file name, uncompressed.
+func gunzipTestdata(tb testing.TB, name string) []byte {
+	tb.Helper()
+	f, err := os.Open("testdata/" + name)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	data, err := io.ReadAll(zr)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return data
 }
