@@ -325,6 +325,18 @@ func selects(s *metav1.LabelSelector, l map[string]string) bool {
 	return sel.Matches(labels.Set(l))
 }
 
+// lostWhat names what the guard loses with n of its requests in default
+// intercepted, the canary among them or not.
+func lostWhat(n int, canary bool) string {
+	switch {
+	case n == 2:
+		return "those Events and the marking confirmation"
+	case canary:
+		return "the marking confirmation"
+	}
+	return "those Events"
+}
+
 // NotInExpression is the namespaceSelector expression that excludes
 // namespaces, as YAML on one line.
 func NotInExpression(namespaces []string) string {
@@ -341,21 +353,31 @@ func Advice(i Interceptor, namespace string) []string {
 	if i.InterceptsAny(Lease) {
 		out = append(out, "while it fails, the guard's leader cannot renew its Lease: it steps down after the renew deadline (--leader-election-renew-deadline) and no replica can take the Lease until the webhook answers again; meanwhile no circuit opens or closes")
 	}
-	var inDefault bool
-	for _, r := range i.Intercepts {
-		inDefault = inDefault || r.Namespace == metav1.NamespaceDefault
+	// What it intercepts in default, beyond a Lease there.
+	var lost, inDefault []string
+	if slices.Contains(i.Intercepts, Request{What: Events, Namespace: metav1.NamespaceDefault}) {
+		lost = append(lost, "its Events in default")
+		inDefault = append(inDefault, "Events about cluster-scoped objects (the webhook configurations)")
 	}
-	if inDefault {
-		out = append(out, "while it fails, the guard's Events in default and, before a mutating circuit opens, its marking canary fail (each after up to "+fmt.Sprint(i.TimeoutSeconds)+
-			"s): the guard loses those Events and the marking confirmation, and still opens circuits, because kube-apiserver never sends writes to webhook configurations to webhooks")
+	if i.InterceptsAny(Canary) {
+		lost = append(lost, "before a mutating circuit opens, its marking canary")
+		inDefault = append(inDefault, "the marking canary")
+	}
+	if len(lost) > 0 {
+		out = append(out, fmt.Sprintf("while it fails, %s fail (each after up to %ds): the guard loses %s, and still opens circuits, because kube-apiserver never sends writes to webhook configurations to webhooks",
+			strings.Join(lost, " and "), i.TimeoutSeconds, lostWhat(len(lost), i.InterceptsAny(Canary))))
 	}
 	if namespace != metav1.NamespaceDefault && slices.Contains(i.Namespaces(), namespace) {
 		out = append(out, fmt.Sprintf("fix: add %s to its namespaceSelector.matchExpressions (or %s to its existing NotIn on %s)",
 			NotInExpression([]string{namespace}), namespace, corev1.LabelMetadataName))
 	}
-	if inDefault {
-		out = append(out, fmt.Sprintf("Events about cluster-scoped objects (the webhook configurations) and the canary can only be written in default: only adding default as well (%s) protects them, and that exempts every request in default from this webhook",
+	switch {
+	case namespace == metav1.NamespaceDefault:
+		out = append(out, fmt.Sprintf("the guard is installed in default: only adding default (%s) protects its requests, and that exempts every request in default from this webhook; a namespace of its own lets the Lease be protected alone",
 			NotInExpression(i.Namespaces())))
+	case len(inDefault) > 0:
+		out = append(out, fmt.Sprintf("%s can only be written in default: only adding default as well (%s) protects them, and that exempts every request in default from this webhook",
+			strings.Join(inDefault, " and "), NotInExpression(i.Namespaces())))
 	}
 	if i.MatchConditions {
 		out = append(out, "it has matchConditions, not evaluated here: it intercepts these requests only if its conditions let them through")

@@ -330,6 +330,16 @@ func TestAdvice(t *testing.T) {
 			contains: []string{"values: [default]", "not evaluated here", "its circuit is open now"},
 			lacks:    []string{"Lease", "fix: add"},
 		},
+		"Events in default without the canary: no word of the canary": {
+			i:        Interceptor{TimeoutSeconds: 10, Intercepts: []Request{eventsGuard, eventsDef}},
+			contains: []string{"its Events in default fail (each after up to 10s): the guard loses those Events, and still opens circuits", "Events about cluster-scoped objects (the webhook configurations) can only be written in default"},
+			lacks:    []string{"canary", "marking"},
+		},
+		"a guard in default: adding default is the fix": {
+			i:        Interceptor{TimeoutSeconds: 10, Intercepts: []Request{{What: Lease, Namespace: "default"}}},
+			contains: []string{"the guard is installed in default: only adding default ({key: kubernetes.io/metadata.name, operator: NotIn, values: [default]}) protects its requests"},
+			lacks:    []string{"fix: add"},
+		},
 		"the Lease only: no word about default": {
 			i:        Interceptor{TimeoutSeconds: 10, Intercepts: []Request{leaseReq}},
 			contains: []string{"cannot renew its Lease", "values: [webhook-guard]}"},
@@ -339,7 +349,11 @@ func TestAdvice(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			got := ""
-			for _, a := range Advice(tc.i, guardNS) {
+			ns := guardNS
+			if tc.i.Intercepts[0].Namespace == "default" && tc.i.Intercepts[0].What == Lease {
+				ns = "default"
+			}
+			for _, a := range Advice(tc.i, ns) {
 				got += a + "\n"
 			}
 			for _, s := range tc.contains {

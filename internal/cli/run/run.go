@@ -108,6 +108,9 @@ func (o *Options) Run(ctx context.Context) error {
 	if err := startcheck.Run(logf.IntoContext(ctx, setupLog), o.Client, o.KubeClient, cfg, opts); err != nil {
 		return err
 	}
+	// Advice, not a check: bounded, in its own goroutine, never failing the start.
+	go startcheck.WarnInterceptors(logf.IntoContext(ctx, setupLog), o.Client,
+		startcheck.Interception{Namespace: o.LeaderElectionNamespace, LeaderElection: o.LeaderElect, Config: cfg})
 	setupLog.Info("Starting webhook-guard", "version", o.Build.Version, "identity", identity, "targets", len(cfg.Targets))
 
 	var webhookServer webhook.Server

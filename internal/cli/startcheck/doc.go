@@ -5,5 +5,7 @@
 // that no open circuit of a removed target is left stuck, and that the
 // marking policies are in place. A failed check names what is wrong and
 // how to fix it; the service then does not start. Apart from the take-over
-// it only reads.
+// it only reads. WarnInterceptors is advice, not a check: it logs the
+// webhooks that intercept the service's own requests and never fails the
+// start.
 package startcheck

@@ -14,7 +14,9 @@ import (
 
 	"github.com/spf13/cobra"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/webhook-guard/webhook-guard/internal/apimetrics"
@@ -22,6 +24,7 @@ import (
 	"github.com/webhook-guard/webhook-guard/internal/cli"
 	"github.com/webhook-guard/webhook-guard/internal/cli/factory"
 	"github.com/webhook-guard/webhook-guard/internal/config"
+	"github.com/webhook-guard/webhook-guard/internal/intercept"
 )
 
 const long = `Lists every webhook of every MutatingWebhookConfiguration and
@@ -38,10 +41,21 @@ is interpolated linearly within the apiserver's latency buckets (0.005,
 apiserver counts webhooks by name and type, not by configuration: webhooks
 of the same name and kind share their numbers, and the output says so.
 
+A second section names every webhook with failurePolicy Fail that
+intercepts the guard's own requests (a policy engine's */*): its
+leader-election Lease and Events in the installation's namespace (-n), its
+Events about webhook configurations and its marking canary in default.
+While such a webhook fails the guard loses what it intercepts; the section
+says what, and the namespaceSelector expression that excludes them. Writes
+to webhook configurations are never sent to webhooks: the write that
+opens a circuit is never intercepted.
+
 It needs list on mutatingwebhookconfigurations and
 validatingwebhookconfigurations, get on the non-resource URL /metrics, and
-(without --config) get on the guard's Deployment and ConfigMap. What it
-cannot read it names on stderr, and prints the rest.`
+(without --config) get on the guard's Deployment and ConfigMap; with get on
+the two namespaces it judges namespaceSelectors by their labels, without it
+by kubernetes.io/metadata.name alone. What it cannot read it names on
+stderr, and prints the rest.`
 
 // scrapeTimeout bounds one scrape of kube-apiserver's /metrics, which is
 // large on a busy apiserver.
@@ -112,8 +126,30 @@ type webhooksReport struct {
 	// APIServerStarted is when the apiserver that answered started.
 	APIServerStarted string       `json:"apiserverStarted,omitempty"`
 	Webhooks         []webhookRow `json:"webhooks"`
+	// InterceptingTheGuard are the webhooks under failurePolicy Fail that
+	// intercept the guard's own requests, with what each costs it and the
+	// fix; empty when none does.
+	InterceptingTheGuard []interceptRow `json:"interceptingTheGuard"`
+	// InterceptBasis says what InterceptingTheGuard was judged for: the
+	// namespace, and which labels.
+	InterceptBasis string `json:"interceptBasis"`
 	// Unavailable names what could not be read, and why.
 	Unavailable []string `json:"unavailable,omitempty"`
+}
+
+// interceptRow is a webhook that intercepts the guard's own requests.
+type interceptRow struct {
+	intercept.Interceptor
+	// Managed is null when the guard's configuration could not be read.
+	Managed *bool `json:"managed"`
+	// Advice says what it costs the guard while it fails, and the fix.
+	Advice []string `json:"advice"`
+}
+
+// configurations are the cluster's webhook configurations, as listed.
+type configurations struct {
+	mutating   []admissionregistrationv1.MutatingWebhookConfiguration
+	validating []admissionregistrationv1.ValidatingWebhookConfiguration
 }
 
 // hookInfo is one webhook as its configuration declares it.
@@ -201,7 +237,7 @@ func (o *Options) Run(ctx context.Context) error {
 	cfg := o.Config // nil when unknown
 	rep.ConfigSource = o.ConfigSource
 
-	hooks, problems := listHooks(ctx, o.Client)
+	hooks, configs, problems := listHooks(ctx, o.Client)
 	rep.Unavailable = append(rep.Unavailable, problems...)
 	if len(problems) == 2 {
 		return errors.New(strings.Join(problems, "; "))
@@ -233,6 +269,12 @@ func (o *Options) Run(ctx context.Context) error {
 		}
 	}
 	rep.Webhooks = buildRows(hooks, cfg, m)
+	in := intercept.Inputs{Namespace: o.Namespace, Mutating: configs.mutating, Validating: configs.validating, WithoutMarking: cfg != nil && !opensMutating(cfg)}
+	var unread []string
+	in.NamespaceLabels, unread = namespaceLabels(ctx, o.Client, o.Namespace, unread)
+	in.DefaultLabels, unread = namespaceLabels(ctx, o.Client, metav1.NamespaceDefault, unread)
+	rep.InterceptingTheGuard = interceptRows(intercept.Find(in), cfg, o.Namespace)
+	rep.InterceptBasis = interceptBasis(in, unread)
 
 	if o.Output == cli.OutputTable {
 		if err := printWebhooks(o.Out, rep); err != nil {
@@ -249,7 +291,7 @@ func (o *Options) Run(ctx context.Context) error {
 
 // listHooks lists the webhooks of every configuration of both kinds. A
 // kind it may not list is a problem, named with the permission missing.
-func listHooks(ctx context.Context, c client.Reader) ([]hookInfo, []string) {
+func listHooks(ctx context.Context, c client.Reader) ([]hookInfo, configurations, []string) {
 	var hooks []hookInfo
 	var problems []string
 	record := func(kind circuit.Kind, name string, annotations map[string]string) circuit.Record {
@@ -285,7 +327,67 @@ func listHooks(ctx context.Context, c client.Reader) ([]hookInfo, []string) {
 			hooks = append(hooks, hookInfo{kind: circuit.KindValidating, configuration: o.Name, name: w.Name, policy: w.FailurePolicy, timeout: w.TimeoutSeconds, open: entry(rec, w.Name)})
 		}
 	}
-	return hooks, problems
+	return hooks, configurations{mutating: mwcs.Items, validating: vwcs.Items}, problems
+}
+
+// opensMutating reports whether a mutating target of cfg can open, so
+// that the guard sends the marking canary.
+func opensMutating(cfg *config.Configuration) bool {
+	return slices.ContainsFunc(cfg.Targets, func(t config.Target) bool { return t.Kind == circuit.KindMutating && !t.Observes() })
+}
+
+// namespaceLabels reads a namespace's labels; what it cannot read it adds
+// to unread and returns nil (intercept.Find then judges by
+// kubernetes.io/metadata.name alone, which kube-apiserver sets on every
+// namespace).
+func namespaceLabels(ctx context.Context, c client.Reader, name string, unread []string) (map[string]string, []string) {
+	ns := &corev1.Namespace{}
+	if err := c.Get(ctx, client.ObjectKey{Name: name}, ns); err != nil {
+		return nil, append(unread, fmt.Sprintf("namespace %s: %v", name, err))
+	}
+	if ns.Labels == nil {
+		return map[string]string{}, unread
+	}
+	return ns.Labels, unread
+}
+
+// interceptBasis says what the interceptors were judged for.
+func interceptBasis(in intercept.Inputs, unread []string) string {
+	what := "its Lease and leader election's Events"
+	if in.Namespace == metav1.NamespaceDefault {
+		what = "its Lease and all its Events"
+	}
+	basis := fmt.Sprintf("for an installation in namespace %s (%s there; Events about cluster-scoped objects", in.Namespace, what)
+	if in.WithoutMarking {
+		basis += " in default; no marking canary: no mutating target of its configuration opens)"
+	} else {
+		basis += " and the marking canary in default)"
+	}
+	if len(unread) > 0 {
+		return basis + ", namespaceSelectors judged by kubernetes.io/metadata.name alone (cannot read " + strings.Join(unread, "; ") + ")"
+	}
+	return basis + ", namespaceSelectors judged by the namespaces' labels"
+}
+
+// interceptRows adds to each interceptor whether the guard manages it and
+// the advice for an installation in namespace.
+func interceptRows(found []intercept.Interceptor, cfg *config.Configuration, namespace string) []interceptRow {
+	managed := map[string]bool{}
+	if cfg != nil {
+		for _, t := range cfg.Targets {
+			managed[t.Key()] = true
+		}
+	}
+	rows := make([]interceptRow, 0, len(found))
+	for _, i := range found {
+		row := interceptRow{Interceptor: i, Advice: intercept.Advice(i, namespace)}
+		if cfg != nil {
+			mg := managed[string(i.Kind)+"/"+i.Configuration+"/"+i.Webhook]
+			row.Managed = &mg
+		}
+		rows = append(rows, row)
+	}
+	return rows
 }
 
 func listProblem(kind circuit.Kind, err error) string {
@@ -544,5 +646,37 @@ func printWebhooks(w io.Writer, rep webhooksReport) error {
 	if len(rep.Webhooks) == 0 {
 		fmt.Fprintln(w, "(no webhook configurations)")
 	}
+	printInterceptors(w, rep)
 	return nil
+}
+
+// printInterceptors prints the section on the webhooks that intercept the
+// guard's own requests.
+func printInterceptors(w io.Writer, rep webhooksReport) {
+	if len(rep.InterceptingTheGuard) == 0 {
+		fmt.Fprintf(w, "\nNo webhook with failurePolicy Fail intercepts the guard's own requests, judged %s.\n", rep.InterceptBasis)
+		return
+	}
+	fmt.Fprintf(w, "\nWebhooks with failurePolicy Fail that intercept the guard's own requests, judged %s:\n", rep.InterceptBasis)
+	for _, r := range rep.InterceptingTheGuard {
+		managed := "managed: ?"
+		if r.Managed != nil {
+			managed = "not managed by the guard"
+			if *r.Managed {
+				managed = "managed by the guard"
+			}
+		}
+		verb := "intercepts"
+		if r.MatchConditions {
+			verb = "may intercept"
+		}
+		var what []string
+		for _, req := range r.Intercepts {
+			what = append(what, req.String())
+		}
+		fmt.Fprintf(w, "\n%s %s webhook %s (timeout %ds, %s) %s: %s\n", r.Kind, r.Configuration, r.Webhook, r.TimeoutSeconds, managed, verb, strings.Join(what, ", "))
+		for _, a := range r.Advice {
+			fmt.Fprintf(w, "  - %s\n", a)
+		}
+	}
 }

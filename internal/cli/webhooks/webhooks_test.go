@@ -20,6 +20,7 @@ import (
 	"github.com/webhook-guard/webhook-guard/internal/cli"
 	"github.com/webhook-guard/webhook-guard/internal/cli/factory"
 	"github.com/webhook-guard/webhook-guard/internal/config"
+	"github.com/webhook-guard/webhook-guard/internal/intercept"
 )
 
 var (
@@ -276,4 +277,52 @@ func TestPrintWebhooks(t *testing.T) {
 	assert.JSONEq(t, `{"risk":"high","kind":"Mutating","configuration":"cfg","webhook":"a.example.com","failurePolicy":"Fail","timeoutSeconds":1,
 		"calls":4,"failedCalls":4,"failureRatio":1,"p99Seconds":0.00495,"managed":false,
 		"riskReasons":["failurePolicy Fail and 100% of its calls failed: each rejected a request"]}`, string(data))
+}
+
+func TestPrintWebhooks_interceptors(t *testing.T) {
+	engine := admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "kyverno-resource-mutating-webhook-cfg"},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{
+			Name: "mutate.kyverno.svc-fail", FailurePolicy: fail,
+			NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+				{Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"kube-system", "kyverno"}},
+			}},
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+				Rule:       admissionregistrationv1.Rule{APIGroups: []string{"*"}, APIVersions: []string{"*"}, Resources: []string{"*/*"}},
+			}},
+		}},
+	}
+	target := &config.Configuration{Targets: []config.Target{{Kind: circuit.KindMutating, Configuration: engine.Name, Webhook: "mutate.kyverno.svc-fail"}}}
+	in := intercept.Inputs{Namespace: "webhook-guard", Mutating: []admissionregistrationv1.MutatingWebhookConfiguration{engine}, WithoutMarking: !opensMutating(target)}
+	rep := webhooksReport{Metrics: "cumulative", InterceptingTheGuard: interceptRows(intercept.Find(in), target, "webhook-guard"),
+		InterceptBasis: interceptBasis(in, []string{"namespace webhook-guard: forbidden"})}
+
+	var out bytes.Buffer
+	require.NoError(t, printWebhooks(&out, rep))
+	assert.Contains(t, out.String(), "Webhooks with failurePolicy Fail that intercept the guard's own requests, judged for an installation in namespace webhook-guard "+
+		"(its Lease and leader election's Events there; Events about cluster-scoped objects and the marking canary in default), "+
+		"namespaceSelectors judged by kubernetes.io/metadata.name alone (cannot read namespace webhook-guard: forbidden):\n")
+	assert.Contains(t, out.String(), "\nMutating kyverno-resource-mutating-webhook-cfg webhook mutate.kyverno.svc-fail (timeout 10s, managed by the guard) intercepts: "+
+		"Lease in webhook-guard, Events in webhook-guard, Events in default, marking canary in default\n")
+	assert.Contains(t, out.String(), "  - fix: add {key: kubernetes.io/metadata.name, operator: NotIn, values: [webhook-guard]} to its namespaceSelector.matchExpressions")
+	data, err := json.Marshal(rep.InterceptingTheGuard[0])
+	require.NoError(t, err)
+	assert.Contains(t, string(data), `{"kind":"Mutating","configuration":"kyverno-resource-mutating-webhook-cfg","webhook":"mutate.kyverno.svc-fail","timeoutSeconds":10,`+
+		`"intercepts":[{"what":"Lease","namespace":"webhook-guard"},{"what":"Events","namespace":"webhook-guard"},{"what":"Events","namespace":"default"},{"what":"canary","namespace":"default"}],`+
+		`"managed":true,"advice":[`)
+
+	// Excluding the guard's namespace and default: none.
+	engine.Webhooks[0].NamespaceSelector.MatchExpressions[0].Values = []string{"kube-system", "kyverno", "webhook-guard", "default"}
+	in.Mutating = []admissionregistrationv1.MutatingWebhookConfiguration{engine}
+	in.WithoutMarking = true
+	rep.InterceptingTheGuard, rep.InterceptBasis = interceptRows(intercept.Find(in), nil, "webhook-guard"), interceptBasis(in, nil)
+	out.Reset()
+	require.NoError(t, printWebhooks(&out, rep))
+	assert.Contains(t, out.String(), "\nNo webhook with failurePolicy Fail intercepts the guard's own requests, judged for an installation in namespace webhook-guard "+
+		"(its Lease and leader election's Events there; Events about cluster-scoped objects in default; no marking canary: no mutating target of its configuration opens), "+
+		"namespaceSelectors judged by the namespaces' labels.\n")
+	data, err = json.Marshal(rep)
+	require.NoError(t, err)
+	assert.Contains(t, string(data), `"interceptingTheGuard":[]`)
 }
