@@ -14,6 +14,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
+	"github.com/webhook-guard/webhook-guard/internal/config"
 	"github.com/webhook-guard/webhook-guard/internal/marking"
 )
 
@@ -78,6 +79,9 @@ type armingStep struct {
 	// stay while they fail, and the reconciler looks again every interval
 	// to remove them once they have recovered.
 	ahead map[string]time.Duration
+	// unconfirmed are the openings that go without marking evidence,
+	// by webhook, with why: they waited markingBound (markingWait).
+	unconfirmed map[string]string
 }
 
 // arming returns next's annotations with the arming entries of the write
@@ -119,24 +123,25 @@ func (r *TargetReconciler) arming(ctx context.Context, cur client.Object, view, 
 			opening = append(opening, marking.Circuit{Configuration: view.Name, Webhook: c.Webhook})
 		}
 	}
+	var unconfirmed map[string]string
 	if len(opening) > 0 {
-		step, err := r.armOpenings(ctx, cur, view, armed, after, opening, missing)
+		step, err := r.armOpenings(ctx, cur, view, in, armed, after, opening, missing)
 		if err != nil || step.arm != nil || step.pending || step.hold != nil {
 			step.ahead = ahead
 			return step, err
 		}
+		unconfirmed = step.unconfirmed
 	}
 
 	step, err := r.armingFor(view, next, missing, ahead)
+	step.unconfirmed = unconfirmed
 	if err != nil || len(opening) > 0 || len(missing) > 0 {
 		return step, err
 	}
 	// Armed ahead and nothing to write: ask kube-apiserver now whether
 	// it marks with them, so that at the threshold the opening needs no
 	// canary of its own.
-	if wait, err := r.showAhead(ctx, view, in, armed, ahead); err != nil {
-		return armingStep{}, r.markingFailed(cur, err)
-	} else if wait > 0 {
+	if wait := r.showAhead(ctx, view, in, armed, ahead); wait > 0 {
 		step.wait = minPositive(step.wait, wait)
 	}
 	return step, nil
@@ -145,7 +150,9 @@ func (r *TargetReconciler) arming(ctx context.Context, cur client.Object, view, 
 // showAhead sends a canary for the entries armed ahead of a target at
 // ArmAheadAt failures (and its siblings armed with it) that no canary has
 // shown armed yet, and returns markingPoll while one is still not shown.
-func (r *TargetReconciler) showAhead(ctx context.Context, view *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs, armed circuit.Record, ahead map[string]time.Duration) (time.Duration, error) {
+// A canary that fails is no error here: the opening, when it comes, waits
+// at most markingBound for evidence (armOpenings).
+func (r *TargetReconciler) showAhead(ctx context.Context, view *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs, armed circuit.Record, ahead map[string]time.Duration) time.Duration {
 	due := false
 	var cs []marking.Circuit
 	for _, t := range in.Targets {
@@ -156,13 +163,18 @@ func (r *TargetReconciler) showAhead(ctx context.Context, view *admissionregistr
 		cs = append(cs, marking.Circuit{Configuration: view.Name, Webhook: t.Webhook})
 	}
 	if !due {
-		return 0, nil
+		return 0
 	}
-	notYet, err := r.armedShown(ctx, view.UID, cs)
-	if err != nil || len(notYet) == 0 {
-		return 0, err
+	interval := markingBound(in.Targets, cs)
+	notYet, err := r.armedShown(ctx, view.UID, cs, interval)
+	switch {
+	case err != nil:
+		logf.FromContext(ctx).V(1).Info("Marking canary ahead of an opening failed", "error", err)
+		return interval
+	case len(notYet) == 0:
+		return 0
 	}
-	return markingPoll, nil
+	return markingPoll
 }
 
 // armedShown returns the circuits of cs, all armed in the configuration
@@ -172,7 +184,12 @@ func (r *TargetReconciler) showAhead(ctx context.Context, view *admissionregistr
 // forward, and the breaker forgets what a canary showed whenever it adds
 // or removes that entry (armedNow, forgetArmed), so what a canary showed
 // once holds until then. No canary is sent when every one was shown.
-func (r *TargetReconciler) armedShown(ctx context.Context, uid types.UID, cs []marking.Circuit) ([]marking.Circuit, error) {
+//
+// The canary goes through admission, so a failing webhook that
+// intercepts Events (a policy engine's */*) makes it wait and fail: it is
+// bounded by bound, and after a failure none is sent for the
+// configuration for bound, when the last failure is returned instead.
+func (r *TargetReconciler) armedShown(ctx context.Context, uid types.UID, cs []marking.Circuit, bound time.Duration) ([]marking.Circuit, error) {
 	var ask []marking.Circuit
 	r.mu.Lock()
 	for _, c := range cs {
@@ -184,9 +201,16 @@ func (r *TargetReconciler) armedShown(ctx context.Context, uid types.UID, cs []m
 	if len(ask) == 0 {
 		return nil, nil
 	}
-	notYet, err := r.Marker.Armed(ctx, ask)
+	if err := r.recentCanaryFailure(uid, bound); err != nil {
+		return ask, err
+	}
+	canaryCtx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	notYet, err := r.Marker.Armed(canaryCtx, ask)
 	if err != nil {
-		return nil, err
+		r.Metrics.CanaryFailures.Inc()
+		r.noteCanaryFailure(uid, err)
+		return ask, err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -371,57 +395,85 @@ func (r *TargetReconciler) armingFor(view, next *admissionregistrationv1.Mutatin
 
 // armOpenings arms the openings' marking policies before the write that
 // opens them: it checks that each is installed as this release renders it
-// (else a MarkingFailed Event and an error, retried with backoff), and
-// asks one canary whether kube-apiserver marks with those already armed.
-// Those it does open now, and the write that opens them arms the others
-// (hold); when none does, it asks for the arming write if an opening is
-// not armed yet, and else waits (pending).
+// (else a MarkingFailed Event), and asks one canary whether kube-apiserver
+// marks with those already armed. Those it does open now, and the write
+// that opens them arms the others (hold); when none does, it asks for the
+// arming write if an opening is not armed yet, and else waits (pending).
+//
+// No opening waits for that evidence longer than markingBound after it
+// was first wanted (markingWait): a circuit left closed on a broken
+// webhook refuses every request, and the canary itself goes through
+// admission, so a failing webhook that intercepts Events can refuse it
+// for as long as the outage lasts. Such an opening goes unconfirmed, with
+// why (armingStep.unconfirmed); the record entry it writes arms its
+// marking all the same.
 //
 // ahead are the entries armed ahead of their opening that the write adds
 // (armAhead): they go with the first write, the arming one or the opening
 // one.
-func (r *TargetReconciler) armOpenings(ctx context.Context, cur client.Object, view *admissionregistrationv1.MutatingWebhookConfiguration, armed, after circuit.Record, opening []marking.Circuit, ahead circuit.Record) (armingStep, error) {
+func (r *TargetReconciler) armOpenings(ctx context.Context, cur client.Object, view *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs, armed, after circuit.Record, opening []marking.Circuit, ahead circuit.Record) (armingStep, error) {
+	bound := markingBound(in.Targets, opening)
+	now := now(r.Clock)
+	why := map[string]string{}
+	waitedOut := map[string]bool{}
 	for _, c := range opening {
+		out, first := r.markingWait(view.UID, c.Webhook, bound, now)
+		waitedOut[c.Webhook] = out
 		if err := r.Marker.Check(ctx, c); err != nil {
-			return armingStep{}, r.markingFailed(cur, err)
+			why[c.Webhook] = err.Error()
+			if first {
+				r.markingFailed(cur, err)
+			}
 		}
 	}
 	missing := circuit.Record{}
 	var armedOnes []marking.Circuit
 	for _, c := range opening {
-		if armed[c.Webhook].UID != view.UID {
+		switch {
+		case why[c.Webhook] != "":
+		case armed[c.Webhook].UID != view.UID:
 			missing[c.Webhook] = after[c.Webhook]
-		} else {
+			why[c.Webhook] = "its arming write was not shown by a canary within " + bound.String()
+		default:
 			armedOnes = append(armedOnes, c)
 		}
 	}
-	hold := map[string]bool{}
-	for hook := range missing {
-		hold[hook] = true
-	}
 	if len(armedOnes) > 0 {
-		notYet, err := r.armedShown(ctx, view.UID, armedOnes)
-		if err != nil {
-			return armingStep{}, r.markingFailed(cur, err)
-		}
+		notYet, err := r.armedShown(ctx, view.UID, armedOnes, bound)
 		for _, c := range notYet {
-			hold[c.Webhook] = true
+			why[c.Webhook] = fmt.Sprintf("kube-apiserver did not show the policy armed within %s (is the MutatingAdmissionPolicy admission plugin on, and does no later mutating webhook strip the canary's annotations?)", bound)
+			if err != nil {
+				why[c.Webhook] = err.Error()
+			}
 		}
+	}
+	hold := map[string]bool{}
+	unconfirmed := map[string]string{}
+	for hook, reason := range why {
+		if !waitedOut[hook] {
+			hold[hook] = true
+			continue
+		}
+		unconfirmed[hook] = reason
+		delete(missing, hook) // its record entry arms it
+	}
+	if len(unconfirmed) > 0 {
+		logf.FromContext(ctx).Info("Opening without marking evidence: the wait for it is bounded", "bound", bound, "unconfirmed", unconfirmed)
 	}
 	switch {
 	case len(hold) == 0:
-		return armingStep{}, nil
+		return armingStep{unconfirmed: unconfirmed}, nil
 	case len(hold) < len(opening):
 		// Some can open now: they do, and the others are armed in the
 		// same write.
 		maps.Copy(missing, ahead)
-		return armingStep{hold: hold, add: missing}, nil
+		return armingStep{hold: hold, add: missing, unconfirmed: unconfirmed}, nil
 	case len(missing) > 0:
 		want := maps.Clone(armed)
 		maps.Copy(want, missing)
 		maps.Copy(want, ahead)
-		r.armedNow(view.UID, missing, now(r.Clock))
-		r.armedNow(view.UID, ahead, now(r.Clock))
+		r.armedNow(view.UID, missing, now)
+		r.armedNow(view.UID, ahead, now)
 		arm := view.DeepCopy()
 		annotations, err := circuit.EncodeArming(maps.Clone(view.Annotations), want)
 		if err != nil {
@@ -434,13 +486,109 @@ func (r *TargetReconciler) armOpenings(ctx context.Context, cur client.Object, v
 	}
 }
 
-// markingFailed reports that an opening was refused because its marking
-// policy is not in place.
-func (r *TargetReconciler) markingFailed(cur client.Object, err error) error {
+// markingBound is how long an opening of cs waits at most for evidence
+// that kube-apiserver marks with its policy, and how long a canary may
+// take: one probe interval of the slowest of their targets, and at least
+// disarmAfter, the time the breaker already allows kube-apiserver's
+// webhook dispatcher to see a write.
+func markingBound(targets []config.Target, cs []marking.Circuit) time.Duration {
+	bound := disarmAfter
+	for _, t := range targets {
+		for _, c := range cs {
+			if t.Webhook == c.Webhook {
+				bound = max(bound, t.Probe.Interval)
+			}
+		}
+	}
+	return bound
+}
+
+// markingWait notes that hook's opening, in the configuration of uid, is
+// wanted at now, and reports whether it has waited bound since it was
+// first wanted (out), and whether this is the first time (first). A wait
+// not seen for bound was abandoned (the target recovered): the next one
+// starts anew.
+func (r *TargetReconciler) markingWait(uid types.UID, hook string, bound time.Duration, now time.Time) (out, first bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.waits == nil {
+		r.waits = map[string]wait{}
+	}
+	key := string(uid) + "/" + hook
+	w, ok := r.waits[key]
+	if !ok || now.Sub(w.seen) > bound {
+		w, first = wait{since: now}, true
+	}
+	w.seen = now
+	r.waits[key] = w
+	return now.Sub(w.since) >= bound, first
+}
+
+// wait is when an opening was first and last wanted while it waited for
+// marking evidence.
+type wait struct{ since, seen time.Time }
+
+// forgetWaits forgets the waits of the openings written in changes.
+func (r *TargetReconciler) forgetWaits(uid types.UID, changes []Change) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range changes {
+		if c.Kind == Opened {
+			delete(r.waits, string(uid)+"/"+c.Webhook)
+		}
+	}
+}
+
+// recentCanaryFailure returns the last canary failure of the
+// configuration of uid when it is less than bound old.
+func (r *TargetReconciler) recentCanaryFailure(uid types.UID, bound time.Duration) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f, ok := r.canaryFailures[string(uid)]
+	if !ok || now(r.Clock).Sub(f.at) >= bound {
+		return nil
+	}
+	return f.err
+}
+
+// noteCanaryFailure records that a canary about the configuration of uid
+// failed with err.
+func (r *TargetReconciler) noteCanaryFailure(uid types.UID, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.canaryFailures == nil {
+		r.canaryFailures = map[string]canaryFailure{}
+	}
+	r.canaryFailures[string(uid)] = canaryFailure{at: now(r.Clock), err: err}
+}
+
+type canaryFailure struct {
+	at  time.Time
+	err error
+}
+
+// noteUnconfirmed adds to the Event of each opening in unconfirmed that
+// it went without marking evidence, and why, and counts it.
+func (r *TargetReconciler) noteUnconfirmed(configuration string, changes []Change, unconfirmed map[string]string) []Change {
+	if len(unconfirmed) == 0 {
+		return changes
+	}
+	out := slices.Clone(changes)
+	for i, c := range out {
+		if why, ok := unconfirmed[c.Webhook]; ok && c.Kind == Opened {
+			out[i].Message += "; marking not confirmed: " + why
+			r.Metrics.MarkingUnconfirmed.WithLabelValues(string(r.Kind), configuration, c.Webhook).Inc()
+		}
+	}
+	return out
+}
+
+// markingFailed reports, once per opening, that its marking policy is not
+// in place: the opening waits markingBound for it, then goes unmarked.
+func (r *TargetReconciler) markingFailed(cur client.Object, err error) {
 	r.Metrics.WriteErrors.Inc()
 	r.Recorder.Eventf(cur, nil, corev1.EventTypeWarning, "MarkingFailed", "Update",
-		"webhook-guard did not open the circuit: the marking policy, which marks what is admitted without the webhook, is not in place: %v", err)
-	return fmt.Errorf("marking before opening: %w", err)
+		"the marking policy, which marks what is admitted without the webhook, is not in place; the circuit opens without it once the opening has waited for it: %v", err)
 }
 
 // writeArming writes the arming entries of arm, and nothing else.

@@ -199,7 +199,9 @@ func (r *TargetReconciler) holdTransitions(ctx context.Context, cur client.Objec
 	}
 	for _, c := range opening {
 		if err := r.Marker.Check(ctx, c); err != nil {
-			return 0, r.markingFailed(cur, err)
+			// The opening, once the hold ends, waits for it at most
+			// markingBound (armOpenings).
+			return wait, nil
 		}
 	}
 	armed, err := circuit.DecodeArming(view.Annotations)
@@ -228,9 +230,9 @@ func (r *TargetReconciler) holdTransitions(ctx context.Context, cur client.Objec
 				cs = append(cs, marking.Circuit{Configuration: view.Name, Webhook: t.Webhook})
 			}
 		}
-		notYet, err := r.armedShown(ctx, view.UID, cs)
+		notYet, err := r.armedShown(ctx, view.UID, cs, markingBound(in.Targets, cs))
 		if err != nil {
-			return 0, r.markingFailed(cur, err)
+			return wait, nil // the opening waits for it at most markingBound
 		}
 		if len(notYet) > 0 {
 			return min(wait, markingPoll), nil

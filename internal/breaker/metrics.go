@@ -62,6 +62,13 @@ type Metrics struct {
 	// MutatingAdmissionPolicy, so objects admitted while a mutating
 	// webhook's circuit is open are marked.
 	MarkingAvailable prometheus.Gauge
+	// MarkingUnconfirmed counts the openings that went without evidence
+	// that their marking policy was armed, after waiting for it as long
+	// as the breaker allows (the CircuitOpened Event says why).
+	MarkingUnconfirmed *prometheus.CounterVec
+	// CanaryFailures counts marking canaries that failed or timed out (a
+	// failing webhook that intercepts Events refuses them).
+	CanaryFailures prometheus.Counter
 }
 
 // NewMetrics creates the collectors without registering them.
@@ -140,6 +147,12 @@ func NewMetrics() *Metrics {
 		MarkingAvailable: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "webhook_guard_marking_available", Help: "1 when the apiserver serves MutatingAdmissionPolicy and objects admitted while a mutating webhook's circuit is open are marked (label webhook-guard.io/unmutated); 0 when it does not.",
 		}),
+		MarkingUnconfirmed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "webhook_guard_marking_unconfirmed_total", Help: "Circuits opened without evidence that kube-apiserver marks with their marking policy, after waiting for it as long as the breaker allows (the CircuitOpened Event says why).",
+		}, target),
+		CanaryFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "webhook_guard_marking_canary_failures_total", Help: "Marking canaries (dry-run Event creates) that failed or timed out; a failing webhook that intercepts Events refuses them.",
+		}),
 		PathProbes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "webhook_guard_path_probes_total", Help: "Probes of kube-apiserver's own road to a service-backed webhook, a GET through its service proxy, by target and outcome (Healthy: the webhook's server answered; Failed: the apiserver could not reach it; Unknown: cannot tell). They run while the apiserver's calls fail and while a circuit they opened is open.",
 		}, append(target, "outcome")),
@@ -153,7 +166,7 @@ func NewMetrics() *Metrics {
 // controller-runtime's metrics.Registry.
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.CircuitOpen, m.WouldOpen, m.ProbeDuration, m.ProbeLateness, m.ProbeFailures, m.ProbeUnknown, m.ProbesSkipped, m.UnknownWhileOpen, m.Transitions, m.WriteConflicts, m.WriteErrors, m.TargetMissing, m.TargetUnprobeable, m.Reconciles, m.RecordUnreadable, m.OpeningsHeld,
-		m.Openings, m.ScrapeDuration, m.ScrapeBytes, m.ScrapeErrors, m.APIServerObservations, m.SignalsDisagree, m.AdmittedWithout, m.MarkingAvailable, m.PathProbes}
+		m.Openings, m.ScrapeDuration, m.ScrapeBytes, m.ScrapeErrors, m.APIServerObservations, m.SignalsDisagree, m.AdmittedWithout, m.MarkingAvailable, m.PathProbes, m.MarkingUnconfirmed, m.CanaryFailures}
 }
 
 // The values of webhook_guard_apiserver_scrape_errors_total's reason label.

@@ -79,6 +79,12 @@ type TargetReconciler struct {
 	// ownWrites holds, by configuration name, the object as this
 	// reconciler last wrote it, until the cache shows that write.
 	ownWrites map[string]ownWrite
+	// waits holds, by configuration UID and webhook, the openings that
+	// wait for marking evidence (markingWait).
+	waits map[string]wait
+	// canaryFailures holds each configuration's last failed canary, by
+	// UID (recentCanaryFailure).
+	canaryFailures map[string]canaryFailure
 }
 
 // ownWrite is an object as the reconciler wrote it, and the
@@ -153,7 +159,7 @@ func (r *TargetReconciler) reconcileOnce(ctx context.Context, reader client.Read
 	}
 	if step.hold != nil {
 		r.holdDecision(name, decidedAt)
-		add, ahead := step.add, step.ahead
+		add, ahead, unconfirmed := step.add, step.ahead, step.unconfirmed
 		in.Wait = step.hold
 		if next, changes, err = Plan(view, in); err != nil {
 			return 0, err
@@ -162,6 +168,7 @@ func (r *TargetReconciler) reconcileOnce(ctx context.Context, reader client.Read
 			return 0, err
 		}
 		step.wait = minPositive(step.wait, markingPoll)
+		step.unconfirmed = unconfirmed
 	}
 	if step.arm != nil {
 		r.holdDecision(name, decidedAt)
@@ -183,8 +190,9 @@ func (r *TargetReconciler) reconcileOnce(ctx context.Context, reader client.Read
 		r.syncGauges(targets, view)
 		return step.wait, nil
 	}
-	err = r.write(ctx, cur, view, next, changes, targets)
+	err = r.write(ctx, cur, view, next, r.noteUnconfirmed(name, changes, step.unconfirmed), targets)
 	if err == nil {
+		r.forgetWaits(view.UID, changes)
 		r.forgetDecision(name)
 		if len(changes) > 0 {
 			r.forgetHold(name)
@@ -218,7 +226,10 @@ func (r *TargetReconciler) reconcileOnce(ctx context.Context, reader client.Read
 			continue // armed and written by the next reconcile
 		}
 		next.Annotations = step.annotations
-		err = r.write(ctx, cur, view, next, changes, targets)
+		err = r.write(ctx, cur, view, next, r.noteUnconfirmed(name, changes, step.unconfirmed), targets)
+		if err == nil {
+			r.forgetWaits(view.UID, changes)
+		}
 		switch {
 		case apierrors.IsInvalid(err):
 			for _, t := range targets {

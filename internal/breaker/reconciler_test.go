@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -31,6 +32,9 @@ const testIdentity = "system:serviceaccount:webhook-guard-system:webhook-guard"
 // armed while the configuration it reads holds an entry for its webhook,
 // in the record or the arming entries.
 type canary struct {
+	// err, when set, is every canary's answer: a failing webhook that
+	// intercepts Events refuses it.
+	err           error
 	notYet, calls int
 	circuits      []marking.Circuit
 	reader        client.Reader
@@ -38,6 +42,9 @@ type canary struct {
 
 func (c *canary) Create(ctx context.Context, e *eventsv1.Event, _ metav1.CreateOptions) (*eventsv1.Event, error) {
 	c.calls++
+	if c.err != nil {
+		return nil, c.err
+	}
 	out := e.DeepCopy()
 	if c.calls <= c.notYet {
 		return out, nil
@@ -217,10 +224,11 @@ func TestTargetReconciler_anAbandonedArmingIsRemoved(t *testing.T) {
 	assert.Equal(t, 0, openCount(t, cl))
 }
 
-// A marking policy that is missing refuses the opening: an error (retried
-// with backoff) and a MarkingFailed Event naming the command that
-// installs it; nothing is written.
-func TestTargetReconciler_aMissingMarkingPolicyRefusesTheOpening(t *testing.T) {
+// A marking policy that is missing holds the opening back, for at most
+// markingBound: a MarkingFailed Event naming the command that installs it,
+// once, and nothing written; then the circuit opens all the same, and its
+// CircuitOpened Event says marking was not confirmed, and why.
+func TestTargetReconciler_aMissingMarkingPolicyHoldsTheOpeningForABound(t *testing.T) {
 	scheme := runtime.NewScheme()
 	require.NoError(t, clientgoscheme.AddToScheme(scheme))
 	cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(newConfig(newWebhook(whA, policyFail))).Build()
@@ -232,22 +240,36 @@ func TestTargetReconciler_aMissingMarkingPolicyRefusesTheOpening(t *testing.T) {
 	}
 	rec := events.NewFakeRecorder(10)
 	c := &canary{}
+	clock := clocktesting.NewFakeClock(time.Now())
 	r := &TargetReconciler{
 		Kind: circuit.KindMutating, Client: cl, APIReader: cl, Targets: []config.Target{tgt}, State: state,
-		Recorder: rec, Metrics: NewMetrics(), Signer: testIdentity,
+		Recorder: rec, Metrics: NewMetrics(), Signer: testIdentity, Clock: clock,
 		Marker: &marking.Keeper{Reader: cl, Canary: c},
 	}
 	req := ctrl.Request{}
 	req.Name = cfgName
-	_, err := r.Reconcile(context.Background(), req)
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "is not installed")
-	assert.Equal(t, 0, openCount(t, cl))
+	bound := markingBound(r.Targets, []marking.Circuit{{Configuration: cfgName, Webhook: whA}})
+	for elapsed := time.Duration(0); elapsed < bound; elapsed += markingPoll {
+		res, err := r.Reconcile(context.Background(), req)
+		require.NoError(t, err)
+		assert.Positive(t, res.RequeueAfter, "looked at again while it waits")
+		assert.Equal(t, 0, openCount(t, cl), "opened after %s, before its bound %s", elapsed, bound)
+		clock.Step(markingPoll)
+	}
 	assert.Zero(t, c.calls, "no canary for a policy that is not there")
-	require.Len(t, rec.Events, 1)
+	require.Len(t, rec.Events, 1, "one MarkingFailed Event per opening, not one per look")
 	event := <-rec.Events
 	assert.Contains(t, event, "MarkingFailed")
 	assert.Contains(t, event, "guard manifests marking")
+
+	_, err := r.Reconcile(context.Background(), req)
+	require.NoError(t, err)
+	assert.Equal(t, 1, openCount(t, cl), "the opening waited out its bound and went")
+	require.Len(t, rec.Events, 1)
+	event = <-rec.Events
+	assert.Contains(t, event, string(Opened))
+	assert.Contains(t, event, "marking not confirmed: the marking policy of")
+	assert.Equal(t, 1.0, testutil.ToFloat64(r.Metrics.MarkingUnconfirmed.WithLabelValues(string(circuit.KindMutating), cfgName, whA)))
 }
 
 func openCount(t *testing.T, c client.Client) int {

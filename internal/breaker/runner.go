@@ -78,11 +78,20 @@ type ProbeRunner struct {
 	kicks map[string]chan struct{}
 
 	holding atomic.Bool
+	// inFlight counts each target's outstanding probes, by key.
+	inFlight map[string]*atomic.Int32
 	// byConfiguration holds the targets of each configuration, by kind
 	// and name, so a probe does not search every target; built once, on
 	// first use.
 	byConfiguration map[configurationKey][]config.Target
 	indexOnce       sync.Once
+}
+
+// MaxProbesInFlight is how many probes of t may be outstanding at once:
+// enough for a hanging webhook to reach either threshold with one probe
+// started every interval.
+func MaxProbesInFlight(t config.Target) int {
+	return max(t.OpenAfter, t.CloseAfter, 1)
 }
 
 type configurationKey struct {
@@ -104,6 +113,7 @@ func (r *ProbeRunner) Start(ctx context.Context) error {
 		r.Clock = clock.RealClock{}
 	}
 	r.kicks = make(map[string]chan struct{}, len(r.Targets))
+	r.State.Configure(r.Targets)
 	for _, t := range r.Targets {
 		r.State.Register(t.Key())
 		r.kicks[t.Key()] = make(chan struct{}, 1)
@@ -111,9 +121,13 @@ func (r *ProbeRunner) Start(ctx context.Context) error {
 	if s := newAPIServerSignal(r.Targets, r.ScrapeInterval); s != nil && r.Scraper != nil {
 		r.signal = s
 	}
+	r.inFlight = make(map[string]*atomic.Int32, len(r.Targets))
+	for _, t := range r.Targets {
+		r.inFlight[t.Key()] = &atomic.Int32{}
+	}
 	var wg sync.WaitGroup
 	for _, t := range r.Targets {
-		wg.Go(func() { r.loop(ctx, t) })
+		wg.Go(func() { r.loop(ctx, t, &wg) })
 	}
 	if r.signal != nil {
 		if rare := trafficTooRare(r.Targets, r.signal.interval); len(rare) > 0 {
@@ -126,7 +140,12 @@ func (r *ProbeRunner) Start(ctx context.Context) error {
 	return nil
 }
 
-func (r *ProbeRunner) loop(ctx context.Context, t config.Target) {
+// loop starts a probe of t every interval, without waiting for the ones
+// still outstanding (at most MaxProbesInFlight(t) at once): a hanging
+// webhook then fails a probe every interval from the moment it hangs,
+// each after the probe's timeout (probe.DefaultSlowCall by default), not
+// one per timeout plus interval. The probes it starts join wg.
+func (r *ProbeRunner) loop(ctx context.Context, t config.Target, wg *sync.WaitGroup) {
 	ctx = logf.IntoContext(ctx, logf.FromContext(ctx).WithValues("kind", t.Kind, "configuration", t.Configuration, "webhook", t.Webhook))
 	// Spread the targets' probes across the interval instead of starting
 	// them all on the same instant.
@@ -139,13 +158,21 @@ func (r *ProbeRunner) loop(ctx context.Context, t config.Target) {
 		return
 	case <-first.C():
 	}
+	inFlight := r.inFlight[t.Key()]
 	for {
 		r.Metrics.ProbeLateness.Observe(max(r.Clock.Since(due), 0).Seconds())
-		r.ProbeOnce(ctx, t)
+		if inFlight.Load() < int32(MaxProbesInFlight(t)) {
+			inFlight.Add(1)
+			wg.Go(func() {
+				defer inFlight.Add(-1)
+				r.ProbeOnce(ctx, t)
+			})
+		} else {
+			logf.FromContext(ctx).V(1).Info("Probe not started: as many as allowed are still waiting", "inFlight", inFlight.Load())
+		}
 		due = r.Clock.Now().Add(t.Probe.Interval)
-		// A timer started after the probe, not a ticker: a ticker keeps a
-		// tick while a probe hangs, and the probes after a recovery would
-		// run back to back, closing sooner than closeAfter intervals.
+		// A timer, not a ticker: a ticker keeps a tick while the guard
+		// is starved, and the probes after it would start back to back.
 		timer := r.Clock.NewTimer(t.Probe.Interval)
 		select {
 		case <-ctx.Done():
@@ -200,6 +227,7 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 			return
 		}
 	}
+	r.State.SetBackend(t.Key(), Backend(wh))
 	labels := []string{string(t.Kind), t.Configuration, t.Webhook}
 	r.Metrics.TargetMissing.WithLabelValues(labels...).Set(0)
 	r.Metrics.TargetUnprobeable.WithLabelValues(labels...).Set(0)
@@ -232,15 +260,21 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 	counts := r.State.Observe(t.Key(), res, r.Clock.Now())
 	r.reportUnknown(ctx, t, obj, view, counts, res)
 	path := pathDone()
-	holding := r.State.HoldOpen()
+	holding, expired := r.State.HoldOpen(r.Clock.Now())
 	holdChanged := r.holding.Swap(holding) != holding
 	if holdChanged {
 		r.Metrics.OpeningsHeld.Set(boolGauge(holding))
-		if holding {
-			log.Info("Every probed target is failing at once; holding every opening until one is healthy again")
+		switch {
+		case holding:
+			log.Info("Every probed target is failing at once; holding every opening until one is healthy again, or for at most the hold's bound",
+				"boundIntervals", HoldBoundIntervals)
 			r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, "OpeningsHeld", "Probe",
-				"every webhook webhook-guard probes is failing at once, %s among them: the likely cause is the guard's own network (a NetworkPolicy, DNS, its node), not every webhook; no circuit opens until one target is healthy again", t.Webhook)
-		} else {
+				"every webhook webhook-guard probes is failing at once, %s among them: the likely cause is the guard's own network (a NetworkPolicy, DNS, its node), not every webhook; no circuit opens until one target is healthy again, or for at most %d probe intervals", t.Webhook, HoldBoundIntervals)
+		case expired:
+			log.Info("Every probed target is still failing; the hold ran out its bound and openings go", "boundIntervals", HoldBoundIntervals)
+			r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, "OpeningsHoldExpired", "Probe",
+				"every webhook webhook-guard probes is still failing, %s among them, %d probe intervals after the first reached its threshold: the circuits open now, since one left closed on a broken webhook refuses every request", t.Webhook, HoldBoundIntervals)
+		default:
 			log.Info("A probed target is healthy again; openings are no longer held")
 		}
 	}

@@ -2,7 +2,9 @@ package breaker
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -98,4 +100,57 @@ func TestProbeRunner_ProbeOnce_openCircuitWakesAtTheClosingThreshold(t *testing.
 	assert.Empty(t, trigger)
 	r.ProbeOnce(context.Background(), r.Targets[0])
 	assert.Len(t, trigger, 1)
+}
+
+// hangingProber's probes wait until released or their context ends.
+type hangingProber struct {
+	started atomic.Int32
+	release chan struct{}
+}
+
+func (p *hangingProber) Probe(ctx context.Context, _ admissionregistrationv1.MutatingWebhook, _ probe.Spec) probe.Result {
+	p.started.Add(1)
+	select {
+	case <-ctx.Done():
+	case <-p.release:
+	}
+	return failedResult(probe.ReasonTimeout)
+}
+
+// A probe starts every interval even while earlier ones still wait on a
+// hanging webhook, up to MaxProbesInFlight: the failures of a hang then
+// come one per interval, not one per timeout.
+func TestProbeRunner_startsAProbeEveryIntervalWhileEarlierOnesWait(t *testing.T) {
+	tgt := target(whA, config.ModeBypass, 3, 2)
+	tgt.Probe.Interval = time.Second
+	r, _ := runnerFor(t, newConfig(newWebhook(whA, policyFail)), tgt, probe.Result{})
+	p := &hangingProber{release: make(chan struct{})}
+	r.Prober = p
+	clock := r.Clock.(*clocktesting.FakeClock)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = r.Start(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	step := func() {
+		t.Helper()
+		require.Eventually(t, clock.HasWaiters, time.Second, time.Millisecond)
+		clock.Step(tgt.Probe.Interval)
+	}
+	limit := MaxProbesInFlight(tgt)
+	require.Equal(t, 3, limit)
+	for want := 1; want <= limit; want++ {
+		step()
+		require.Eventually(t, func() bool { return int(p.started.Load()) == want }, time.Second, time.Millisecond,
+			"probe %d did not start while %d wait", want, want-1)
+	}
+	step()
+	step()
+	time.Sleep(20 * time.Millisecond) // the loop has run; nothing else to wait for
+	assert.Equal(t, int32(limit), p.started.Load(), "more than MaxProbesInFlight probes at once")
+
+	p.release <- struct{}{} // one answers
+	step()
+	require.Eventually(t, func() bool { return int(p.started.Load()) == limit+1 }, time.Second, time.Millisecond,
+		"no probe started once one had answered")
 }

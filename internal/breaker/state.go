@@ -41,6 +41,9 @@ type TargetStatus struct {
 	// the webhook called, every call healthy; zero when it did not
 	// (traffic as the probe, see ObserveTraffic).
 	TrafficAt time.Time
+	// Backend is what serves the webhook: its Service and port, or its
+	// URL's host (Backend); the hold counts webhooks on one as one.
+	Backend string
 	// Problem is why the target is not being probed (missing
 	// configuration or webhook, unprobeable, handed over); empty when it is.
 	Problem string
@@ -62,6 +65,14 @@ type State struct {
 
 	mu      sync.RWMutex
 	targets map[string]TargetStatus
+	// known holds what the hold needs of each target, by key (Configure).
+	known map[string]targetFacts
+	// holdBound is the longest a hold may keep an opening back; 0 is no
+	// bound (Configure sets it).
+	holdBound time.Duration
+	// holdSince is when the current hold first kept back a target at its
+	// threshold; zero when none is held.
+	holdSince time.Time
 	// refused holds, by target key, the generation of the object at which
 	// the apiserver refused the target's transition as invalid.
 	refused map[string]string
@@ -246,7 +257,7 @@ func (s *State) JudgeObserved(t config.Target, now time.Time) (Change, bool) {
 		}
 	case st.Problem != "":
 	default:
-		action, signal = JudgeObserved(st.WouldBeOpen(), st.WouldOpenSignal, st.Counts, st.APIServer, st.Path, t, s.allFailingLocked())
+		action, signal = JudgeObserved(st.WouldBeOpen(), st.WouldOpenSignal, st.Counts, st.APIServer, st.Path, t, s.heldLocked(now))
 	}
 	if action != Open && action != Close {
 		return Change{}, false
@@ -281,7 +292,7 @@ func (s *State) Inputs(targets []config.Target, now time.Time, signer, generatio
 		Unprobeable: map[string]string{}, Now: now, Signer: signer}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	in.HoldOpen = s.allFailingLocked()
+	in.HoldOpen = s.heldLocked(now)
 	for _, t := range targets {
 		st, ok := s.targets[t.Key()]
 		switch {
@@ -314,38 +325,128 @@ func (s *State) Register(key string) {
 	}
 }
 
-// allFailingLocked reports whether openings are held: at least one target is
-// failing, at least HoldWhenAllFail are failing or not yet probed, and
-// none is healthy. Targets that cannot be probed, and those
-// whose probes could only say Unknown, do not count.
-// HoldOpen reports whether every probed target is failing at once, so
-// openings are held (Inputs.HoldOpen).
-func (s *State) HoldOpen() bool {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.allFailingLocked()
+// targetFacts are what the hold needs to know of a target besides its
+// status.
+type targetFacts struct {
+	interval  time.Duration
+	openAfter int
 }
 
-func (s *State) allFailingLocked() bool {
-	if s.HoldWhenAllFail < 2 {
+// HoldFreshFor is how many probe intervals a probe result counts for in
+// the hold: an older one (a target traffic stands in for, or one whose
+// probes stopped) says nothing about the guard's network now.
+const HoldFreshFor = 3
+
+// HoldBoundIntervals is how many probe intervals (of the slowest target)
+// a hold may keep an opening back, from when it first kept back a target
+// at its threshold. A circuit left closed on a broken webhook refuses
+// every request, so the suspicion that the guard's own network is to
+// blame gives way after this.
+const HoldBoundIntervals = 3
+
+// Configure tells the hold each target's interval and threshold, and so
+// its bound (HoldBoundIntervals of the longest interval). Without it every
+// result is fresh and a hold has no bound.
+func (s *State) Configure(targets []config.Target) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.known = make(map[string]targetFacts, len(targets))
+	s.holdBound = 0
+	for _, t := range targets {
+		s.known[t.Key()] = targetFacts{interval: t.Probe.Interval, openAfter: t.OpenAfter}
+		s.holdBound = max(s.holdBound, HoldBoundIntervals*t.Probe.Interval)
+	}
+}
+
+// SetBackend records what serves key's webhook (Backend), so that the
+// hold counts webhooks that share one as one.
+func (s *State) SetBackend(key, backend string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.targets[key]
+	if st.Backend != backend {
+		st.Backend = backend
+		s.targets[key] = st
+	}
+}
+
+// HoldOpen updates the hold at now and reports whether openings are held
+// (Inputs.HoldOpen), and whether a hold just ran out its bound (expired):
+// the openings it kept back go now.
+func (s *State) HoldOpen(now time.Time) (held, expired bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	all, atThreshold := s.allFailingLocked(now)
+	switch {
+	case !all:
+		s.holdSince = time.Time{}
+	case atThreshold && s.holdSince.IsZero():
+		s.holdSince = now
+	}
+	held = s.heldLocked(now)
+	expired = all && !held
+	return held, expired
+}
+
+// heldLocked reports whether openings are held at now: everything fails
+// at once (allFailingLocked), and the hold has not run out its bound.
+func (s *State) heldLocked(now time.Time) bool {
+	all, _ := s.allFailingLocked(now)
+	if !all {
 		return false
 	}
-	failing, pending := 0, 0
-	for _, st := range s.targets {
+	return s.holdBound == 0 || s.holdSince.IsZero() || now.Sub(s.holdSince) < s.holdBound
+}
+
+// allFailingLocked reports whether everything fails at once: counting the
+// webhooks that share a backend as one, at least one backend is failing,
+// at least HoldWhenAllFail are failing or not yet probed, and none is
+// healthy. Only fresh results count (HoldFreshFor); targets that cannot
+// be probed, and those whose probes could only say Unknown, do not count.
+// atThreshold says a failing target has reached its openAfter: the hold
+// keeps an opening back.
+func (s *State) allFailingLocked(now time.Time) (all, atThreshold bool) {
+	if s.HoldWhenAllFail < 2 {
+		return false, false
+	}
+	const (
+		pending = iota + 1
+		failing
+		healthy
+	)
+	backends := map[string]int{}
+	for key, st := range s.targets {
+		facts := s.known[key]
+		backend := st.Backend
+		if backend == "" {
+			backend = key
+		}
+		var verdict int
 		switch {
 		case st.Problem != "", st.Last.Outcome == "" && st.LastUnknown != nil:
-		case !st.TrafficAt.IsZero() && st.Failures == 0:
-			// Traffic stands in for its probe: the guard sends none, so it
-			// says nothing about the guard's own network either way.
+			continue
 		case st.Last.Outcome == "":
-			pending++
+			verdict = pending
+		case facts.interval > 0 && now.Sub(st.LastProbe) > HoldFreshFor*facts.interval:
+			continue // stale: says nothing now
 		case st.Last.Outcome == probe.OutcomeFailed:
-			failing++
+			verdict = failing
+			atThreshold = atThreshold || st.Failures >= max(facts.openAfter, 1)
 		default:
-			return false
+			return false, false
+		}
+		backends[backend] = max(backends[backend], verdict)
+	}
+	nFailing, nPending := 0, 0
+	for _, v := range backends {
+		switch v {
+		case failing:
+			nFailing++
+		case pending:
+			nPending++
 		}
 	}
-	return failing >= 1 && failing+pending >= s.HoldWhenAllFail
+	return nFailing >= 1 && nFailing+nPending >= s.HoldWhenAllFail, atThreshold
 }
 
 // targetsOf returns the targets in kind's configuration.

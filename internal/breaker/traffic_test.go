@@ -174,24 +174,6 @@ func TestProbeRunner_trafficDoesNotStandInFor(t *testing.T) {
 	}
 }
 
-// A target whose traffic stands in for its probe is not probed, so it
-// says nothing about the guard's own network: when every probe the guard
-// sends fails, openings are held as before.
-func TestState_holdOpenLeavesOutWhatTrafficStandsInFor(t *testing.T) {
-	s := NewState()
-	s.HoldWhenAllFail = 2
-	for _, k := range []string{"a", "b", "covered"} {
-		s.Register(k)
-	}
-	s.Observe("covered", healthyResult(), testNow)
-	s.ObserveTraffic("covered", true, testNow)
-	s.Observe("a", failedResult(probe.ReasonTimeout), testNow)
-	s.Observe("b", failedResult(probe.ReasonRefused), testNow)
-	assert.True(t, s.HoldOpen())
-	s.ObserveTraffic("covered", false, testNow)
-	assert.False(t, s.HoldOpen(), "without traffic its last probe, healthy, counts again")
-}
-
 func TestTrafficTooRare(t *testing.T) {
 	fast := withSignal(target(whA, config.ModeBypass, 3, 2))
 	fast.APIServerSignal.TrafficAsProbe = true

@@ -1,8 +1,10 @@
 package breaker
 
 import (
+	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/utils/ptr"
@@ -96,4 +98,20 @@ func index(mwc *admissionregistrationv1.MutatingWebhookConfiguration, name strin
 		}
 	}
 	return -1
+}
+
+// Backend names what serves wh, so that webhooks served by one backend
+// can be counted as one: "service:<namespace>/<name>:<port>", or
+// "url:<host>" (with its port) for a url webhook.
+func Backend(wh *admissionregistrationv1.MutatingWebhook) string {
+	cc := wh.ClientConfig
+	switch {
+	case cc.Service != nil:
+		return fmt.Sprintf("service:%s/%s:%d", cc.Service.Namespace, cc.Service.Name, ptr.Deref(cc.Service.Port, 443))
+	case cc.URL != nil:
+		_, rest, _ := strings.Cut(*cc.URL, "://")
+		host, _, _ := strings.Cut(rest, "/")
+		return "url:" + host
+	}
+	return ""
 }

@@ -271,7 +271,9 @@ type Probe struct {
 	Kind ProbeKind
 	// Interval between probes. Default 1s.
 	Interval time.Duration
-	// Timeout of one probe; zero means the webhook's own timeoutSeconds.
+	// Timeout of one probe, the slow-call threshold: a call outstanding
+	// longer counts as failing. Zero means probe.DefaultSlowCall (4s).
+	// Never longer than the webhook's own timeoutSeconds.
 	Timeout time.Duration
 	// Path is the health path for HTTPGet.
 	Path string

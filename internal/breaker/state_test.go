@@ -1,0 +1,134 @@
+package breaker
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"k8s.io/utils/ptr"
+
+	"github.com/webhook-guard/webhook-guard/internal/config"
+	"github.com/webhook-guard/webhook-guard/internal/probe"
+)
+
+// holdTargets are n mutating targets of one configuration, probed every
+// second, opening after one failure.
+func holdTargets(n int) []config.Target {
+	var out []config.Target
+	for _, hook := range []string{whA, whB, whOther}[:n] {
+		t := target(hook, config.ModeBypass, 1, 1)
+		t.Probe.Interval = time.Second
+		out = append(out, t)
+	}
+	return out
+}
+
+func holdState(targets []config.Target, hold int) *State {
+	s := NewState()
+	s.HoldWhenAllFail = hold
+	s.Configure(targets)
+	for _, t := range targets {
+		s.Register(t.Key())
+	}
+	return s
+}
+
+// A result older than HoldFreshFor intervals says nothing about the
+// guard's network now: a target whose last probe was healthy long ago (its
+// traffic stood in for the probe, say) neither lifts nor makes a hold.
+func TestState_HoldOpen_onlyFreshResults(t *testing.T) {
+	tgts := holdTargets(3)
+	s := holdState(tgts, 2)
+	s.Observe(tgts[2].Key(), healthyResult(), testNow)
+	later := testNow.Add(2 * time.Second)
+	s.Observe(tgts[0].Key(), failedResult(probe.ReasonTimeout), later)
+	s.Observe(tgts[1].Key(), failedResult(probe.ReasonRefused), later)
+	held, _ := s.HoldOpen(later)
+	assert.False(t, held, "a fresh healthy result lifts the hold")
+
+	stale := testNow.Add(HoldFreshFor*time.Second + time.Millisecond)
+	s.Observe(tgts[0].Key(), failedResult(probe.ReasonTimeout), stale)
+	s.Observe(tgts[1].Key(), failedResult(probe.ReasonRefused), stale)
+	held, _ = s.HoldOpen(stale)
+	assert.True(t, held, "a stale healthy result does not lift it")
+}
+
+// A hold keeps an opening back for at most HoldBoundIntervals probe
+// intervals after the first held target reached its threshold; then it
+// says it expired, and Inputs no longer holds.
+func TestState_HoldOpen_bounded(t *testing.T) {
+	tgts := holdTargets(2)
+	s := holdState(tgts, 2)
+	at := testNow
+	fail := func() {
+		for _, tg := range tgts {
+			s.Observe(tg.Key(), failedResult(probe.ReasonTimeout), at)
+		}
+	}
+	fail()
+	held, expired := s.HoldOpen(at)
+	assert.True(t, held)
+	assert.False(t, expired)
+	for i := 1; i < HoldBoundIntervals; i++ {
+		at = at.Add(time.Second)
+		fail()
+		held, _ = s.HoldOpen(at)
+		assert.True(t, held, "still within the bound after %d intervals", i)
+		assert.True(t, s.Inputs(tgts, at, "", "").HoldOpen)
+	}
+	at = at.Add(time.Second)
+	fail()
+	held, expired = s.HoldOpen(at)
+	assert.False(t, held, "held past its bound")
+	assert.True(t, expired)
+	assert.False(t, s.Inputs(tgts, at, "", "").HoldOpen)
+
+	// One healthy result ends the episode; the next one is held afresh.
+	at = at.Add(time.Second)
+	s.Observe(tgts[0].Key(), healthyResult(), at)
+	held, expired = s.HoldOpen(at)
+	assert.False(t, held)
+	assert.False(t, expired)
+	at = at.Add(time.Second)
+	fail()
+	held, _ = s.HoldOpen(at)
+	assert.True(t, held)
+}
+
+// Webhooks served by one backend (one Service and port, or one URL host)
+// fail together when that backend fails: they count as one, so three
+// webhooks of one crash-looping Deployment are not "everything failing".
+func TestState_HoldOpen_sharedBackendCountsOnce(t *testing.T) {
+	cases := map[string]struct {
+		backends []string
+		want     bool
+	}{
+		"three webhooks of one Service":       {[]string{"service:ns/svc:443", "service:ns/svc:443", "service:ns/svc:443"}, false},
+		"two of one Service, one elsewhere":   {[]string{"service:ns/svc:443", "service:ns/svc:443", "url:10.0.0.1:8443"}, false},
+		"three backends":                      {[]string{"service:ns/svc:443", "service:ns/other:443", "url:10.0.0.1:8443"}, true},
+		"one Service on two ports is two, +1": {[]string{"service:ns/svc:443", "service:ns/svc:8443", "url:10.0.0.1:8443"}, true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			tgts := holdTargets(3)
+			s := holdState(tgts, 3)
+			for i, tg := range tgts {
+				s.SetBackend(tg.Key(), tc.backends[i])
+				s.Observe(tg.Key(), failedResult(probe.ReasonTimeout), testNow)
+			}
+			held, _ := s.HoldOpen(testNow)
+			assert.Equal(t, tc.want, held)
+		})
+	}
+}
+
+func TestBackend(t *testing.T) {
+	svc := newWebhook(whA, policyFail)
+	assert.Equal(t, "service:ns/svc:8443", Backend(&svc))
+	svc.ClientConfig.Service.Port = nil
+	assert.Equal(t, "service:ns/svc:443", Backend(&svc), "clientConfig.service.port defaults to 443")
+	u := newWebhook(whB, policyFail)
+	u.ClientConfig.Service = nil
+	u.ClientConfig.URL = ptr.To("https://hooks.example.com:9443/mutate?x=1")
+	assert.Equal(t, "url:hooks.example.com:9443", Backend(&u))
+}
