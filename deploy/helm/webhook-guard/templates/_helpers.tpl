@@ -34,12 +34,14 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 
 {{/*
 webhook-guard.config is the GuardConfiguration, from the values of the
-same names.
+same names. Every field of the file is one (test/e2e/helm
+TestChart_carriesEveryConfigurationField).
 */}}
 {{- define "webhook-guard.config" -}}
 {{- $cfg := dict "apiVersion" "config.webhook-guard.io/v1alpha1" "kind" "GuardConfiguration" "targets" .Values.targets -}}
 {{- with .Values.instance }}{{ $_ := set $cfg "instance" . }}{{ end -}}
 {{- if not (kindIs "invalid" .Values.holdWhenAllFail) }}{{ $_ := set $cfg "holdWhenAllFail" .Values.holdWhenAllFail }}{{ end -}}
+{{- with .Values.apiserverScrapeInterval }}{{ $_ := set $cfg "apiserverScrapeInterval" . }}{{ end -}}
 {{ toYaml $cfg }}
 {{- end }}
 
