@@ -75,6 +75,7 @@ func TestJudgeTarget(t *testing.T) {
 	byAPIServer := circuit.Entry{Signal: SignalAPIServer}
 	byBoth := circuit.Entry{Signal: SignalBoth}
 	byProbe := circuit.Entry{Signal: SignalProbe}
+	byRoad := circuit.Entry{Signal: SignalRoad}
 	cases := map[string]struct {
 		open       bool
 		entry      circuit.Entry
@@ -98,7 +99,13 @@ func TestJudgeTarget(t *testing.T) {
 		"a url webhook's failing calls open alone under withoutPathProbe: Open":        {probe: healthy(9), api: apiserverFailing(3), path: url, alone: true, want: Open, wantSignal: SignalAPIServer},
 		"a url webhook whose name another configuration shares opens nothing, even so": {probe: healthy(9), api: apiserverFailing(9), path: urlShared, alone: true, want: Stay},
 		"a disabled apiserver signal opens nothing":                                    {probe: healthy(9), api: apiserverFailing(9), path: pathFailing(9), disabled: true, want: Stay},
-		"too few failing intervals open nothing":                                       {probe: failing(2, probe.ReasonTimeout), api: apiserverFailing(2), path: pathFailing(9), want: Stay},
+		"too few failing intervals open nothing":                                       {probe: failing(2, probe.ReasonTimeout), api: apiserverFailing(2), path: pathFailing(2), want: Stay},
+		"a broken road opens alone while the direct probe is healthy":                  {probe: healthy(9), path: pathFailing(3), want: Open, wantSignal: SignalRoad},
+		"a broken road opens alone before any apiserver observation":                   {path: pathFailing(3), want: Open, wantSignal: SignalRoad},
+		"a road broken only openAfter-1 times opens nothing":                           {probe: healthy(9), api: apiserverFailing(1), path: pathFailing(2), want: Stay},
+		"a tenant's failing calls on a working road keep it closed":                    {probe: healthy(9), api: apiserverFailing(3), path: pathHealthy(1), want: Stay},
+		"a broken road opens nothing when the apiserver signal is disabled":            {probe: healthy(9), path: pathFailing(9), disabled: true, want: Stay},
+		"a url road has no path probe to open alone":                                   {probe: healthy(9), path: url, want: Stay},
 
 		"Bypass closes on the probe alone (no traffic while open)":                          {open: true, entry: byProbe, mode: config.ModeBypass, probe: healthy(2), api: apiserverFailing(4), want: Close},
 		"Ignore closes while a tenant's calls fail: the road works":                         {open: true, entry: byProbe, mode: config.ModeIgnore, probe: healthy(9), api: apiserverFailing(1), path: pathHealthy(1), want: Close},
@@ -121,6 +128,9 @@ func TestJudgeTarget(t *testing.T) {
 		"a circuit both opened needs both probes healthy":                                       {open: true, entry: byBoth, mode: config.ModeBypass, probe: healthy(1), path: pathHealthy(9), want: Stay},
 		"a circuit both opened closes when both are healthy":                                    {open: true, entry: byBoth, mode: config.ModeBypass, probe: healthy(2), path: pathHealthy(2), want: Close, wantSignal: SignalPath},
 		"a circuit the apiserver opened on a url road closes on the probe":                      {open: true, entry: byAPIServer, mode: config.ModeBypass, probe: healthy(2), path: url, alone: true, want: Close},
+		"a circuit the road alone opened closes on closeAfter healthy path probes":              {open: true, entry: byRoad, mode: config.ModeBypass, probe: healthy(1), path: pathHealthy(2), want: Close, wantSignal: SignalPath},
+		"a circuit the road alone opened waits for closeAfter healthy path probes":              {open: true, entry: byRoad, mode: config.ModeIgnore, probe: healthy(99), path: pathHealthy(1), want: Stay},
+		"a circuit the road alone opened stays while the road is broken":                        {open: true, entry: byRoad, mode: config.ModeIgnore, probe: healthy(99), path: pathFailing(1), want: Stay},
 
 		"a probe Unknown for closeAfter intervals closes when the apiserver's calls succeed": {
 			open: true, entry: byProbe, mode: config.ModeIgnore, probe: probeUnknown(2), api: healthy(2), want: Close, wantSignal: SignalAPIServer},
@@ -158,6 +168,7 @@ func TestPathProbeNeeded(t *testing.T) {
 		"a closed circuit whose apiserver calls fail is probed":            {api: apiserverFailing(1), want: true},
 		"an open circuit the apiserver opened is probed, calls or not":     {open: true, entry: circuit.Entry{Signal: SignalAPIServer}, want: true},
 		"an open circuit both opened is probed":                            {open: true, entry: circuit.Entry{Signal: SignalBoth}, want: true},
+		"an open circuit the road opened is probed":                        {open: true, entry: circuit.Entry{Signal: SignalRoad}, want: true},
 		"an open circuit the probe opened is probed only while calls fail": {open: true, entry: circuit.Entry{Signal: SignalProbe}, api: healthy(1), want: false},
 		"an open circuit the probe opened, calls failing (Ignore)":         {open: true, entry: circuit.Entry{Signal: SignalProbe}, api: apiserverFailing(1), want: true},
 	}

@@ -42,6 +42,18 @@ func (c *Counts) Observe(r probe.Result) {
 	c.Unknowns = 0
 }
 
+// ExpireFailures forgets c's failures once after consecutive Unknown
+// results have followed them (after > 0; 0 keeps them): failures that
+// old no longer count towards an opening. The apiserver signal uses it
+// with openAfter, so that failing observations of one outage do not wait,
+// counted, behind scrapes that saw no traffic until a later one completes
+// a run on them.
+func (c *Counts) ExpireFailures(after int) {
+	if after > 0 && c.Unknowns >= after {
+		c.Failures = 0
+	}
+}
+
 // UnknownWhileOpen reports whether an open circuit's probe has said
 // Unknown for closeAfter intervals in a row: long enough that the probe
 // alone could have closed it had it run. From then on the apiserver's own
@@ -86,9 +98,15 @@ const (
 	SignalAPIServer = "apiserver"
 	// SignalBoth: both reached openAfter in the same interval.
 	SignalBoth = "probe+apiserver"
+	// SignalRoad is the path probe alone: openAfter fresh path probes in a
+	// row found kube-apiserver's road to a service-backed webhook broken
+	// while the direct probe was not failing openAfter times, and the
+	// apiserver's calls had not failed openAfter intervals. No tenant can
+	// make the service proxy fail to connect.
+	SignalRoad = "road"
 	// SignalPath is not an opening signal: JudgeTarget returns it with
-	// Close when the path probe closed a circuit the apiserver signal
-	// opened.
+	// Close when the path probe closed a circuit the apiserver signal or
+	// the road opened.
 	SignalPath = "path"
 )
 
@@ -142,13 +160,20 @@ func PathBroken(path Path, t config.Target, n int) bool {
 	return false
 }
 
-// PathProbeNeeded reports whether the path probe runs for a target whose
-// record entry is entry (open says it exists) and whose apiserver signal
-// counts are apiserver: while the apiserver's calls are failing (to
-// confirm or refute them), and while a circuit the apiserver signal opened
-// is open (to close it). Otherwise it costs nothing.
+// PathProbeNeeded reports whether the target's own loop path-probes a
+// target whose record entry is entry (open says it exists) and whose
+// apiserver signal counts are apiserver: while the apiserver's calls are
+// failing (to confirm or refute them), and while a circuit the apiserver
+// signal or the road opened is open (to close it). A target the road
+// schedule covers (ContinuousRoad) is probed there instead, every interval.
 func PathProbeNeeded(open bool, entry circuit.Entry, apiserver Counts) bool {
-	return (open && openedByAPIServer(entry)) || apiserver.Failures > 0
+	return (open && openedByRoad(entry)) || apiserver.Failures > 0
+}
+
+// roadBroken reports whether path, about a service road, has openAfter
+// failed path probes in a row, the last of them Failed.
+func roadBroken(path Path, openAfter int) bool {
+	return path.Road == RoadService && path.Last.Outcome == probe.OutcomeFailed && path.Failures >= max(openAfter, 1)
 }
 
 // JudgeTarget is Judge over all of t's evidence: the direct probe's
@@ -157,15 +182,18 @@ func PathProbeNeeded(open bool, entry circuit.Entry, apiserver Counts) bool {
 // A closed circuit opens when the direct probe has openAfter consecutive
 // failures (SignalProbe), or when the apiserver's calls failed for
 // openAfter intervals and PathBroken confirms it with openAfter failed
-// path probes (SignalAPIServer; SignalBoth when both). The apiserver's
-// calls alone cannot tell a broken road from requests that fail because
-// of what they carry, which any tenant can send, so they open nothing
-// without that confirmation.
+// path probes (SignalAPIServer; SignalBoth when both), or when the path
+// probe alone has openAfter failures in a row on a service road
+// (SignalRoad): kube-apiserver cannot connect to the webhook's server,
+// which no tenant can cause. The apiserver's calls alone cannot tell a
+// broken road from requests that fail because of what they carry, which
+// any tenant can send, so they open nothing without that confirmation.
 //
-// An open circuit the apiserver signal opened on a service road closes on
-// the path probe: closeAfter healthy path probes (and closeAfter healthy
-// direct probes if both opened it), while the direct probe is not failing.
-// It returns SignalPath. No trial puts Fail back in a broken road.
+// An open circuit the apiserver signal or the road opened on a service
+// road closes on the path probe: closeAfter healthy path probes (and
+// closeAfter healthy direct probes if the direct probe opened it too),
+// while the direct probe is not failing. It returns SignalPath. No trial
+// puts Fail back in a broken road.
 //
 // Any other open circuit closes after closeAfter healthy probes, unless
 // PathBroken says the road is broken now: then Fail would reject requests
@@ -192,10 +220,12 @@ func JudgeTarget(open bool, entry circuit.Entry, probeCounts, apiserver Counts, 
 			return Open, SignalProbe
 		case byAPIServer:
 			return Open, SignalAPIServer
+		case t.APIServerSignal.Enabled && roadBroken(path, t.OpenAfter):
+			return Open, SignalRoad
 		}
 		return Stay, ""
 	}
-	if openedByAPIServer(entry) && path.Road == RoadService {
+	if openedByRoad(entry) && path.Road == RoadService {
 		if path.Successes < t.CloseAfter || probeCounts.Failures > 0 {
 			return Stay, ""
 		}

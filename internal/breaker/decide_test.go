@@ -204,3 +204,46 @@ func TestPlan_holdOpenStopsOpeningsNotClosings(t *testing.T) {
 	_, changes := plan(t, cur, Inputs{Targets: tgts, HoldOpen: true, Counts: map[string]Counts{whA: failing(3, probe.ReasonTimeout), whB: healthy(3)}})
 	assert.Equal(t, map[string]ChangeKind{whB: Closed}, kinds(changes))
 }
+
+func TestCounts_ExpireFailures(t *testing.T) {
+	cases := map[string]struct {
+		seq          string
+		after        int
+		wantFailures int
+	}{
+		"failures followed by fewer Unknowns still count":       {"FFU", 3, 2},
+		"failures followed by openAfter Unknowns stop counting": {"FFUUU", 3, 0},
+		"a failure after the Unknowns starts a new run":         {"FFUUUF", 3, 1},
+		"0 keeps them however many Unknowns follow":             {"FFUUUUUU", 0, 2},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var c Counts
+			for _, ch := range tc.seq {
+				observeSeq(t, &c, string(ch))
+				c.ExpireFailures(tc.after)
+			}
+			assert.Equal(t, tc.wantFailures, c.Failures)
+		})
+	}
+}
+
+func TestState_ObserveAPIServer_oldFailuresExpire(t *testing.T) {
+	tgt := target(whA, config.ModeBypass, 3, 2)
+	s := NewState()
+	s.Configure([]config.Target{tgt})
+	s.Register(tgt.Key())
+	failed := probe.Result{Outcome: probe.OutcomeFailed, Reason: ReasonAPIServerCalls, Err: errors.New("calls failed")}
+	s.ObserveAPIServer(tgt.Key(), failed, 0, 0, false)
+	s.ObserveAPIServer(tgt.Key(), failed, 0, 0, false)
+	for range 3 {
+		s.ObserveAPIServer(tgt.Key(), unknownResult(), 0, 0, false)
+	}
+	st := s.ObserveAPIServer(tgt.Key(), failed, 0, 0, false)
+	assert.Equal(t, 1, st.APIServer.Failures, "two failures %d scrapes old do not complete a run with a third", tgt.OpenAfter)
+
+	s.ObserveAPIServer(tgt.Key(), failed, 0, 0, false)
+	s.ObserveAPIServer(tgt.Key(), unknownResult(), 0, 0, false)
+	st = s.ObserveAPIServer(tgt.Key(), failed, 0, 0, false)
+	assert.Equal(t, 3, st.APIServer.Failures, "one Unknown between failures still counts them")
+}

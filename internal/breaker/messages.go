@@ -55,6 +55,12 @@ func openedBecause(signal string, probeCounts, apiserver Counts) (string, string
 		return string(ReasonAPIServerCalls), why
 	case SignalBoth:
 		return string(probeCounts.Last.Reason), probeSays() + " and " + apiserverSays()
+	case SignalRoad:
+		why := "because kube-apiserver cannot reach the webhook's server: its road (konnectivity, an egress proxy, a firewall or a NetworkPolicy between the control plane and the webhook) is broken"
+		if probeCounts.Last.Outcome == probe.OutcomeHealthy {
+			why += ", while the direct probe from the guard's pod is healthy"
+		}
+		return string(SignalRoad), why
 	}
 	return string(probeCounts.Last.Reason), probeSays()
 }
@@ -63,6 +69,14 @@ func openedBecause(signal string, probeCounts, apiserver Counts) (string, string
 // circuit.
 func openedByAPIServer(entry circuit.Entry) bool {
 	return entry.Signal == SignalAPIServer || entry.Signal == SignalBoth
+}
+
+// openedByRoad reports whether evidence about kube-apiserver's road
+// opened entry's circuit: the apiserver signal (confirmed by the path
+// probe, or alone on a url road) or the path probe alone. On a service
+// road such a circuit closes on the path probe.
+func openedByRoad(entry circuit.Entry) bool {
+	return openedByAPIServer(entry) || entry.Signal == SignalRoad
 }
 
 // trialNote explains, for a closing Event, that closing a Bypass circuit

@@ -126,7 +126,7 @@ func NewMetrics() *Metrics {
 			Name: "webhook_guard_openings_held", Help: "1 while every probed target is failing at once: the likely cause is the guard's own network, so no circuit is opened until one target is healthy again.",
 		}),
 		Openings: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "webhook_guard_circuit_openings_total", Help: "Circuits opened, by target and the signal that opened them (probe, apiserver, probe+apiserver).",
+			Name: "webhook_guard_circuit_openings_total", Help: "Circuits opened, by target and the signal that opened them (probe, apiserver, probe+apiserver, road).",
 		}, append(target, "signal")),
 		ScrapeDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "webhook_guard_apiserver_scrape_duration_seconds", Help: "Duration of one read and parse of kube-apiserver's /metrics, for every target together.",
@@ -197,7 +197,7 @@ var ProbeFailureReasons = []probe.FailureReason{
 var ChangeKinds = []ChangeKind{Opened, Closed, HandedOff, DroppedStale, Overwritten, WouldOpen, WouldClose}
 
 // Signals are the signal values of webhook_guard_circuit_openings_total.
-var Signals = []string{SignalProbe, SignalAPIServer, SignalBoth}
+var Signals = []string{SignalProbe, SignalAPIServer, SignalBoth, SignalRoad}
 
 // Verdicts are the verdict values of webhook_guard_apiserver_observations_total.
 var Verdicts = []apimetrics.Verdict{apimetrics.Healthy, apimetrics.Failing, apimetrics.Unknown}

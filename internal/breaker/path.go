@@ -164,8 +164,12 @@ func (r *ProbeRunner) sharedName(ctx context.Context, t config.Target) string {
 }
 
 // pathNote says, for an opening Event, what confirmed the apiserver's
-// failing calls.
+// failing calls, or what the path probe alone found.
 func pathNote(signal string, path Path) string {
+	if signal == SignalRoad {
+		return fmt.Sprintf(": %d probes in a row through kube-apiserver's service proxy, which dials through the same egress as its webhook calls, failed to connect (last: %s: %v); no request a tenant sends can cause that",
+			path.Failures, path.Last.Reason, path.Last.Err)
+	}
 	if signal != SignalAPIServer && signal != SignalBoth {
 		return ""
 	}

@@ -155,7 +155,8 @@ func (s *State) SetRoad(key string, road Road, shared string, run bool) {
 }
 
 // ObserveAPIServer records an apiserver signal observation for key (an
-// Unknown moves no counter), adds the requests admitted without the
+// Unknown moves no counter, but openAfter Unknowns in a row forget the
+// failures before them: Counts.ExpireFailures), adds the requests admitted without the
 // webhook while its circuit is open, and tracks whether the two signals
 // disagree. It returns the new status.
 func (s *State) ObserveAPIServer(key string, r probe.Result, admitted, marked float64, open bool) TargetStatus {
@@ -163,6 +164,7 @@ func (s *State) ObserveAPIServer(key string, r probe.Result, admitted, marked fl
 	defer s.mu.Unlock()
 	st := s.targets[key]
 	st.APIServer.Observe(r)
+	st.APIServer.ExpireFailures(s.known[key].openAfter)
 	if r.Outcome == probe.OutcomeHealthy {
 		st.APIServerOpenings = 0
 	}
