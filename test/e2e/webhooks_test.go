@@ -16,12 +16,15 @@ import (
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/webhook-guard/webhook-guard/internal/marking"
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
 )
 
@@ -278,4 +281,181 @@ func webhooksReader(t *testing.T, ns, name string, metrics bool) *harness.Identi
 			id.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "webhook-guard"}, &appsv1.Deployment{}) == nil
 	}, 30*time.Second, 50*time.Millisecond, "RBAC for %s never took effect", id.Username)
 	return id
+}
+
+// interceptJSON is the section of "guard webhooks -o json" on the
+// webhooks that intercept the guard's own requests.
+type interceptJSON struct {
+	InterceptBasis       string `json:"interceptBasis"`
+	InterceptingTheGuard []struct {
+		Kind           string `json:"kind"`
+		Configuration  string `json:"configuration"`
+		Webhook        string `json:"webhook"`
+		TimeoutSeconds int32  `json:"timeoutSeconds"`
+		Intercepts     []struct {
+			What      string `json:"what"`
+			Namespace string `json:"namespace"`
+		} `json:"intercepts"`
+		MatchConditions bool     `json:"matchConditions"`
+		Managed         *bool    `json:"managed"`
+		Advice          []string `json:"advice"`
+	} `json:"interceptingTheGuard"`
+}
+
+// A policy engine's */* webhook (Kyverno's shape: every group, version,
+// resource and subresource on CREATE and UPDATE, failurePolicy Fail,
+// excluding only kube-system and its own namespace) intercepts the
+// guard's Lease, its Events and its marking canary. "guard webhooks"
+// names it with what it intercepts, and kube-apiserver agrees: the
+// webhook is called for exactly those requests. Excluding the guard's
+// namespace spares the Lease; excluding default as well spares the rest.
+func TestWebhooks_namesAPolicyEngineThatInterceptsTheGuard(t *testing.T) {
+	ctx := context.Background()
+	ns := testNamespace(t) // the guard's installation
+	engineNS := uniqueName(t, "kyverno")
+	dumpOnFailure(t, ns)
+	cfgName := uniqueName(t, "policy-engine")
+	hookName := "mutate." + cfgName + ".webhook-guard.io"
+
+	// The engine answers, so the rest of the shared control plane goes on
+	// while it intercepts everything.
+	wh := startWebhook(t, harness.WebhookOptions{})
+	wh.SetBehaviour("/mutate", harness.Allow())
+	selector := func(excluded ...string) *metav1.LabelSelector {
+		return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+			{Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: excluded},
+		}}
+	}
+	engine := &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: cfgName},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{
+			Name:                    hookName,
+			AdmissionReviewVersions: []string{"v1"},
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNoneOnDryRun),
+			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+			TimeoutSeconds:          ptr.To[int32](10),
+			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: ptr.To(wh.URL("/mutate")), CABundle: wh.CA.CertPEM},
+			NamespaceSelector:       selector("kube-system", engineNS),
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+				Rule:       admissionregistrationv1.Rule{APIGroups: []string{"*"}, APIVersions: []string{"*"}, Resources: []string{"*/*"}},
+			}},
+		}},
+	}
+	require.NoError(t, env.Client.Create(ctx, engine))
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), engine) })
+
+	// The guard manages the engine's webhook: a target that intercepts
+	// the guard's own requests is named all the same.
+	cfgPath := filepath.Join(t.TempDir(), "guard.yaml")
+	require.NoError(t, os.WriteFile(cfgPath, []byte(fmt.Sprintf(`apiVersion: config.webhook-guard.io/v1alpha1
+kind: GuardConfiguration
+targets:
+- configuration: %s
+  webhook: %s
+  allowAdmissionWithoutMutation: true
+`, cfgName, hookName)), 0o600))
+
+	// seen reports whether kube-apiserver called the engine for a request
+	// on resource (group/resource) in namespace, named name ("" for the
+	// dry-run canary, whose name is generated).
+	seen := func(group, resource, namespace, name string, dryRun bool) bool {
+		for _, r := range wh.Requests("/mutate") {
+			q := r.Request
+			if q != nil && q.Resource.Group == group && q.Resource.Resource == resource && q.Namespace == namespace &&
+				(name == "" || q.Name == name) && (q.DryRun != nil && *q.DryRun) == dryRun {
+				return true
+			}
+		}
+		return false
+	}
+	n := 0
+	// sends makes the guard's requests as the guard makes them, and says
+	// which the engine was called for.
+	sends := func() (lease, eventsHere, eventsDefault, canary bool) {
+		n++
+		leaseName := fmt.Sprintf("%s-lease-%d", cfgName, n)
+		require.NoError(t, env.Client.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: leaseName}}))
+		here := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("%s-event-%d", cfgName, n)},
+			InvolvedObject: corev1.ObjectReference{Kind: "Lease", Namespace: ns, Name: leaseName}, Reason: "LeaderElection", Type: corev1.EventTypeNormal}
+		require.NoError(t, env.Client.Create(ctx, here))
+		def := &eventsv1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("%s-event-%d", cfgName, n)},
+			EventTime: metav1.NowMicro(), ReportingController: "webhook-guard", ReportingInstance: "e2e", Action: "Update", Reason: "CircuitOpened", Type: corev1.EventTypeWarning,
+			Regarding: corev1.ObjectReference{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingWebhookConfiguration", Name: cfgName}}
+		require.NoError(t, env.Client.Create(ctx, def))
+		before := len(wh.Requests("/mutate"))
+		_, err := env.Clientset.EventsV1().Events(marking.CanaryNamespace).Create(ctx, marking.CanaryEvent(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		require.NoError(t, err)
+		canary = false
+		for _, r := range wh.Requests("/mutate")[before:] {
+			q := r.Request
+			canary = canary || (q != nil && q.Resource.Group == "events.k8s.io" && q.Namespace == marking.CanaryNamespace && q.DryRun != nil && *q.DryRun)
+		}
+		return seen("coordination.k8s.io", "leases", ns, leaseName, false), seen("", "events", ns, here.Name, false),
+			seen("events.k8s.io", "events", "default", def.Name, false), canary
+	}
+	report := func() interceptJSON {
+		out, stderr := runWebhooks(t, env.KubeconfigPath, "--namespace", ns, "--config", cfgPath, "-o", "json")
+		var rep interceptJSON
+		require.NoError(t, json.Unmarshal([]byte(out), &rep), "%s%s", out, stderr)
+		return rep
+	}
+	// named returns what "guard webhooks" says the engine intercepts, as
+	// "what in namespace", or nil when it does not name it.
+	named := func(rep interceptJSON) []string {
+		for _, r := range rep.InterceptingTheGuard {
+			if r.Webhook != hookName {
+				continue
+			}
+			assert.Equal(t, "Mutating", r.Kind)
+			assert.Equal(t, cfgName, r.Configuration)
+			assert.Equal(t, int32(10), r.TimeoutSeconds)
+			assert.Equal(t, ptr.To(true), r.Managed, "a target is named too")
+			assert.False(t, r.MatchConditions)
+			var what []string
+			for _, i := range r.Intercepts {
+				what = append(what, i.What+" in "+i.Namespace)
+			}
+			return what
+		}
+		return nil
+	}
+
+	// 1. Kyverno's selector: everything of the guard's is intercepted.
+	lease, here, def, canary := sends()
+	assert.True(t, lease && here && def && canary, "kube-apiserver calls the engine for the Lease %v, Events in %s %v, Events in default %v, the canary %v", lease, ns, here, def, canary)
+	rep := report()
+	t.Logf("guard webhooks -o json, interception basis: %s", rep.InterceptBasis)
+	assert.Contains(t, rep.InterceptBasis, "namespace "+ns)
+	assert.Contains(t, rep.InterceptBasis, "judged by the namespaces' labels", "an administrator may read namespaces")
+	assert.Equal(t, []string{"Lease in " + ns, "Events in " + ns, "Events in default", "canary in default"}, named(rep))
+	table, _ := runWebhooks(t, env.KubeconfigPath, "--namespace", ns, "--config", cfgPath)
+	t.Logf("guard webhooks:\n%s", table)
+	assert.Contains(t, table, "Webhooks with failurePolicy Fail that intercept the guard's own requests")
+	assert.Contains(t, table, "Mutating "+cfgName+" webhook "+hookName+" (timeout 10s, managed by the guard) intercepts: Lease in "+ns+", Events in "+ns+", Events in default, marking canary in default")
+	assert.Contains(t, table, "fix: add {key: kubernetes.io/metadata.name, operator: NotIn, values: ["+ns+"]} to its namespaceSelector.matchExpressions")
+	assert.Contains(t, table, "still opens circuits")
+
+	// 2. The guard's namespace excluded: the Lease and its Events are
+	// spared; the Events in default and the canary are not.
+	setSelector := func(excluded ...string) {
+		require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(engine), engine))
+		engine.Webhooks[0].NamespaceSelector = selector(excluded...)
+		require.NoError(t, env.Client.Update(ctx, engine))
+	}
+	setSelector("kube-system", engineNS, ns)
+	require.Eventually(t, func() bool {
+		lease, here, def, canary = sends()
+		return !lease && !here
+	}, 30*time.Second, 200*time.Millisecond, "kube-apiserver still calls the engine for the guard's Lease")
+	assert.True(t, def && canary, "still called for the Events in default %v and the canary %v", def, canary)
+	assert.Equal(t, []string{"Events in default", "canary in default"}, named(report()))
+
+	// 3. default excluded as well: nothing of the guard's is intercepted.
+	setSelector("kube-system", engineNS, ns, "default")
+	require.Eventually(t, func() bool {
+		lease, here, def, canary = sends()
+		return !lease && !here && !def && !canary
+	}, 30*time.Second, 200*time.Millisecond, "kube-apiserver still calls the engine for the guard's requests in default")
+	assert.Nil(t, named(report()), "no longer named")
 }
