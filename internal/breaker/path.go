@@ -48,7 +48,8 @@ func RoadOf(wh *admissionregistrationv1.MutatingWebhook) Road {
 }
 
 // startPathProbe starts the path probe of t when it is needed
-// (PathProbeNeeded), beside the direct probe, so that a slow road and a
+// (PathProbeNeeded) and the road schedule does not cover t, beside the
+// direct probe, so that a slow road and a
 // slow webhook do not add up in the target's loop. The returned func
 // waits for it, records the evidence (with the road, and any
 // configuration sharing the webhook's name) and returns it; it must be
@@ -74,6 +75,14 @@ func (r *ProbeRunner) startPathProbe(ctx context.Context, t config.Target, obj c
 	shared := ""
 	if need {
 		shared = r.sharedName(ctx, t)
+	}
+	if road == RoadService && r.roads != nil && r.roads.has(t.Key()) {
+		// The road schedule probes it every interval; its counts stay.
+		r.State.SetRoad(t.Key(), road, shared, true)
+		return func() Path {
+			st, _ := r.State.Get(t.Key())
+			return st.Path
+		}
 	}
 	if !need || road != RoadService {
 		r.State.SetRoad(t.Key(), road, shared, need)

@@ -62,9 +62,10 @@ type ProbeRunner struct {
 	// signal.
 	Scraper Scraper
 	// PathProber, when set, probes kube-apiserver's own road to a
-	// service-backed webhook (its service proxy) while the apiserver's
-	// calls fail, and while a circuit they opened is open: without it the
-	// apiserver signal opens nothing.
+	// service-backed webhook (its service proxy): every interval, within
+	// PathProbesPerSecond, for the targets ContinuousRoad covers; for the
+	// others while the apiserver's calls fail, and while a circuit the road
+	// opened is open. Without it the apiserver signal opens nothing.
 	PathProber PathProber
 
 	// ScrapeInterval is how often the apiserver signal reads
@@ -72,6 +73,9 @@ type ProbeRunner struct {
 	// .APIServerScrapeInterval); never more often than MinScrapeInterval.
 	ScrapeInterval time.Duration
 
+	// roads is the road schedule: the continuous path probe of the
+	// targets ContinuousRoad covers; nil without a PathProber.
+	roads *roadSchedule
 	// signal is the apiserver signal's state, when a target enables it.
 	signal *apiserverSignal
 	// kicks wake each target's probe loop before its next slot, by key.
@@ -126,6 +130,10 @@ func (r *ProbeRunner) Start(ctx context.Context) error {
 		r.inFlight[t.Key()] = &atomic.Int32{}
 	}
 	var wg sync.WaitGroup
+	if r.PathProber != nil {
+		r.roads = newRoadSchedule()
+		wg.Go(func() { r.roadLoop(ctx, &wg) })
+	}
 	for _, t := range r.Targets {
 		wg.Go(func() { r.loop(ctx, t, &wg) })
 	}
@@ -216,6 +224,7 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 	}
 	if obj.GetAnnotations()[circuit.OverrideAnnotation] != "" {
 		// Handed over: nothing is counted, so the hand-back starts from zero.
+		r.noteRoad(t, nil)
 		r.State.SetProblem(t.Key(), "handed over to its administrators by the override annotation", false)
 		return
 	}
@@ -228,6 +237,7 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 		}
 	}
 	r.State.SetBackend(t.Key(), Backend(wh))
+	r.noteRoad(t, wh)
 	labels := []string{string(t.Kind), t.Configuration, t.Webhook}
 	r.Metrics.TargetMissing.WithLabelValues(labels...).Set(0)
 	r.Metrics.TargetUnprobeable.WithLabelValues(labels...).Set(0)
@@ -404,6 +414,7 @@ func (r *ProbeRunner) problem(ctx context.Context, t config.Target, obj client.O
 	if unprobeable {
 		reason = "TargetUnprobeable"
 	}
+	r.noteRoad(t, nil)
 	labels := []string{string(t.Kind), t.Configuration, t.Webhook}
 	r.Metrics.TargetMissing.WithLabelValues(labels...).Set(boolGauge(!unprobeable))
 	r.Metrics.TargetUnprobeable.WithLabelValues(labels...).Set(boolGauge(unprobeable))

@@ -1,0 +1,114 @@
+package breaker
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
+	"github.com/webhook-guard/webhook-guard/internal/config"
+	"github.com/webhook-guard/webhook-guard/internal/probe"
+)
+
+func roadTargetFor(webhook, service string) roadTarget {
+	tgt := target(webhook, config.ModeBypass, 3, 2)
+	tgt.Probe.Interval = time.Second
+	return roadTarget{t: tgt, svc: admissionregistrationv1.ServiceReference{Namespace: "webhooks", Name: service, Port: ptr.To[int32](443)}, path: "/", timeout: 4 * time.Second}
+}
+
+func TestRoadSchedule_oneProbePerServiceAndInterval(t *testing.T) {
+	s := newRoadSchedule()
+	s.set(roadTargetFor("a.example.com", "hook"))
+	s.set(roadTargetFor("b.example.com", "hook"))
+	rp, ok := s.next(testNow)
+	require.True(t, ok)
+	assert.Len(t, rp.members, 2, "two webhooks behind one Service share one probe")
+	s.done(rp.road)
+	_, ok = s.next(testNow.Add(500 * time.Millisecond))
+	assert.False(t, ok, "not due before its interval")
+	_, ok = s.next(testNow.Add(time.Second))
+	assert.True(t, ok)
+}
+
+func TestRoadSchedule_budgetRoundRobin(t *testing.T) {
+	const services = 25
+	s := newRoadSchedule()
+	for i := range services {
+		s.set(roadTargetFor(fmt.Sprintf("w%d.example.com", i), fmt.Sprintf("hook-%d", i)))
+	}
+	probed := map[string][]time.Time{}
+	tick := time.Second / PathProbesPerSecond
+	for now := testNow; now.Before(testNow.Add(30 * time.Second)); now = now.Add(tick) {
+		if rp, ok := s.next(now); ok { // one start per tick: the budget
+			probed[rp.road] = append(probed[rp.road], now)
+			s.done(rp.road)
+		}
+	}
+	require.Len(t, probed, services)
+	every := time.Duration((services+PathProbesPerSecond-1)/PathProbesPerSecond) * time.Second
+	for road, at := range probed {
+		for i := 1; i < len(at); i++ {
+			assert.LessOrEqual(t, at[i].Sub(at[i-1]), every, "%s waited longer than ceil(services/N) s", road)
+		}
+	}
+}
+
+func TestRoadSchedule_atMostMaxProbesInFlight(t *testing.T) {
+	s := newRoadSchedule()
+	rt := roadTargetFor("a.example.com", "hook")
+	s.set(rt)
+	for i := range MaxProbesInFlight(rt.t) {
+		_, ok := s.next(testNow.Add(time.Duration(i) * time.Second))
+		require.True(t, ok)
+	}
+	_, ok := s.next(testNow.Add(time.Hour))
+	assert.False(t, ok, "a hanging road holds no more than MaxProbesInFlight probes")
+}
+
+// failingPathProber's probes fail to connect.
+type failingPathProber struct{ calls atomic.Int32 }
+
+func (p *failingPathProber) Probe(context.Context, admissionregistrationv1.ServiceReference, string, time.Duration) probe.Result {
+	p.calls.Add(1)
+	return probe.Result{Outcome: probe.OutcomeFailed, Reason: probe.ReasonRefused, Err: fmt.Errorf("error trying to reach service: dial tcp 10.1.2.3:8443: connect: connection refused")}
+}
+
+// A cut road behind a healthy webhook wakes the reconciler to open after
+// openAfter path probes, one per interval, with no apiserver observation.
+func TestProbeRunner_roadScheduleOpensOnTheRoadAlone(t *testing.T) {
+	wh := newWebhook(whA, policyFail)
+	wh.ClientConfig = admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{Namespace: "webhooks", Name: "hook", Port: ptr.To[int32](443)}}
+	tgt := withSignal(target(whA, config.ModeBypass, 3, 2))
+	tgt.Probe.Interval = time.Second
+	tgt.APIServerSignal.PathProbe.Service = &config.Service{Namespace: "webhooks", Name: "hook", Port: 443}
+	r, trigger := runnerFor(t, newConfig(wh), tgt, healthyResult())
+	pp := &failingPathProber{}
+	r.PathProber = pp
+	clock := r.Clock.(*clocktesting.FakeClock)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = r.Start(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	require.Eventually(t, func() bool { return r.roads != nil }, time.Second, time.Millisecond)
+	for elapsed := time.Duration(0); elapsed < 4*time.Second && len(trigger) == 0; elapsed += 100 * time.Millisecond {
+		require.Eventually(t, clock.HasWaiters, time.Second, time.Millisecond)
+		clock.Step(100 * time.Millisecond)
+		time.Sleep(time.Millisecond)
+	}
+	require.Eventually(t, func() bool { return len(trigger) > 0 }, 2*time.Second, time.Millisecond, "no wake after %d path probes", pp.calls.Load())
+	st, _ := r.State.Get(tgt.Key())
+	assert.GreaterOrEqual(t, st.Path.Failures, 3)
+	in := r.State.Inputs(r.Targets, clock.Now(), "", "1")
+	action, signal := JudgeTarget(false, circuit.Entry{}, in.Counts[whA], in.APIServer[whA], in.Path[whA], tgt)
+	assert.Equal(t, Open, action)
+	assert.Equal(t, SignalRoad, signal)
+}
