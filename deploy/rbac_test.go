@@ -104,7 +104,16 @@ func TestRBAC_isLeastPrivilegeOnPaper(t *testing.T) {
 				}
 			}
 			if slices.Contains(rule.Resources, "services") {
-				assert.Equal(t, []string{"get"}, rule.Verbs, "%s rule %d: the probe only gets Services by name", where, i)
+				// The probe resolves Services from a watch (issue 31): a
+				// leaked token enumerates Services, and cannot write them.
+				assert.Equal(t, []string{"get", "list", "watch"}, rule.Verbs, "%s rule %d: the probe only reads Services", where, i)
+				assert.Equal(t, []string{"services"}, rule.Resources, "%s rule %d: Services alone", where, i)
+			}
+			for _, res := range []string{"endpoints", "endpointslices", "pods"} {
+				if role.Name == "webhook-guard-status-user" && res == "pods" {
+					continue // get on its own pods, to proxy to /status
+				}
+				assert.NotContains(t, rule.Resources, res, "%s rule %d: nothing on %s (no pod IPs)", where, i, res)
 			}
 		}
 	}

@@ -21,5 +21,4 @@ func TestFieldPaths_listsEveryLeafOfTheFile(t *testing.T) {
 	}
 	assert.NotContains(t, got, "targets", "a list of objects is no leaf")
 	assert.NotContains(t, got, "targets[].apiserverSignal.pathProbe", "an object is no leaf")
-	assert.Len(t, got, 26)
 }

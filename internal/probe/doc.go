@@ -6,6 +6,10 @@
 //     a URL (clientConfig.url as given; clientConfig.service at the Service's
 //     ClusterIP with ServerName <service>.<namespace>.svc, exactly like
 //     kube-apiserver's ClusterIP service resolver);
+//   - resolving Services from a watch of each Service (WatchingResolver):
+//     once a Service has been resolved, no probe waits on an apiserver
+//     request, and the last answer stands until the apiserver says the
+//     Service changed or is gone;
 //   - sending a single probe over a fresh connection: a dry-run
 //     admission.k8s.io/v1 AdmissionReview, or a plain HTTP GET;
 //   - verifying the response the way kube-apiserver verifies it;
@@ -18,8 +22,11 @@
 //
 // It must not:
 //   - write anything to the cluster (its only cluster access is the
-//     read-only Service lookup in ServiceResolver and the path probe's GET
-//     through services/proxy);
+//     list and watch of the targets' Services in WatchingResolver and the
+//     path probe's GET through services/proxy);
+//   - make a probe's verdict depend on an apiserver request about a
+//     Service it has resolved before (under an outage such a request
+//     waits in the apiserver's full seats, and the probe goes blind);
 //   - decide anything about circuits, thresholds or failure policies: it only
 //     reports outcomes, and callers decide what they mean;
 //   - import any package of this repository but the circuit contract.

@@ -159,8 +159,8 @@ type serviceResolver struct{ resolve resolveFunc }
 type resolveFunc func(ctx context.Context, namespace, name string, port int32) (string, error)
 
 // resolveTimeout bounds one Service lookup made while dialling; the
-// probe resolves the Service before it calls, so this one is answered from
-// the CachingResolver.
+// probe resolves the Service before it calls, so this one is answered
+// from the WatchingResolver's store, without an apiserver request.
 const resolveTimeout = 5 * time.Second
 
 func (r serviceResolver) ResolveEndpoint(namespace, name string, port int32) (*url.URL, error) {

@@ -123,10 +123,6 @@ func (p *Prober) Probe(ctx context.Context, wh admissionregistrationv1.MutatingW
 	defer func() {
 		end := time.Now()
 		res.Duration = end.Sub(start)
-		if f, ok := p.Resolver.(interface{ Forget(namespace, name string) }); ok && res.Outcome == OutcomeFailed && wh.ClientConfig.Service != nil {
-			// The Service may have changed: read it again next time.
-			f.Forget(wh.ClientConfig.Service.Namespace, wh.ClientConfig.Service.Name)
-		}
 		if res.Outcome == OutcomeFailed && res.Reason == ReasonTimeout && p.Stalls != nil {
 			if stalled := p.Stalls.Stalled(start, end); stalled >= probeTimeout(wh, spec)/stallShare {
 				res = Result{Outcome: OutcomeUnknown, Duration: res.Duration, Err: fmt.Errorf(

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,8 +21,8 @@ import (
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
 )
 
-// An open circuit whose probe can no longer run (here: the guard lost
-// the RBAC to read the webhook's Service) is not left open in silence: a
+// An open circuit whose probe can no longer run (here: the guard restarts
+// without the RBAC to read the webhook's Service) is not left open in silence: a
 // ProbeUnknownWhileOpen Event and guard status say so. Then the
 // apiserver's own calls decide. In Ignore mode kube-apiserver still calls
 // the webhook, and once those calls succeed the circuit closes; in Bypass
@@ -39,7 +40,11 @@ func TestUnknown_whileOpen(t *testing.T) {
 			s.wh.SetBehaviour(webhookPath, harness.Delayed(2*time.Second, harness.Allow()))
 			s.waitOpen()
 
-			// The guard loses get on Services: its probe is Unknown from now on.
+			// The guard loses its RBAC on Services. A running guard keeps
+			// the resolution it has (it asks the apiserver nothing more
+			// about a Service it resolved, issue 31), so it restarts: a
+			// guard that never resolved the Service cannot probe it, and
+			// its probe is Unknown from now on.
 			role := &rbacv1.ClusterRole{}
 			require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Name: "guard-" + s.ns}, role))
 			services := harness.GuardRules(nil)["services"]
@@ -51,6 +56,15 @@ func TestUnknown_whileOpen(t *testing.T) {
 			}
 			role.Rules = kept
 			require.NoError(t, env.Client.Update(ctx, role))
+			// The RBAC authorizer learns of the change from its informers.
+			require.Eventually(t, func() bool {
+				review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+					ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: s.ns, Verb: "list", Resource: "services"},
+				}}
+				return s.guardID.Client.Create(ctx, review) == nil && !review.Status.Allowed
+			}, transition, 50*time.Millisecond, "the guard may still list Services")
+			g.Stop()
+			g = s.startGuard("guard-restarted")
 			require.Eventually(t, func() bool { return contains(eventReasons(t, s.name), "ProbeUnknownWhileOpen") },
 				transition, 50*time.Millisecond, "no ProbeUnknownWhileOpen Event")
 			st, err := guardStatus(g)

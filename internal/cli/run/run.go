@@ -209,6 +209,13 @@ func (o *Options) Run(ctx context.Context) error {
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { stalls.Run(ctx); return nil })); err != nil {
 		return err
 	}
+	// Services are resolved from watches, started on first use and
+	// stopped with the manager: once resolved, a probe never waits on an
+	// apiserver request that an outage slows down (issue 31).
+	services := probe.NewWatchingResolver(clientset)
+	if err := mgr.Add(services); err != nil {
+		return fmt.Errorf("adding the Service resolver: %w", err)
+	}
 	runner := &breaker.ProbeRunner{
 		// The latency histograms tell calls answered within the probe's
 		// timeout, for traffic that stands in for the probe.
@@ -218,7 +225,7 @@ func (o *Options) Run(ctx context.Context) error {
 		PathProber:     &probe.PathProber{Client: clientset.CoreV1().RESTClient()},
 		ScrapeInterval: cfg.APIServerScrapeInterval,
 		Reader:         mgr.GetClient(), Targets: cfg.Targets, State: state, Metrics: m, Recorder: recorder, Triggers: triggers, Signer: signer,
-		Prober: &probe.Prober{Resolver: &probe.CachingResolver{Next: probe.NewServiceResolver(mgr.GetAPIReader())}, Discovery: clientset.Discovery(), Username: identity, Stalls: stalls,
+		Prober: &probe.Prober{Resolver: services, Discovery: clientset.Discovery(), Username: identity, Stalls: stalls,
 			// HTTPGet probes keep their connections between probes and
 			// re-dial every probe.DefaultRedial; AdmissionReview probes use
 			// kube-apiserver's own webhook clients, which keep theirs.

@@ -230,7 +230,7 @@ func GuardRules(names []string) map[string]rbacv1.PolicyRule {
 		"metrics-auth":        {APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
 		"metrics-authz":       {APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
 		"certificates":        {APIGroups: []string{"cert-manager.io"}, Resources: []string{"certificates"}, Verbs: []string{"get"}},
-		"services":            {APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"get"}},
+		"services":            {APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"get", "list", "watch"}},
 		"apiserver-metrics":   {NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}},
 		"leases":              {APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
 	}

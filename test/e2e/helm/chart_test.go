@@ -88,12 +88,13 @@ func helmTemplate(t *testing.T, args ...string) string {
 
 func TestChart_lintAndTemplateAreClean(t *testing.T) {
 	cases := map[string][]string{
-		"with the example targets":                    nil,
-		"with cert-manager":                           {"--set", "certManager.enabled=true"},
-		"with the Prometheus component":               {"--set", "prometheus.enabled=true"},
-		"with a namespace of its own, created":        {"--set", "namespace.name=guard,namespace.create=true"},
-		"without marking (clusters before 1.36)":      {"--set", "marking.enabled=false"},
-		"with an image pinned by digest and replicas": {"--set", "image.repository=registry.example.com/guard,image.digest=sha256:" + strings.Repeat("ab", 32) + ",replicas=3"},
+		"with the example targets":                        nil,
+		"with cert-manager":                               {"--set", "certManager.enabled=true"},
+		"with the Prometheus component":                   {"--set", "prometheus.enabled=true"},
+		"with a namespace of its own, created":            {"--set", "namespace.name=guard,namespace.create=true"},
+		"without marking (clusters before 1.36)":          {"--set", "marking.enabled=false"},
+		"with an image pinned by digest and replicas":     {"--set", "image.repository=registry.example.com/guard,image.digest=sha256:" + strings.Repeat("ab", 32) + ",replicas=3"},
+		"without the guard's own flow and priority class": {"--set", "apiPriorityAndFairness.enabled=false,priorityClassName="},
 	}
 	for name, args := range cases {
 		t.Run(name, func(t *testing.T) {
