@@ -257,7 +257,12 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 	case probe.OutcomeFailed:
 		r.Metrics.ProbeFailures.WithLabelValues(append(labels, string(res.Reason))...).Inc()
 		if res.Reason == probe.ReasonTLS && r.DiagnoseTLS != nil {
-			if diagnosis = r.DiagnoseTLS(ctx, obj.GetAnnotations()); diagnosis != "" {
+			// A read of the apiserver before the failure is counted:
+			// bounded, so that a saturated apiserver delays it by no more.
+			diagnoseCtx, cancel := context.WithTimeout(ctx, diagnoseTimeout)
+			diagnosis = r.DiagnoseTLS(diagnoseCtx, obj.GetAnnotations())
+			cancel()
+			if diagnosis != "" {
 				res.Err = fmt.Errorf("%w (likely cause: %s)", res.Err, diagnosis)
 			}
 		}
@@ -312,6 +317,10 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 	}
 	r.wake(ctx, t.Kind, obj, view, in)
 }
+
+// diagnoseTimeout bounds DiagnoseTLS, the only apiserver request between
+// a failed probe and its count.
+const diagnoseTimeout = time.Second
 
 // judgeObserved reports the transition t, a target in Observe mode, would
 // have made now (State.JudgeObserved), if any: an Event on obj, its

@@ -134,14 +134,14 @@ func TestProbeRunner_startsAProbeEveryIntervalWhileEarlierOnesWait(t *testing.T)
 
 	step := func() {
 		t.Helper()
-		require.Eventually(t, clock.HasWaiters, time.Second, time.Millisecond)
+		require.Eventually(t, clock.HasWaiters, 10*time.Second, time.Millisecond)
 		clock.Step(tgt.Probe.Interval)
 	}
 	limit := MaxProbesInFlight(tgt)
 	require.Equal(t, 3, limit)
 	for want := 1; want <= limit; want++ {
 		step()
-		require.Eventually(t, func() bool { return int(p.started.Load()) == want }, time.Second, time.Millisecond,
+		require.Eventually(t, func() bool { return int(p.started.Load()) == want }, 10*time.Second, time.Millisecond,
 			"probe %d did not start while %d wait", want, want-1)
 	}
 	step()
@@ -150,7 +150,8 @@ func TestProbeRunner_startsAProbeEveryIntervalWhileEarlierOnesWait(t *testing.T)
 	assert.Equal(t, int32(limit), p.started.Load(), "more than MaxProbesInFlight probes at once")
 
 	p.release <- struct{}{} // one answers
+	require.Eventually(t, func() bool { return r.inFlight[tgt.Key()].Load() == int32(limit-1) }, 10*time.Second, time.Millisecond)
 	step()
-	require.Eventually(t, func() bool { return int(p.started.Load()) == limit+1 }, time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return int(p.started.Load()) == limit+1 }, 10*time.Second, time.Millisecond,
 		"no probe started once one had answered")
 }

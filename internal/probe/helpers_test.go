@@ -201,10 +201,16 @@ type fakeDiscovery struct {
 	err     error
 	errOnce error
 	calls   atomic.Int64
+	// block, when set, holds every read until it is closed: an apiserver
+	// whose seats are full.
+	block chan struct{}
 }
 
 func (d *fakeDiscovery) ServerGroupsAndResources() ([]*metav1.APIGroup, []*metav1.APIResourceList, error) {
 	d.calls.Add(1)
+	if d.block != nil {
+		<-d.block
+	}
 	if err := d.errOnce; err != nil {
 		d.errOnce = nil
 		return nil, nil, err

@@ -168,22 +168,31 @@ func (p *Prober) Probe(ctx context.Context, wh admissionregistrationv1.MutatingW
 	if kind == KindHTTPGet {
 		return p.httpGet(ctx, probeCtx, ep, spec.Path)
 	}
-	return p.admissionReview(ctx, probeCtx, wh, timeout, !spec.Validating)
+	// The review tells the webhook kube-apiserver's own deadline, while
+	// the probe gives up at its own timeout, which may be shorter.
+	return p.admissionReview(ctx, probeCtx, wh, webhookTimeout(wh), !spec.Validating)
 }
 
-// probeTimeout is the webhook's timeoutSeconds (DefaultTimeout when
-// unset), or spec.Timeout when it is shorter: kube-apiserver gives up after
-// timeoutSeconds, so a probe that waits longer would call healthy a
-// webhook whose calls fail.
+// probeTimeout is spec.Timeout, or DefaultSlowCall when it is zero, but
+// never longer than the webhook's timeoutSeconds (DefaultTimeout when
+// unset): kube-apiserver gives up after timeoutSeconds, so a probe that
+// waits longer would call healthy a webhook whose calls fail.
 func probeTimeout(wh admissionregistrationv1.MutatingWebhook, spec Spec) time.Duration {
-	limit := DefaultTimeout
+	limit := webhookTimeout(wh)
+	want := spec.Timeout
+	if want <= 0 {
+		want = DefaultSlowCall
+	}
+	return min(want, limit)
+}
+
+// webhookTimeout is how long kube-apiserver waits for wh: its
+// timeoutSeconds, DefaultTimeout when unset.
+func webhookTimeout(wh admissionregistrationv1.MutatingWebhook) time.Duration {
 	if wh.TimeoutSeconds != nil && *wh.TimeoutSeconds > 0 {
-		limit = time.Duration(*wh.TimeoutSeconds) * time.Second
+		return time.Duration(*wh.TimeoutSeconds) * time.Second
 	}
-	if spec.Timeout > 0 && spec.Timeout < limit {
-		return spec.Timeout
-	}
-	return limit
+	return DefaultTimeout
 }
 
 // endpoint turns clientConfig into a URL, TLS server name and roots, like

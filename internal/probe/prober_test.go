@@ -557,9 +557,10 @@ func TestProbeTimeout_precedence(t *testing.T) {
 		timeoutSeconds *int32
 		want           time.Duration
 	}{
-		"the spec timeout wins":                        {spec: Spec{Timeout: 3 * time.Second}, timeoutSeconds: ptr.To[int32](5), want: 3 * time.Second},
-		"the webhook timeoutSeconds is used otherwise": {timeoutSeconds: ptr.To[int32](5), want: 5 * time.Second},
-		"ten seconds is the default":                   {want: 10 * time.Second},
+		"the spec timeout wins":                     {spec: Spec{Timeout: 3 * time.Second}, timeoutSeconds: ptr.To[int32](5), want: 3 * time.Second},
+		"the slow-call threshold is used otherwise": {timeoutSeconds: ptr.To[int32](5), want: DefaultSlowCall},
+		"a shorter timeoutSeconds caps it":          {timeoutSeconds: ptr.To[int32](2), want: 2 * time.Second},
+		"the slow-call threshold is the default":    {want: DefaultSlowCall},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -624,7 +625,7 @@ func TestProbeTimeout_cappedAtTimeoutSeconds(t *testing.T) {
 	assert.Equal(t, 2*time.Second, probeTimeout(wh, Spec{Timeout: 5 * time.Second}), "the apiserver gives up after timeoutSeconds")
 	assert.Equal(t, 500*time.Millisecond, probeTimeout(wh, Spec{Timeout: 500 * time.Millisecond}))
 	assert.Equal(t, 2*time.Second, probeTimeout(wh, Spec{}))
-	assert.Equal(t, DefaultTimeout, probeTimeout(admissionregistrationv1.MutatingWebhook{}, Spec{}))
+	assert.Equal(t, DefaultTimeout, probeTimeout(admissionregistrationv1.MutatingWebhook{}, Spec{Timeout: time.Minute}), "kube-apiserver's default timeoutSeconds caps it")
 }
 
 func TestProber_Probe_resourceDiscoveryDoesNotKnowIsUnknown(t *testing.T) {

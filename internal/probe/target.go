@@ -74,12 +74,16 @@ func mainResources(resources []string) []string {
 
 // catalog caches what discovery says kube-apiserver serves. It is read
 // for every probe and refreshed when stale, or sooner when a rule finds
-// nothing (a CRD may just have been installed).
+// nothing (a CRD may just have been installed). Once it knows anything,
+// a refresh runs in the background and probes go on with what it knew:
+// on the bad day discovery waits in the same saturated apiserver as
+// everything else, and a probe's verdict must not wait with it.
 type catalog struct {
-	mu      sync.Mutex
-	groups  []servedGroup
-	fetched time.Time
-	err     error
+	mu         sync.Mutex
+	groups     []servedGroup
+	fetched    time.Time
+	err        error
+	refreshing bool
 }
 
 // catalogTTL is how long discovery's answer is used; a CRD that is added,
@@ -98,25 +102,46 @@ type servedGroup struct {
 
 func (c *catalog) get(d Discovery, miss bool) ([]servedGroup, error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	age := time.Since(c.fetched)
 	// A failed read with nothing known is a miss for every rule: it is
 	// read again after catalogRetry, not catalogTTL.
 	miss = miss || c.err != nil
 	if !c.fetched.IsZero() && age < catalogTTL && (!miss || age < catalogRetry) {
+		defer c.mu.Unlock()
 		return c.groups, c.err
 	}
+	if c.groups != nil {
+		// Known: refresh beside the probes, which use what is known.
+		if !c.refreshing {
+			c.refreshing = true
+			go c.refresh(d)
+		}
+		defer c.mu.Unlock()
+		return c.groups, nil
+	}
+	c.mu.Unlock()
+	// Nothing known yet (the first probes): nothing to go on with.
+	c.refresh(d)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.groups, c.err
+}
+
+// refresh reads discovery once and keeps its answer. A failed read keeps
+// what was known, and is an error only when nothing is.
+func (c *catalog) refresh(d Discovery) {
 	groups, lists, err := d.ServerGroupsAndResources()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.refreshing = false
+	c.fetched = time.Now()
 	if err != nil && !discovery.IsGroupDiscoveryFailedError(err) {
-		// Keep what was known; say Unknown only when nothing is.
-		c.fetched = time.Now()
 		if c.groups == nil {
 			c.err = fmt.Errorf("listing the resources kube-apiserver serves: %w", err)
 		}
-		return c.groups, c.err
+		return
 	}
-	c.groups, c.err, c.fetched = index(groups, lists), nil, time.Now()
-	return c.groups, nil
+	c.groups, c.err = index(groups, lists), nil
 }
 
 // index turns discovery's answer into servedGroups, keeping only the

@@ -286,6 +286,13 @@ func TestCatalog_cachesDiscovery(t *testing.T) {
 		assert.Equal(t, "deployments", got.gvr.Resource)
 	}
 	assert.EqualValues(t, 1, d.calls.Load(), "a hit does not read again before catalogTTL")
+	// A miss past catalogRetry reads discovery once, beside the probes:
+	// the probe that missed goes on with what was known (Unknown), and the
+	// ones after the read find the CRD.
+	require.Eventually(t, func() bool {
+		_, err := targetFor(widgets, d, &c)
+		return err == nil
+	}, 5*time.Second, time.Millisecond, "the CRD was never found")
 	for range 3 {
 		got, err := targetFor(widgets, d, &c)
 		require.NoError(t, err)
@@ -296,9 +303,33 @@ func TestCatalog_cachesDiscovery(t *testing.T) {
 	c.age(catalogTTL)
 	for range 3 {
 		_, err := targetFor(deployments, d, &c)
-		require.NoError(t, err)
+		require.NoError(t, err, "a stale catalog is used while it is read again")
 	}
-	assert.EqualValues(t, 3, d.calls.Load(), "past catalogTTL, one read")
+	require.Eventually(t, func() bool { return d.calls.Load() == 3 }, 5*time.Second, time.Millisecond, "past catalogTTL, one read")
+}
+
+// A refresh of a known catalog never holds a probe: while discovery
+// hangs (the apiserver's seats are full), probes go on with what is known.
+func TestCatalog_refreshDoesNotHoldProbes(t *testing.T) {
+	d := testDiscovery()
+	var c catalog
+	deployments := urlWebhook("https://hook.example.com/mutate", nil)
+	_, err := targetFor(deployments, d, &c)
+	require.NoError(t, err)
+	d.block = make(chan struct{})
+	defer close(d.block)
+	c.age(catalogTTL)
+	done := make(chan error, 1)
+	go func() {
+		_, err := targetFor(deployments, d, &c)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("a probe waited for discovery's refresh")
+	}
 }
 
 // A failed read keeps what was known. With nothing known, the probe is
@@ -331,9 +362,12 @@ func TestCatalog_discoveryErrors(t *testing.T) {
 		d.errOnce = errors.New("connection refused")
 		c.age(catalogTTL)
 		got, err := targetFor(wh, d, &c)
-		require.NoError(t, err, "what was known is kept")
+		require.NoError(t, err, "what was known is used while it is read again")
 		assert.Equal(t, "deployments", got.gvr.Resource)
-		assert.EqualValues(t, 2, d.calls.Load())
+		require.Eventually(t, func() bool { return d.calls.Load() == 2 }, 5*time.Second, time.Millisecond)
+		got, err = targetFor(wh, d, &c)
+		require.NoError(t, err, "what was known is kept after the failed read")
+		assert.Equal(t, "deployments", got.gvr.Resource)
 	})
 	t.Run("some groups failed", func(t *testing.T) {
 		// A discovery client returns what it could read with an

@@ -63,6 +63,18 @@ const (
 // webhook's timeoutSeconds is set (kube-apiserver's default is 10s too).
 const DefaultTimeout = 10 * time.Second
 
+// DefaultSlowCall is the probe timeout when Spec.Timeout is zero, unless
+// the webhook's timeoutSeconds is shorter: a call outstanding longer than
+// this counts as failing, as resilience4j's slowCallDurationThreshold
+// does. Waiting out a hanging webhook's whole timeoutSeconds (10 s by
+// default, up to 30) per probe would make its circuit open only after
+// openAfter such timeouts, while every request it matches waits and is
+// refused. 4 s is two orders of magnitude above the slowest healthy
+// answer measured in the conformance suite (docs/how-it-works.md, "A
+// hanging webhook"), and with openAfter 3 and a 1 s interval a hang opens
+// within 3 to 4 s after the third probe starts: 6 to 7 s.
+const DefaultSlowCall = 4 * time.Second
+
 // Result is the outcome of one probe. Probe always returns one.
 type Result struct {
 	// Outcome is Healthy, Failed or Unknown.
@@ -82,8 +94,9 @@ type Result struct {
 type Spec struct {
 	// Kind is the probe kind; empty means KindAdmissionReview.
 	Kind Kind
-	// Timeout bounds the whole probe; 0 means the webhook's timeoutSeconds
-	// (DefaultTimeout when that is nil).
+	// Timeout bounds the whole probe: a call slower than this fails. 0
+	// means DefaultSlowCall. It is never longer than the webhook's
+	// timeoutSeconds (DefaultTimeout when that is nil).
 	Timeout time.Duration
 	// Path is the absolute path (optionally with a query) used by HTTPGet
 	// probes, e.g. "/healthz". It is ignored for AdmissionReview probes.
