@@ -356,15 +356,15 @@ func Advice(i Interceptor, namespace string) []string {
 	// What it intercepts in default, beyond a Lease there.
 	var lost, inDefault []string
 	if slices.Contains(i.Intercepts, Request{What: Events, Namespace: metav1.NamespaceDefault}) {
-		lost = append(lost, "its Events in default")
+		lost = append(lost, "Events in default")
 		inDefault = append(inDefault, "Events about cluster-scoped objects (the webhook configurations)")
 	}
 	if i.InterceptsAny(Canary) {
-		lost = append(lost, "before a mutating circuit opens, its marking canary")
+		lost = append(lost, "marking canary (sent before a mutating circuit opens)")
 		inDefault = append(inDefault, "the marking canary")
 	}
 	if len(lost) > 0 {
-		out = append(out, fmt.Sprintf("while it fails, %s fail (each after up to %ds): the guard loses %s, and still opens circuits, because kube-apiserver never sends writes to webhook configurations to webhooks",
+		out = append(out, fmt.Sprintf("while it fails, the guard's %s fail (each after up to %ds): the guard loses %s, and still opens circuits, because kube-apiserver never sends writes to webhook configurations to webhooks",
 			strings.Join(lost, " and "), i.TimeoutSeconds, lostWhat(len(lost), i.InterceptsAny(Canary))))
 	}
 	if namespace != metav1.NamespaceDefault && slices.Contains(i.Namespaces(), namespace) {

@@ -332,7 +332,7 @@ func TestAdvice(t *testing.T) {
 		},
 		"Events in default without the canary: no word of the canary": {
 			i:        Interceptor{TimeoutSeconds: 10, Intercepts: []Request{eventsGuard, eventsDef}},
-			contains: []string{"its Events in default fail (each after up to 10s): the guard loses those Events, and still opens circuits", "Events about cluster-scoped objects (the webhook configurations) can only be written in default"},
+			contains: []string{"while it fails, the guard's Events in default fail (each after up to 10s): the guard loses those Events, and still opens circuits", "Events about cluster-scoped objects (the webhook configurations) can only be written in default"},
 			lacks:    []string{"canary", "marking"},
 		},
 		"a guard in default: adding default is the fix": {
