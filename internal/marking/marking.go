@@ -108,6 +108,18 @@ func render(configuration, webhook, digest string) (*admissionregistrationv1.Mut
 					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
 					Rule:       admissionregistrationv1.Rule{APIGroups: []string{"*"}, APIVersions: []string{"*"}, Resources: []string{"*/*"}, Scope: ptr.To(admissionregistrationv1.AllScopes)},
 				}}},
+				// kube-apiserver never sends writes of webhook
+				// configurations and admission policies to a webhook
+				// (IsExemptAdmissionConfigurationResource), so none is
+				// admitted without its mutation; and marking one would
+				// change the guard's own writes of the configuration, which
+				// its guard policy then refuses (a */* webhook, as policy
+				// engines register, matches them).
+				ExcludeResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.OperationAll},
+					Rule: admissionregistrationv1.Rule{APIGroups: []string{admissionregistrationv1.GroupName}, APIVersions: []string{"*"},
+						Resources: exemptResources, Scope: ptr.To(admissionregistrationv1.AllScopes)},
+				}}},
 				MatchPolicy: ptr.To(admissionregistrationv1.Equivalent),
 			},
 			Variables: variables(configuration, webhook),
@@ -143,6 +155,14 @@ func render(configuration, webhook, digest string) (*admissionregistrationv1.Mut
 		},
 	}
 	return policy, binding
+}
+
+// exemptResources are the resources kube-apiserver never calls webhooks
+// for (k8s.io/apiserver's IsExemptAdmissionConfigurationResource).
+var exemptResources = []string{
+	"mutatingwebhookconfigurations", "validatingwebhookconfigurations",
+	"mutatingadmissionpolicies", "mutatingadmissionpolicybindings",
+	"validatingadmissionpolicies", "validatingadmissionpolicybindings",
 }
 
 // Digest identifies what Render returns for one circuit: it changes
