@@ -166,7 +166,7 @@ func (r *TargetReconciler) showAhead(ctx context.Context, view *admissionregistr
 		return 0
 	}
 	interval := markingBound(in.Targets, cs)
-	notYet, err := r.armedShown(ctx, view.UID, cs, interval)
+	notYet, err := r.armedShown(ctx, view.UID, cs, interval, interval)
 	switch {
 	case err != nil:
 		logf.FromContext(ctx).V(1).Info("Marking canary ahead of an opening failed", "error", err)
@@ -187,9 +187,9 @@ func (r *TargetReconciler) showAhead(ctx context.Context, view *admissionregistr
 //
 // The canary goes through admission, so a failing webhook that
 // intercepts Events (a policy engine's */*) makes it wait and fail: it is
-// bounded by bound, and after a failure none is sent for the
-// configuration for bound, when the last failure is returned instead.
-func (r *TargetReconciler) armedShown(ctx context.Context, uid types.UID, cs []marking.Circuit, bound time.Duration) ([]marking.Circuit, error) {
+// bounded by timeout (and bound), and after a failure none is sent for
+// the configuration for bound, when the last failure is returned instead.
+func (r *TargetReconciler) armedShown(ctx context.Context, uid types.UID, cs []marking.Circuit, bound, timeout time.Duration) ([]marking.Circuit, error) {
 	var ask []marking.Circuit
 	r.mu.Lock()
 	for _, c := range cs {
@@ -204,7 +204,10 @@ func (r *TargetReconciler) armedShown(ctx context.Context, uid types.UID, cs []m
 	if err := r.recentCanaryFailure(uid, bound); err != nil {
 		return ask, err
 	}
-	canaryCtx, cancel := context.WithTimeout(ctx, bound)
+	if timeout <= 0 || timeout > bound {
+		timeout = bound
+	}
+	canaryCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	notYet, err := r.Marker.Armed(canaryCtx, ask)
 	if err != nil {
@@ -416,9 +419,11 @@ func (r *TargetReconciler) armOpenings(ctx context.Context, cur client.Object, v
 	now := now(r.Clock)
 	why := map[string]string{}
 	waitedOut := map[string]bool{}
+	left := bound
 	for _, c := range opening {
-		out, first := r.markingWait(view.UID, c.Webhook, bound, now)
-		waitedOut[c.Webhook] = out
+		remaining, first := r.markingWait(view.UID, c.Webhook, bound, now)
+		waitedOut[c.Webhook] = remaining <= 0
+		left = min(left, max(remaining, 0))
 		if err := r.Marker.Check(ctx, c); err != nil {
 			why[c.Webhook] = err.Error()
 			if first {
@@ -438,13 +443,19 @@ func (r *TargetReconciler) armOpenings(ctx context.Context, cur client.Object, v
 			armedOnes = append(armedOnes, c)
 		}
 	}
-	if len(armedOnes) > 0 {
-		notYet, err := r.armedShown(ctx, view.UID, armedOnes, bound)
+	if len(armedOnes) > 0 && left > 0 {
+		// A canary only while some opening may still wait for it, and
+		// for no longer than that.
+		notYet, err := r.armedShown(ctx, view.UID, armedOnes, bound, left)
 		for _, c := range notYet {
 			why[c.Webhook] = fmt.Sprintf("kube-apiserver did not show the policy armed within %s (is the MutatingAdmissionPolicy admission plugin on, and does no later mutating webhook strip the canary's annotations?)", bound)
 			if err != nil {
 				why[c.Webhook] = err.Error()
 			}
+		}
+	} else {
+		for _, c := range armedOnes {
+			why[c.Webhook] = r.unshownWhy(view.UID, bound)
 		}
 	}
 	hold := map[string]bool{}
@@ -504,11 +515,14 @@ func markingBound(targets []config.Target, cs []marking.Circuit) time.Duration {
 }
 
 // markingWait notes that hook's opening, in the configuration of uid, is
-// wanted at now, and reports whether it has waited bound since it was
-// first wanted (out), and whether this is the first time (first). A wait
-// not seen for bound was abandoned (the target recovered): the next one
-// starts anew.
-func (r *TargetReconciler) markingWait(uid types.UID, hook string, bound time.Duration, now time.Time) (out, first bool) {
+// wanted at now, and returns how much longer it may wait for marking
+// evidence (zero or less: it has waited bound), and whether this is the
+// first time (first). The wait counts from when it was first wanted, or
+// from when its arming entry was written ahead of it, whichever is
+// earlier: a canary that failed ahead of the threshold is not waited for
+// again. A wait not seen for bound was abandoned (the target recovered):
+// the next one starts anew.
+func (r *TargetReconciler) markingWait(uid types.UID, hook string, bound time.Duration, now time.Time) (left time.Duration, first bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.waits == nil {
@@ -518,10 +532,24 @@ func (r *TargetReconciler) markingWait(uid types.UID, hook string, bound time.Du
 	w, ok := r.waits[key]
 	if !ok || now.Sub(w.seen) > bound {
 		w, first = wait{since: now}, true
+		if armed, ok := r.armedSince[key]; ok && armed.Before(w.since) {
+			w.since = armed
+		}
 	}
 	w.seen = now
 	r.waits[key] = w
-	return now.Sub(w.since) >= bound, first
+	return bound - now.Sub(w.since), first
+}
+
+// unshownWhy says why an armed opening that sent no canary this time has
+// no evidence: the last canary's failure, or that none showed it armed.
+func (r *TargetReconciler) unshownWhy(uid types.UID, bound time.Duration) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if f, ok := r.canaryFailures[string(uid)]; ok {
+		return f.err.Error()
+	}
+	return fmt.Sprintf("kube-apiserver did not show the policy armed within %s", bound)
 }
 
 // wait is when an opening was first and last wanted while it waited for

@@ -230,7 +230,7 @@ func (r *TargetReconciler) holdTransitions(ctx context.Context, cur client.Objec
 				cs = append(cs, marking.Circuit{Configuration: view.Name, Webhook: t.Webhook})
 			}
 		}
-		notYet, err := r.armedShown(ctx, view.UID, cs, markingBound(in.Targets, cs))
+		notYet, err := r.armedShown(ctx, view.UID, cs, markingBound(in.Targets, cs), wait)
 		if err != nil {
 			return wait, nil // the opening waits for it at most markingBound
 		}

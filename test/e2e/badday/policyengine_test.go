@@ -2,6 +2,7 @@ package badday
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -104,7 +105,7 @@ targets:
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		g.Stop()
-		if t.Failed() {
+		if t.Failed() || os.Getenv("BADDAY_LOGS") != "" {
 			t.Logf("guard logs:\n%s", g.Logs())
 		}
 	})
