@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
 )
 
@@ -59,4 +61,36 @@ func namespace(t *testing.T, name string) string {
 		t.Fatal(err)
 	}
 	return name
+}
+
+// targetConfig is a GuardConfiguration that approves one webhook in mode
+// and says nothing else: every other setting is its default.
+func targetConfig(configuration, webhook, mode string) string {
+	return `apiVersion: config.webhook-guard.io/v1alpha1
+kind: GuardConfiguration
+targets:
+- configuration: ` + configuration + `
+  webhook: ` + webhook + `
+  allowAdmissionWithoutMutation: true
+  mode: ` + mode + "\n"
+}
+
+// startGuard runs the guard binary as id with cfg and the binary's lease
+// timings, its Lease in leaseNamespace, and waits until it leads: until
+// wh has answered three of its probes on path. Its logs are printed when
+// t fails, or always with BADDAY_LOGS set.
+func startGuard(t *testing.T, name string, id *harness.Identity, cfg, leaseNamespace string, wh *harness.Webhook, path string) *harness.Guard {
+	t.Helper()
+	g, err := env.StartGuard(harness.GuardOptions{Name: name, Kubeconfig: id.KubeconfigPath, Config: cfg,
+		Args: []string{"--leader-elect", "--leader-election-namespace", leaseNamespace}})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		g.Stop()
+		if t.Failed() || os.Getenv("BADDAY_LOGS") != "" {
+			t.Logf("guard logs:\n%s", g.Logs())
+		}
+	})
+	probes := func() int { return wh.Calls(path) - wh.APIServerCalls(path) }
+	require.Eventually(t, func() bool { return probes() >= 3 }, time.Minute, 100*time.Millisecond, "the guard never led and probed")
+	return g
 }

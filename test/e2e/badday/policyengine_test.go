@@ -2,7 +2,6 @@ package badday
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -90,13 +89,7 @@ func policyEngineHangs(t *testing.T, mode string) {
 	// Nothing but what a target must say: every other setting at its
 	// default (probe every 1 s, its timeout 4 s, openAfter 3, closeAfter
 	// 5, the apiserver signal read every 30 s).
-	cfg := `apiVersion: config.webhook-guard.io/v1alpha1
-kind: GuardConfiguration
-targets:
-- configuration: ` + name + `
-  webhook: ` + hook + `
-  allowAdmissionWithoutMutation: true
-  mode: ` + mode + "\n"
+	//
 	// Leader election with the binary's lease timings, as the Deployment
 	// runs it, but with the Lease in kube-system, which policy engines
 	// leave out: the shipped install keeps it in the guard's namespace,
@@ -105,17 +98,7 @@ targets:
 	// guard warns of that at startup and "guard webhooks" names the fix
 	// (docs/operating.md, "A policy engine's webhook intercepts the
 	// guard"); moving the Lease by default is left for later.
-	g, err := env.StartGuard(harness.GuardOptions{Name: name, Kubeconfig: id.KubeconfigPath, Config: cfg,
-		Args: []string{"--leader-elect", "--leader-election-namespace", metav1.NamespaceSystem}})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		g.Stop()
-		if t.Failed() || os.Getenv("BADDAY_LOGS") != "" {
-			t.Logf("guard logs:\n%s", g.Logs())
-		}
-	})
-	probes := func() int { return wh.Calls(enginePath) - wh.APIServerCalls(enginePath) }
-	require.Eventually(t, func() bool { return probes() >= 3 }, time.Minute, 100*time.Millisecond, "the guard never led and probed")
+	g := startGuard(t, name, id, targetConfig(name, hook, mode), metav1.NamespaceSystem, wh, enginePath)
 
 	get := func() *admissionregistrationv1.MutatingWebhookConfiguration {
 		got := &admissionregistrationv1.MutatingWebhookConfiguration{}

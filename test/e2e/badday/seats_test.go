@@ -73,25 +73,7 @@ func seatsFull(t *testing.T, flowSchema bool) {
 	}
 	clients := loadClients(t, loadNS)
 
-	cfg := `apiVersion: config.webhook-guard.io/v1alpha1
-kind: GuardConfiguration
-targets:
-- configuration: ` + name + `
-  webhook: ` + hook + `
-  allowAdmissionWithoutMutation: true
-  mode: Bypass
-`
-	g, err := env.StartGuard(harness.GuardOptions{Name: name, Kubeconfig: id.KubeconfigPath, Config: cfg,
-		Args: []string{"--leader-elect", "--leader-election-namespace", guardNS}})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		g.Stop()
-		if t.Failed() {
-			t.Logf("guard logs:\n%s", g.Logs())
-		}
-	})
-	probes := func() int { return wh.Calls(loadPath) - wh.APIServerCalls(loadPath) }
-	require.Eventually(t, func() bool { return probes() >= 3 }, time.Minute, 100*time.Millisecond, "the guard never led and probed")
+	g := startGuard(t, name, id, targetConfig(name, hook, "Bypass"), guardNS, wh, loadPath)
 
 	wh.SetBehaviour(loadPath, harness.Delayed(time.Minute, harness.Allow()))
 	hung := time.Now()
