@@ -99,7 +99,7 @@ func newBatchFixture(t *testing.T, hooks []string, openAfter, closeAfter int, op
 	f.cl = &countingClient{Client: fake.NewClientBuilder().WithScheme(scheme).WithObjects(append(objs, mwc)...).Build()}
 	f.canary.reader = f.cl
 	f.r = &TargetReconciler{
-		Kind: circuit.KindMutating, Client: f.cl, APIReader: f.cl, Targets: targets, State: f.state,
+		Kind: circuit.KindMutating, Client: f.cl, Targets: targets, State: f.state,
 		Recorder: events.NewFakeRecorder(1000), Metrics: NewMetrics(), Signer: testIdentity, Clock: f.clock,
 		Marker: &marking.Keeper{Reader: f.cl, Canary: f.canary},
 	}

@@ -42,8 +42,6 @@ type TargetReconciler struct {
 	Kind circuit.Kind
 	// Client reads from the cache and writes.
 	Client client.Client
-	// APIReader reads fresh from the apiserver after a conflict.
-	APIReader client.Reader
 	// Targets are the approved webhooks (those of other kinds are ignored).
 	Targets []config.Target
 	// State holds the probe counts.
@@ -97,22 +95,25 @@ type ownWrite struct {
 }
 
 // Reconcile brings one configuration to what Plan wants. A conflict is
-// decided again from a fresh read (retry.RetryOnConflict's backoff). An
+// decided again from the cache (retry.RetryOnConflict's backoff). An
 // opening that waits for its marking policies to take effect is
 // requeued, so the worker is free meanwhile.
 func (r *TargetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	// A configuration with no target is reconciled too: if it carries a
 	// record (a target removed while its circuit was open), Plan closes it.
 	targets := targetsOf(r.Targets, r.Kind, req.Name)
-	var reader client.Reader = r.Client
 	var wait time.Duration
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var err error
-		wait, err = r.reconcileOnce(ctx, reader, req.Name, targets)
+		wait, err = r.reconcileOnce(ctx, req.Name, targets)
 		if apierrors.IsConflict(err) {
+			// Someone else wrote: decide again from the cache, not from a
+			// live read, which the outage's saturated apiserver would
+			// hold. Until the cache shows that write each try conflicts,
+			// and the write's watch event brings the next reconcile.
 			r.Metrics.WriteConflicts.Inc()
 			logf.FromContext(ctx).V(1).Info("Write conflict; reading again and deciding again")
-			reader = r.APIReader
+			r.wrote(req.Name, nil, nil)
 		}
 		return err
 	})
@@ -126,8 +127,8 @@ func (r *TargetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 // reconcileOnce reads, decides and writes once. It returns how long to
 // wait before deciding again when an opening waits for its marking
 // policies.
-func (r *TargetReconciler) reconcileOnce(ctx context.Context, reader client.Reader, name string, targets []config.Target) (time.Duration, error) {
-	cur, view, err := r.read(ctx, reader, name)
+func (r *TargetReconciler) reconcileOnce(ctx context.Context, name string, targets []config.Target) (time.Duration, error) {
+	cur, view, err := r.read(ctx, name)
 	if err != nil || cur == nil {
 		if cur == nil && err == nil {
 			r.syncGauges(targets, nil)
@@ -211,7 +212,7 @@ func (r *TargetReconciler) reconcileOnce(ctx context.Context, reader client.Read
 		if c.Webhook == "" {
 			continue
 		}
-		cur, view, err := r.read(ctx, r.APIReader, name)
+		cur, view, err := r.read(ctx, name)
 		if err != nil || cur == nil {
 			return 0, err
 		}
@@ -285,19 +286,17 @@ const maxHeldDecision = time.Minute
 // that write: deciding from the cache's older copy would only earn a
 // Conflict, and a mass failure's reconciles follow each other faster than
 // the watch delivers their writes.
-func (r *TargetReconciler) read(ctx context.Context, reader client.Reader, name string) (client.Object, *admissionregistrationv1.MutatingWebhookConfiguration, error) {
+func (r *TargetReconciler) read(ctx context.Context, name string) (client.Object, *admissionregistrationv1.MutatingWebhookConfiguration, error) {
 	cur := r.Kind.New()
-	if err := reader.Get(ctx, client.ObjectKey{Name: name}, cur); err != nil {
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: name}, cur); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.wrote(name, nil, nil)
 			return nil, nil, nil
 		}
 		return nil, nil, fmt.Errorf("reading: %w", err)
 	}
-	if reader == client.Reader(r.Client) {
-		if own := r.ownWrite(name, cur.GetResourceVersion()); own != nil {
-			cur = own
-		}
+	if own := r.ownWrite(name, cur.GetResourceVersion()); own != nil {
+		cur = own
 	}
 	view, err := circuit.View(cur)
 	return cur, view, err

@@ -97,7 +97,7 @@ func TestTargetReconciler_armsMarkingAroundEachTransition(t *testing.T) {
 	}
 	clock := clocktesting.NewFakeClock(time.Now())
 	r := &TargetReconciler{
-		Kind: circuit.KindMutating, Client: cl, APIReader: cl, Targets: targets, State: state,
+		Kind: circuit.KindMutating, Client: cl, Targets: targets, State: state,
 		Recorder: events.NewFakeRecorder(100), Metrics: NewMetrics(), Signer: testIdentity, Clock: clock,
 		Marker: &marking.Keeper{Reader: cl, Canary: c},
 	}
@@ -197,7 +197,7 @@ func TestTargetReconciler_anAbandonedArmingIsRemoved(t *testing.T) {
 	c := &canary{notYet: 100, reader: cl, circuits: []marking.Circuit{{Configuration: cfgName, Webhook: whA}}}
 	clock := clocktesting.NewFakeClock(time.Now())
 	r := &TargetReconciler{
-		Kind: circuit.KindMutating, Client: cl, APIReader: cl, Targets: []config.Target{tgt}, State: state,
+		Kind: circuit.KindMutating, Client: cl, Targets: []config.Target{tgt}, State: state,
 		Recorder: events.NewFakeRecorder(10), Metrics: NewMetrics(), Signer: testIdentity, Clock: clock,
 		Marker: &marking.Keeper{Reader: cl, Canary: c},
 	}
@@ -242,7 +242,7 @@ func TestTargetReconciler_aMissingMarkingPolicyHoldsTheOpeningForABound(t *testi
 	c := &canary{}
 	clock := clocktesting.NewFakeClock(time.Now())
 	r := &TargetReconciler{
-		Kind: circuit.KindMutating, Client: cl, APIReader: cl, Targets: []config.Target{tgt}, State: state,
+		Kind: circuit.KindMutating, Client: cl, Targets: []config.Target{tgt}, State: state,
 		Recorder: rec, Metrics: NewMetrics(), Signer: testIdentity, Clock: clock,
 		Marker: &marking.Keeper{Reader: cl, Canary: c},
 	}
@@ -306,7 +306,7 @@ func TestTargetReconciler_aHandoffDropsTheArmingEntriesAndWritesNothingAfter(t *
 	state.Register(tgt.Key())
 	clock := clocktesting.NewFakeClock(time.Now())
 	r := &TargetReconciler{
-		Kind: circuit.KindMutating, Client: cl, APIReader: cl, Targets: []config.Target{tgt}, State: state,
+		Kind: circuit.KindMutating, Client: cl, Targets: []config.Target{tgt}, State: state,
 		Recorder: events.NewFakeRecorder(10), Metrics: NewMetrics(), Signer: testIdentity, Clock: clock,
 		Marker: &marking.Keeper{Reader: cl, Canary: &canary{reader: cl}},
 	}
@@ -342,7 +342,7 @@ func TestTargetReconciler_anotherInstallationsArmingIsLeftAlone(t *testing.T) {
 	cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(mwc).Build()
 	clock := clocktesting.NewFakeClock(time.Now())
 	r := &TargetReconciler{
-		Kind: circuit.KindMutating, Client: cl, APIReader: cl, State: NewState(),
+		Kind: circuit.KindMutating, Client: cl, State: NewState(),
 		Recorder: events.NewFakeRecorder(10), Metrics: NewMetrics(), Signer: testIdentity, Clock: clock,
 		Marker: &marking.Keeper{Reader: cl, Canary: &canary{reader: cl}},
 	}
@@ -388,7 +388,7 @@ func TestTargetReconciler_anOpeningArmsTheNextInTheSameWrite(t *testing.T) {
 		}
 	}
 	r := &TargetReconciler{
-		Kind: circuit.KindMutating, Client: cl, APIReader: cl, Targets: []config.Target{a, b}, State: state,
+		Kind: circuit.KindMutating, Client: cl, Targets: []config.Target{a, b}, State: state,
 		Recorder: events.NewFakeRecorder(100), Metrics: NewMetrics(), Signer: testIdentity,
 		Clock: clocktesting.NewFakeClock(time.Now()), Marker: &marking.Keeper{Reader: cl, Canary: c},
 	}
@@ -451,7 +451,7 @@ func TestTargetReconciler_closingsAreDisarmedInOneWrite(t *testing.T) {
 	}
 	clock := clocktesting.NewFakeClock(time.Now())
 	r := &TargetReconciler{
-		Kind: circuit.KindMutating, Client: cl, APIReader: cl, Targets: []config.Target{a, b}, State: state,
+		Kind: circuit.KindMutating, Client: cl, Targets: []config.Target{a, b}, State: state,
 		Recorder: events.NewFakeRecorder(100), Metrics: NewMetrics(), Signer: testIdentity, Clock: clock,
 		Marker: &marking.Keeper{Reader: cl, Canary: &canary{reader: cl}},
 	}

@@ -193,7 +193,7 @@ func (o *Options) Run(ctx context.Context) error {
 		trigger := make(chan event.GenericEvent, len(cfg.Targets))
 		triggers[kind] = trigger
 		targets := &breaker.TargetReconciler{
-			Kind: kind, Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Targets: cfg.Targets,
+			Kind: kind, Client: mgr.GetClient(), Targets: cfg.Targets,
 			State: state, Recorder: recorder, Metrics: m, Signer: signer,
 		}
 		if kind == circuit.KindMutating {
