@@ -385,18 +385,19 @@ func (s *State) HoldOpen(now time.Time) (held, expired bool) {
 	case atThreshold && s.holdSince.IsZero():
 		s.holdSince = now
 	}
-	held = s.heldLocked(now)
-	expired = all && !held
-	return held, expired
+	held = all && s.withinBoundLocked(now)
+	return held, all && !held
 }
 
 // heldLocked reports whether openings are held at now: everything fails
 // at once (allFailingLocked), and the hold has not run out its bound.
 func (s *State) heldLocked(now time.Time) bool {
 	all, _ := s.allFailingLocked(now)
-	if !all {
-		return false
-	}
+	return all && s.withinBoundLocked(now)
+}
+
+// withinBoundLocked reports whether a hold at now is within its bound.
+func (s *State) withinBoundLocked(now time.Time) bool {
 	return s.holdBound == 0 || s.holdSince.IsZero() || now.Sub(s.holdSince) < s.holdBound
 }
 
