@@ -291,6 +291,7 @@ func TestWatchingResolver_keepsTheLastAnswerWhileTheAPIServerIsDown(t *testing.T
 			require.NoError(t, err)
 			require.Equal(t, "10.96.0.12:443", got)
 
+			a.watcher(t) // the watch is open before the outage refuses it
 			a.goDown(outage)
 			a.expire(t)
 			select {
