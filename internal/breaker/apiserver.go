@@ -115,8 +115,13 @@ func metricsWebhook(t config.Target) apimetrics.Webhook {
 func (r *ProbeRunner) signalLoop(ctx context.Context, s *apiserverSignal) {
 	ctx = logf.IntoContext(ctx, logf.FromContext(ctx).WithValues("signal", SignalAPIServer))
 	for {
+		// Reads start every interval, not an interval after the last one
+		// ended: a slow read under load would otherwise stretch the gap
+		// between two scrapes past trafficFresh, and a probe that traffic
+		// stands in for would slip in between.
+		start := r.Clock.Now()
 		r.ScrapeOnce(ctx, s)
-		timer := r.Clock.NewTimer(s.interval)
+		timer := r.Clock.NewTimer(max(s.interval-r.Clock.Since(start), 0))
 		select {
 		case <-ctx.Done():
 			timer.Stop()

@@ -637,3 +637,45 @@ func TestProbeRunner_aClosingReadsTheAdmittedCountOnceMore(t *testing.T) {
 	st, _ = r.State.Get(tgt.Key())
 	assert.Equal(t, float64(12), st.Admitted, "not again within MinScrapeInterval")
 }
+
+// slowScraper takes took on clock for every read, and reports when each
+// read started.
+type slowScraper struct {
+	clock  *clocktesting.FakeClock
+	took   time.Duration
+	starts chan time.Time
+}
+
+func (f *slowScraper) Scrape(context.Context, map[apimetrics.Webhook]bool) (apimetrics.Sample, error) {
+	f.starts <- f.clock.Now()
+	f.clock.Step(f.took)
+	return sample(0, 0), nil
+}
+
+// A slow read of /metrics does not stretch the scrape interval: reads
+// start every interval, so that the traffic that stands in for a probe
+// stays fresh between two of them (trafficFresh is 1.5 intervals; a read
+// of 0.6 interval followed by a full one would leave a gap of 1.6).
+func TestProbeRunner_scrapesStartEveryIntervalHoweverLongAReadTakes(t *testing.T) {
+	tgt := withSignal(target(whA, config.ModeBypass, 3, 2))
+	r, _ := runnerFor(t, newConfig(newWebhook(whA, policyFail)), tgt, healthyResult())
+	clock := r.Clock.(*clocktesting.FakeClock)
+	const interval = time.Second
+	scraper := &slowScraper{clock: clock, took: 600 * time.Millisecond, starts: make(chan time.Time, 1)}
+	r.Scraper = scraper
+	s := newAPIServerSignal(r.Targets, interval)
+	require.NotNil(t, s)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.signalLoop(ctx, s) }()
+	defer func() { cancel(); <-done }()
+
+	prev := <-scraper.starts
+	for range 3 {
+		require.Eventually(t, clock.HasWaiters, 5*time.Second, time.Millisecond)
+		clock.Step(interval - scraper.took)
+		next := <-scraper.starts
+		assert.Equal(t, interval, next.Sub(prev), "the next read starts an interval after the last one started")
+		prev = next
+	}
+}
