@@ -50,10 +50,8 @@ import (
 // not admitted and marked.
 
 // disarmAfter is how long marking stays armed after the write that closed
-// its circuit, or after an opening that did not happen: long enough for
-// every kube-apiserver to have seen that write, short enough that few
-// objects the webhook mutated are marked.
-const disarmAfter = 2 * time.Second
+// its circuit, or after an opening that did not happen (circuit.DisarmAfter).
+const disarmAfter = circuit.DisarmAfter
 
 // armingStep is what the arming asks of a reconcile.
 type armingStep struct {
@@ -94,15 +92,13 @@ func (r *TargetReconciler) arming(ctx context.Context, cur client.Object, view, 
 		return armingStep{annotations: next.Annotations}, nil
 	}
 	if view.Annotations[circuit.OverrideAnnotation] != "" {
-		// Handed to its administrators: the breaker arms nothing, and
-		// drops its arming entries only in a write it makes anyway (the
-		// handoff's).
-		if len(changes) == 0 {
-			return armingStep{annotations: next.Annotations}, nil
-		}
-		annotations := maps.Clone(next.Annotations)
-		delete(annotations, circuit.ArmingAnnotation)
-		return armingStep{annotations: annotations}, nil
+		// Handed to its administrators: the breaker arms nothing new.
+		// The handoff removes the bypass as a closing does, so it keeps
+		// the order of a closing: the entries it takes out of the record
+		// stay armed in its write, and go disarmAfter later, in a write
+		// of their own (one write that did both let creates escape both
+		// the mutation and the mark).
+		return r.armingFor(view, next, nil, nil)
 	}
 	armed, err := circuit.DecodeArming(view.Annotations)
 	if err != nil {
@@ -332,7 +328,10 @@ func (r *TargetReconciler) armingFor(view, next *admissionregistrationv1.Mutatin
 	}
 	before, err := circuit.Decode(view.Annotations)
 	if err != nil {
-		return armingStep{}, err
+		// Only a handoff gets here with an unreadable record (Plan
+		// refuses it otherwise): no entry can be moved out of it, and
+		// the arming entries already there go disarmAfter from now.
+		before = circuit.Record{}
 	}
 	after, err := circuit.Decode(next.Annotations)
 	if err != nil {

@@ -286,9 +286,11 @@ func openCount(t *testing.T, c client.Client) int {
 }
 
 // A configuration handed to its administrators (the override annotation)
-// is written once, by the handoff, which also drops the arming entries;
-// the breaker arms nothing there and writes nothing after.
-func TestTargetReconciler_aHandoffDropsTheArmingEntriesAndWritesNothingAfter(t *testing.T) {
+// keeps a closing's order: the handoff's write removes the record entry
+// and the bypass and leaves the entry armed; disarmAfter later a write of
+// its own disarms it; then the breaker arms nothing there and writes
+// nothing more.
+func TestTargetReconciler_aHandoffDisarmsInALaterWriteAndThenWritesNothing(t *testing.T) {
 	policy, binding := marking.Render(cfgName, whA)
 	mwc := newConfig(newWebhook(whA, policyIgnore, bypassMarker()))
 	entry := circuit.Entry{UID: testUID, Mode: circuit.ModeBypass, OpenedAt: metav1.Now(), Reason: "timeout", OriginalFailurePolicy: policyFail, By: testIdentity}
@@ -315,18 +317,37 @@ func TestTargetReconciler_aHandoffDropsTheArmingEntriesAndWritesNothingAfter(t *
 	req.Name = cfgName
 	_, err = r.Reconcile(ctx, req)
 	require.NoError(t, err)
-	got := &admissionregistrationv1.MutatingWebhookConfiguration{}
-	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: cfgName}, got))
-	assert.NotContains(t, got.Annotations, circuit.Annotation, "handed off")
-	assert.NotContains(t, got.Annotations, circuit.ArmingAnnotation)
+	handedOff := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: cfgName}, handedOff))
+	assert.NotContains(t, handedOff.Annotations, circuit.Annotation, "handed off")
+	assert.Empty(t, handedOff.Webhooks[0].MatchConditions, "the bypass goes with the handoff")
+	armed, err := circuit.DecodeArming(handedOff.Annotations)
+	require.NoError(t, err)
+	assert.Contains(t, armed, whA, "still armed in the handoff's own write")
+
+	res, err := r.Reconcile(ctx, req)
+	require.NoError(t, err)
+	assert.Positive(t, res.RequeueAfter, "comes back to disarm")
+	assert.LessOrEqual(t, res.RequeueAfter, disarmAfter)
+	same := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: cfgName}, same))
+	assert.Equal(t, handedOff.ResourceVersion, same.ResourceVersion, "disarmed before disarmAfter")
 
 	clock.Step(disarmAfter)
-	res, err := r.Reconcile(ctx, req)
+	_, err = r.Reconcile(ctx, req)
+	require.NoError(t, err)
+	disarmed := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: cfgName}, disarmed))
+	assert.NotContains(t, disarmed.Annotations, circuit.ArmingAnnotation, "disarmed disarmAfter after the handoff")
+	assert.Equal(t, "the platform team takes over", disarmed.Annotations[circuit.OverrideAnnotation])
+
+	clock.Step(disarmAfter)
+	res, err = r.Reconcile(ctx, req)
 	require.NoError(t, err)
 	assert.Zero(t, res.RequeueAfter)
 	again := &admissionregistrationv1.MutatingWebhookConfiguration{}
 	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: cfgName}, again))
-	assert.Equal(t, got.ResourceVersion, again.ResourceVersion, "written after the handoff")
+	assert.Equal(t, disarmed.ResourceVersion, again.ResourceVersion, "written after the disarming")
 }
 
 // Another installation's arming entries on a configuration this breaker

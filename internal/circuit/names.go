@@ -1,5 +1,7 @@
 package circuit
 
+import "time"
+
 // The names webhook-guard puts on webhook configurations. They are the
 // contract with users: keep them stable.
 const (
@@ -24,7 +26,22 @@ const (
 	BypassExpression = "false"
 	// FieldManager is the field manager of every write the service makes.
 	FieldManager = "webhook-guard"
+	// ReportingController is the reportingController of every Event the
+	// service records (reportingComponent in core/v1). guard status takes
+	// the original failurePolicy of a handed-off circuit only from a
+	// HandedOff Event with it. The API does not authenticate it: whoever
+	// may create Events in the namespace may write it too.
+	ReportingController = "webhook-guard"
 )
+
+// DisarmAfter is how long marking stays armed after a write that takes a
+// bypass away (a closing, a handoff, "guard release"), or after an
+// opening that did not happen: long enough for every kube-apiserver's
+// webhook dispatcher to have seen that write, short enough that few
+// objects the webhook mutated are marked. Whoever takes a bypass away
+// keeps the circuit's entry in ArmingAnnotation in that write, and
+// removes it in a later one, DisarmAfter after.
+const DisarmAfter = 2 * time.Second
 
 // PolicyDigestAnnotation is on the guard's ValidatingAdmissionPolicy: a
 // digest of its rule as the guard that wrote it rendered it, targets

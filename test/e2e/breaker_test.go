@@ -565,6 +565,19 @@ func TestBreaker_overrideHandoffDuringOpenLosesNoUpdate(t *testing.T) {
 	assert.Equal(t, int32(3), *w.TimeoutSeconds, "a concurrent timeoutSeconds edit was lost")
 	require.Eventually(t, func() bool { return contains(eventReasons(t, s.name), string(breaker.HandedOff)) },
 		transition, 50*time.Millisecond, "no HandedOff Event")
+	// guard status believes the Event only by these two fields, as core/v1
+	// shows them (internal/cli/status handedOffOriginal).
+	coreEvents := &corev1.EventList{}
+	require.NoError(t, env.Client.List(ctx, coreEvents, client.InNamespace(metav1.NamespaceDefault)))
+	handedOffEvents := 0
+	for _, ev := range coreEvents.Items {
+		if ev.Reason == string(breaker.HandedOff) && ev.InvolvedObject.Name == s.name {
+			handedOffEvents++
+			assert.Equal(t, circuit.ReportingController, ev.ReportingController, "reportingComponent")
+			assert.Equal(t, handed.UID, ev.InvolvedObject.UID)
+		}
+	}
+	assert.NotZero(t, handedOffEvents, "no HandedOff Event in core/v1")
 
 	// While handed off, the breaker counts nothing and writes nothing.
 	// The watch may deliver the handoff write a little after a read saw

@@ -21,13 +21,18 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/webhook-guard/webhook-guard/internal/admission/admissiontest"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/marking"
+	statusapi "github.com/webhook-guard/webhook-guard/internal/status"
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
 )
 
@@ -289,6 +294,10 @@ func TestRelease_kustomizeLeavesEveryConfigurationAsItWas(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, admissionregistrationv1.Ignore, st.policy, "%s: the circuit must still be open when the guard stops", tg.configuration)
 	}
+	// Arming entries an administrator mangled by hand: the breaker would
+	// have rewritten them, and the release removes them (issue 32).
+	r = env.Kubectl(ctx, "", nil, "annotate", "--overwrite", "mutatingwebhookconfiguration", "release-mutating-b", circuit.ArmingAnnotation+"={mangled")
+	require.NoError(t, r.Err, "kubectl annotate:\n%s%s", r.Stdout, r.Stderr)
 	dry, err := releaseRun(ctx, bin, env.KubeconfigPath, "--all", "--dry-run", "-n", ns, "--deployment", sa, "--breaker", breaker)
 	require.NoError(t, err, "guard release --dry-run:\n%s", dry)
 	for _, tg := range opened {
@@ -301,10 +310,13 @@ func TestRelease_kustomizeLeavesEveryConfigurationAsItWas(t *testing.T) {
 	t.Logf("guard release --all:\n%s", out)
 	assert.Equal(t, out, strings.ReplaceAll(dry, " (dry run)", ""), "--dry-run prints what release does")
 	want := []string{
-		"mutatingwebhookconfiguration/release-mutating-a a.release.example.com: released (failurePolicy Ignore -> Fail, bypass matchCondition removed, record entry removed)",
-		"mutatingwebhookconfiguration/release-mutating-b b.release.example.com: released (failurePolicy Ignore -> Fail, record entry removed)",
+		"mutatingwebhookconfiguration/release-mutating-a a.release.example.com: released (failurePolicy Ignore -> Fail, bypass matchCondition removed, record entry removed, arming entry removed 2s later)",
+		"mutatingwebhookconfiguration/release-mutating-b: unreadable arming entries removed (annotation " + circuit.ArmingAnnotation + " is not a circuit record: invalid character 'm' looking for beginning of object key string)",
+		"mutatingwebhookconfiguration/release-mutating-b b.release.example.com: released (failurePolicy Ignore -> Fail, record entry removed, arming entry removed 2s later)",
 		"mutatingwebhookconfiguration/release-mutating-b healthy.release.example.com: nothing to release (circuit closed)",
 		"validatingwebhookconfiguration/release-validating v.release.example.com: released (failurePolicy Ignore -> Fail, bypass matchCondition removed, record entry removed)",
+		"mutatingwebhookconfiguration/release-mutating-a: marking disarmed (a.release.example.com)",
+		"mutatingwebhookconfiguration/release-mutating-b: marking disarmed (b.release.example.com)",
 	}
 	for _, tg := range releaseTargets[:3] {
 		name := marking.Name(tg.configuration, tg.webhook)
@@ -328,4 +340,88 @@ func TestRelease_kustomizeLeavesEveryConfigurationAsItWas(t *testing.T) {
 	}
 	assert.True(t, apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKey{Name: releasePolicy}, &admissionregistrationv1.ValidatingAdmissionPolicy{})), "the guard policy is left")
 	assert.True(t, apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKey{Name: releasePolicy}, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{})), "the guard policy's binding is left")
+}
+
+// Issue 32, item 2: "guard release --scale-down" never strands the
+// cluster. It plans every configuration before it stops anything: an
+// unreadable circuit record fails it with the Deployment untouched. And
+// what fails after the scale-down (here, a leader that does not go within
+// --timeout) scales the Deployment back to its replicas. No kubelet runs
+// here: the Deployment is only its object, which is all the scale
+// subresource needs.
+func TestRelease_aFailureAfterTheScaleDownScalesBackUp(t *testing.T) {
+	ctx := context.Background()
+	ns := testNamespace(t)
+	bin, err := env.BuildGuard()
+	require.NoError(t, err)
+	name := uniqueName(t, "strand")
+	hook := "h." + name + ".example.com"
+	cfg := filepath.Join(t.TempDir(), "config.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`apiVersion: config.webhook-guard.io/v1alpha1
+kind: GuardConfiguration
+targets:
+- configuration: %s
+  webhook: %s
+  allowAdmissionWithoutMutation: true
+  mode: Bypass
+`, name, hook)), 0o600))
+
+	deployment := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "guard"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](3),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "guard"}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "guard"}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "guard", Image: "webhook-guard:e2e"}}},
+			},
+		},
+	}
+	require.NoError(t, env.Client.Create(ctx, deployment))
+	replicas := func() int32 {
+		t.Helper()
+		scale, err := env.Clientset.AppsV1().Deployments(ns).GetScale(ctx, "guard", metav1.GetOptions{})
+		require.NoError(t, err)
+		return scale.Spec.Replicas
+	}
+	// A leader that renews for an hour: scaling a Deployment stops no
+	// process here.
+	holder := "guard-7f9c_0"
+	lease := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: statusapi.LeaseName("")},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: ptr.To[int32](3600), RenewTime: &metav1.MicroTime{Time: time.Now()}},
+	}
+	require.NoError(t, env.Client.Create(ctx, lease))
+
+	// An unreadable record: nothing can be planned, nothing is stopped.
+	w := configMapWebhook(hook, ns, "https://127.0.0.1:1/never", nil, admissionregistrationv1.Ignore)
+	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{circuit.Annotation: "{not a record"}},
+		Webhooks:   []admissionregistrationv1.MutatingWebhook{w},
+	}
+	require.NoError(t, env.Client.Create(ctx, mwc))
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), mwc) })
+	release := func() (string, error) {
+		return releaseRun(ctx, bin, env.KubeconfigPath, "--all", "--scale-down", "--timeout", "2s", "--config", cfg, "-n", ns, "--deployment", "guard")
+	}
+	out, err := release()
+	t.Logf("guard release, unreadable record:\n%s", out)
+	require.Error(t, err)
+	assert.Contains(t, out, "mutatingwebhookconfiguration/"+name+": cannot be released: annotation "+circuit.Annotation+" is not a circuit record")
+	assert.Contains(t, out, "nothing was stopped or written")
+	assert.NotContains(t, out, "scaled to 0")
+	assert.Equal(t, int32(3), replicas(), "scaled down although nothing could be released")
+
+	// Readable again: the release scales down, the leader stays past
+	// --timeout, and the Deployment goes back to 3.
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(mwc), mwc))
+	delete(mwc.Annotations, circuit.Annotation)
+	require.NoError(t, env.Client.Update(ctx, mwc))
+	out, err = release()
+	t.Logf("guard release, a leader that stays:\n%s", out)
+	require.Error(t, err)
+	assert.Contains(t, out, "deployment/guard scaled to 0")
+	assert.Contains(t, out, "deployment/guard scaled back to 3: the release failed, and the guard runs again")
+	assert.Contains(t, out, holder+" still leads")
+	assert.Equal(t, int32(3), replicas(), "left at 0 with nothing running the circuits")
 }

@@ -48,8 +48,22 @@ type Plan struct {
 	Lines []Line
 	// Next is the configuration, seen as circuit.View, with everything of
 	// this installation's handed back; nil when there is nothing to write.
+	// Its marking stays armed: the record entries it removes move to the
+	// arming entries, as a closing's do.
 	Next *admissionregistrationv1.MutatingWebhookConfiguration
+	// Disarm are the webhooks whose arming entries of this installation
+	// Next keeps: a later write removes them (PlanDisarm),
+	// circuit.DisarmAfter after Next is written, once every kube-apiserver
+	// calls the webhooks again.
+	Disarm []string
+	// Notes are what the plan does to the configuration as a whole, one
+	// line each: unreadable arming entries it removes.
+	Notes []string
 }
+
+// disarmLater is the change of a webhook whose marking stays armed in the
+// restoring write, and is disarmed in a later one.
+var disarmLater = fmt.Sprintf("arming entry removed %s later", circuit.DisarmAfter)
 
 // PlanRelease computes what releasing view (a configuration of kind, as
 // circuit.View shows it) takes, for the installation that signs its
@@ -62,9 +76,14 @@ type Plan struct {
 // the bypass matchCondition is removed, and so is the entry. An entry
 // whose UID is not the configuration's is a stale copy (the configuration
 // was recreated with its annotations): the entry goes, the fields stay,
-// for the breaker did not change them. The webhook's arming entry of
-// this installation goes too. Entries of other installations, and their
-// fields, are left alone.
+// for the breaker did not change them. The webhook's marking stays armed
+// in that write, as after a closing: a mutating webhook's record entry
+// moves to the arming
+// entries, and this installation's arming entries go in a later write
+// (Plan.Disarm), for an object created while kube-apiserver's webhook
+// dispatcher still skips the webhook must still be marked. Unreadable
+// arming entries are no arming, as the breaker reads them: they go.
+// Entries of other installations, and their fields, are left alone.
 //
 // On a configuration handed to its administrators (a non-empty override
 // annotation), the fields are theirs: only the entries go, as the
@@ -74,9 +93,15 @@ func PlanRelease(kind circuit.Kind, view *admissionregistrationv1.MutatingWebhoo
 	if err != nil {
 		return Plan{}, err
 	}
+	plan := Plan{}
+	changed := false
 	armed, err := circuit.DecodeArming(view.Annotations)
 	if err != nil {
-		return Plan{}, err
+		// Only the breaker writes them, and they only arm marking: the
+		// breaker would rewrite them, and so does the release.
+		armed = circuit.Record{}
+		changed = true
+		plan.Notes = append(plan.Notes, fmt.Sprintf("%s/%s: unreadable arming entries removed (%v)", kind.Singular(), view.Name, err))
 	}
 	override := view.Annotations[circuit.OverrideAnnotation]
 	next := view.DeepCopy()
@@ -112,8 +137,6 @@ func PlanRelease(kind circuit.Kind, view *admissionregistrationv1.MutatingWebhoo
 		return ia - ib
 	})
 
-	plan := Plan{}
-	changed := false
 	for _, hook := range ordered {
 		line := Line{Kind: kind, Configuration: view.Name, Webhook: hook}
 		i := index(hook)
@@ -148,10 +171,13 @@ func PlanRelease(kind circuit.Kind, view *admissionregistrationv1.MutatingWebhoo
 		}
 		if open {
 			delete(rec, hook)
+			if kind == circuit.KindMutating && entry.UID == view.UID && i >= 0 {
+				armed[hook] = entry
+			}
 		}
 		if _, ok := mine(armed, hook); ok {
-			delete(armed, hook)
-			line.Changes = append(line.Changes, "arming entry removed")
+			plan.Disarm = append(plan.Disarm, hook)
+			line.Changes = append(line.Changes, disarmLater)
 		}
 		if len(line.Changes) > 0 {
 			changed = true
@@ -177,6 +203,32 @@ func PlanRelease(kind circuit.Kind, view *admissionregistrationv1.MutatingWebhoo
 	next.Annotations = annotations
 	plan.Next = next
 	return plan, nil
+}
+
+// PlanDisarm returns view (a configuration as circuit.View shows it)
+// without the arming entries of webhooks signed by signer, the second
+// write of a release (Plan.Disarm); nil when there are none. Unreadable
+// arming entries go too.
+func PlanDisarm(view *admissionregistrationv1.MutatingWebhookConfiguration, signer string, webhooks []string) (*admissionregistrationv1.MutatingWebhookConfiguration, error) {
+	armed, err := circuit.DecodeArming(view.Annotations)
+	changed := err != nil
+	if err != nil {
+		armed = circuit.Record{}
+	}
+	for _, hook := range webhooks {
+		if e, ok := armed[hook]; ok && e.Mine(signer) {
+			delete(armed, hook)
+			changed = true
+		}
+	}
+	if !changed {
+		return nil, nil
+	}
+	next := view.DeepCopy()
+	if next.Annotations, err = circuit.EncodeArming(next.Annotations, armed); err != nil {
+		return nil, err
+	}
+	return next, nil
 }
 
 // OverrideReason is the override annotation's value while "guard release"

@@ -79,21 +79,29 @@ func TestPlanRelease(t *testing.T) {
 		// want is the configuration handed back; nil: nothing to write.
 		want  *admissionregistrationv1.MutatingWebhookConfiguration
 		lines []string
+		// disarm are the webhooks disarmed in the later write.
+		disarm []string
 	}{
 		"a Bypass circuit goes back to Fail, and keeps the webhook's own matchCondition": {
-			cur:   object(t, circuit.Record{hookA: entry(mine, fail)}, nil, nil, webhook(hookA, ignore, userCondition, bypass), webhook(hookB, fail)),
-			want:  object(t, nil, nil, nil, webhook(hookA, fail, userCondition), webhook(hookB, fail)),
-			lines: []string{"mutatingwebhookconfiguration/pod-defaults a.pod-defaults.example.com: released (failurePolicy Ignore -> Fail, bypass matchCondition removed, record entry removed)"},
+			cur:    object(t, circuit.Record{hookA: entry(mine, fail)}, nil, nil, webhook(hookA, ignore, userCondition, bypass), webhook(hookB, fail)),
+			want:   object(t, nil, circuit.Record{hookA: entry(mine, fail)}, nil, webhook(hookA, fail, userCondition), webhook(hookB, fail)),
+			lines:  []string{"mutatingwebhookconfiguration/pod-defaults a.pod-defaults.example.com: released (failurePolicy Ignore -> Fail, bypass matchCondition removed, record entry removed, arming entry removed 2s later)"},
+			disarm: []string{hookA},
 		},
 		"an unset original is removed, and the bypass matchCondition with it": {
-			cur:   object(t, circuit.Record{hookA: entry(mine, nil)}, nil, nil, webhook(hookA, ignore, bypass)),
-			want:  object(t, nil, nil, nil, webhook(hookA, nil)),
-			lines: []string{"mutatingwebhookconfiguration/pod-defaults a.pod-defaults.example.com: released (failurePolicy Ignore -> unset, bypass matchCondition removed, record entry removed)"},
+			cur:    object(t, circuit.Record{hookA: entry(mine, nil)}, nil, nil, webhook(hookA, ignore, bypass)),
+			want:   object(t, nil, circuit.Record{hookA: entry(mine, nil)}, nil, webhook(hookA, nil)),
+			lines:  []string{"mutatingwebhookconfiguration/pod-defaults a.pod-defaults.example.com: released (failurePolicy Ignore -> unset, bypass matchCondition removed, record entry removed, arming entry removed 2s later)"},
+			disarm: []string{hookA},
 		},
-		"the arming entry goes with the record entry": {
-			cur:   object(t, circuit.Record{hookA: entry(mine, fail)}, circuit.Record{hookB: entry(mine, fail)}, nil, webhook(hookA, ignore), webhook(hookB, fail)),
-			want:  object(t, nil, nil, nil, webhook(hookA, fail), webhook(hookB, fail)),
-			lines: []string{"mutatingwebhookconfiguration/pod-defaults a.pod-defaults.example.com: released (failurePolicy Ignore -> Fail, record entry removed)", "mutatingwebhookconfiguration/pod-defaults b.pod-defaults.example.com: released (arming entry removed)"},
+		"the record entry moves to the arming entries, which all go in the later write": {
+			cur:  object(t, circuit.Record{hookA: entry(mine, fail)}, circuit.Record{hookB: entry(mine, fail)}, nil, webhook(hookA, ignore), webhook(hookB, fail)),
+			want: object(t, nil, circuit.Record{hookA: entry(mine, fail), hookB: entry(mine, fail)}, nil, webhook(hookA, fail), webhook(hookB, fail)),
+			lines: []string{
+				"mutatingwebhookconfiguration/pod-defaults a.pod-defaults.example.com: released (failurePolicy Ignore -> Fail, record entry removed, arming entry removed 2s later)",
+				"mutatingwebhookconfiguration/pod-defaults b.pod-defaults.example.com: released (arming entry removed 2s later)",
+			},
+			disarm: []string{hookA, hookB},
 		},
 		"another installation's circuit and arming entry are left alone": {
 			cur:      object(t, circuit.Record{hookA: entry(theirs, fail)}, circuit.Record{hookA: entry(theirs, fail)}, nil, webhook(hookA, ignore, bypass)),
@@ -101,14 +109,17 @@ func TestPlanRelease(t *testing.T) {
 			lines:    []string{"mutatingwebhookconfiguration/pod-defaults a.pod-defaults.example.com: nothing to release (its circuit was opened by another installation, " + theirs + ")"},
 		},
 		"beside another installation's entry, only this one's goes": {
-			cur:   object(t, circuit.Record{hookA: entry(mine, fail), hookB: entry(theirs, fail)}, nil, nil, webhook(hookA, ignore, bypass), webhook(hookB, ignore, bypass)),
-			want:  object(t, circuit.Record{hookB: entry(theirs, fail)}, nil, nil, webhook(hookA, fail), webhook(hookB, ignore, bypass)),
-			lines: []string{"mutatingwebhookconfiguration/pod-defaults a.pod-defaults.example.com: released (failurePolicy Ignore -> Fail, bypass matchCondition removed, record entry removed)"},
+			cur: object(t, circuit.Record{hookA: entry(mine, fail), hookB: entry(theirs, fail)}, nil, nil, webhook(hookA, ignore, bypass), webhook(hookB, ignore, bypass)),
+			want: object(t, circuit.Record{hookB: entry(theirs, fail)}, circuit.Record{hookA: entry(mine, fail)}, nil,
+				webhook(hookA, fail), webhook(hookB, ignore, bypass)),
+			lines:  []string{"mutatingwebhookconfiguration/pod-defaults a.pod-defaults.example.com: released (failurePolicy Ignore -> Fail, bypass matchCondition removed, record entry removed, arming entry removed 2s later)"},
+			disarm: []string{hookA},
 		},
 		"an entry without a signature is this installation's": {
-			cur:   object(t, circuit.Record{hookA: entry("", fail)}, nil, nil, webhook(hookA, ignore)),
-			want:  object(t, nil, nil, nil, webhook(hookA, fail)),
-			lines: []string{"mutatingwebhookconfiguration/pod-defaults a.pod-defaults.example.com: released (failurePolicy Ignore -> Fail, record entry removed)"},
+			cur:    object(t, circuit.Record{hookA: entry("", fail)}, nil, nil, webhook(hookA, ignore)),
+			want:   object(t, nil, circuit.Record{hookA: entry("", fail)}, nil, webhook(hookA, fail)),
+			lines:  []string{"mutatingwebhookconfiguration/pod-defaults a.pod-defaults.example.com: released (failurePolicy Ignore -> Fail, record entry removed, arming entry removed 2s later)"},
+			disarm: []string{hookA},
 		},
 		"a closed circuit has nothing to release": {
 			cur:      object(t, nil, nil, nil, webhook(hookA, fail)),
@@ -129,9 +140,11 @@ func TestPlanRelease(t *testing.T) {
 			lines: []string{"mutatingwebhookconfiguration/pod-defaults a.pod-defaults.example.com: released (stale record entry removed) (the entry was copied from a configuration with UID uid-1: the fields were not changed by this installation here)"},
 		},
 		"on a handed-off configuration only the entries go": {
-			cur:   object(t, circuit.Record{hookA: entry(mine, fail)}, nil, map[string]string{circuit.OverrideAnnotation: "INC-1"}, webhook(hookA, ignore, bypass)),
-			want:  object(t, nil, nil, map[string]string{circuit.OverrideAnnotation: "INC-1"}, webhook(hookA, ignore, bypass)),
-			lines: []string{`mutatingwebhookconfiguration/pod-defaults a.pod-defaults.example.com: released (record entry removed) (handed off, override "INC-1": its failurePolicy and matchConditions are the administrators')`},
+			cur:  object(t, circuit.Record{hookA: entry(mine, fail)}, nil, map[string]string{circuit.OverrideAnnotation: "INC-1"}, webhook(hookA, ignore, bypass)),
+			want: object(t, nil, circuit.Record{hookA: entry(mine, fail)}, map[string]string{circuit.OverrideAnnotation: "INC-1"}, webhook(hookA, ignore, bypass)),
+			lines: []string{`mutatingwebhookconfiguration/pod-defaults a.pod-defaults.example.com: released (record entry removed, arming entry removed 2s later) ` +
+				`(handed off, override "INC-1": its failurePolicy and matchConditions are the administrators')`},
+			disarm: []string{hookA},
 		},
 		"an entry of a webhook that is gone is removed": {
 			cur:   object(t, circuit.Record{hookB: entry(mine, fail)}, nil, nil, webhook(hookA, fail)),
@@ -141,8 +154,9 @@ func TestPlanRelease(t *testing.T) {
 		"only the webhook asked for is released": {
 			cur:      object(t, circuit.Record{hookA: entry(mine, fail), hookB: entry(mine, fail)}, nil, nil, webhook(hookA, ignore), webhook(hookB, ignore)),
 			webhooks: []string{hookB},
-			want:     object(t, circuit.Record{hookA: entry(mine, fail)}, nil, nil, webhook(hookA, ignore), webhook(hookB, fail)),
-			lines:    []string{"mutatingwebhookconfiguration/pod-defaults b.pod-defaults.example.com: released (failurePolicy Ignore -> Fail, record entry removed)"},
+			want:     object(t, circuit.Record{hookA: entry(mine, fail)}, circuit.Record{hookB: entry(mine, fail)}, nil, webhook(hookA, ignore), webhook(hookB, fail)),
+			lines:    []string{"mutatingwebhookconfiguration/pod-defaults b.pod-defaults.example.com: released (failurePolicy Ignore -> Fail, record entry removed, arming entry removed 2s later)"},
+			disarm:   []string{hookB},
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -156,8 +170,57 @@ func TestPlanRelease(t *testing.T) {
 			}
 			assert.Equal(t, tc.lines, lines)
 			assert.Equal(t, tc.want, plan.Next)
+			assert.Equal(t, tc.disarm, plan.Disarm)
+			assert.Empty(t, plan.Notes)
+			if plan.Next == nil {
+				return
+			}
+			disarmed, err := PlanDisarm(plan.Next, mine, plan.Disarm)
+			require.NoError(t, err)
+			if len(plan.Disarm) == 0 {
+				assert.Nil(t, disarmed, "nothing to disarm: no later write")
+				return
+			}
+			require.NotNil(t, disarmed)
+			armed, err := circuit.DecodeArming(disarmed.Annotations)
+			require.NoError(t, err)
+			for hook, e := range armed {
+				assert.False(t, e.Mine(mine), "%s: disarmed in the later write", hook)
+			}
+			rest := disarmed.DeepCopy()
+			rest.Annotations = plan.Next.Annotations
+			assert.Equal(t, plan.Next, rest, "the later write changes the arming entries alone")
 		})
 	}
+}
+
+// Unreadable arming entries are no arming, as the breaker reads them: the
+// release removes them rather than failing, which would leave the
+// circuits open with nothing running (issue 32).
+func TestPlanRelease_unreadableArmingEntriesGo(t *testing.T) {
+	cur := object(t, circuit.Record{hookA: entry(mine, fail)}, nil, nil, webhook(hookA, ignore, bypass))
+	cur.Annotations[circuit.ArmingAnnotation] = "not json"
+	plan, err := PlanRelease(circuit.KindMutating, cur, mine, nil)
+	require.NoError(t, err)
+	require.NotNil(t, plan.Next)
+	assert.Equal(t, []string{hookA}, plan.Disarm)
+	require.Len(t, plan.Notes, 1)
+	assert.Contains(t, plan.Notes[0], "mutatingwebhookconfiguration/pod-defaults: unreadable arming entries removed")
+	armed, err := circuit.DecodeArming(plan.Next.Annotations)
+	require.NoError(t, err, "readable again")
+	assert.Equal(t, []string{hookA}, armed.Webhooks(), "the record entry moved, nothing else")
+	assert.True(t, armed[hookA].Mine(mine))
+
+	// Nothing open: the unreadable entries go all the same.
+	closed := object(t, nil, nil, nil, webhook(hookA, fail))
+	closed.Annotations[circuit.ArmingAnnotation] = "{"
+	plan, err = PlanRelease(circuit.KindMutating, closed, mine, nil)
+	require.NoError(t, err)
+	require.NotNil(t, plan.Next)
+	assert.NotContains(t, plan.Next.Annotations, circuit.ArmingAnnotation)
+	disarmed, err := PlanDisarm(closed, mine, nil)
+	require.NoError(t, err)
+	assert.NotContains(t, disarmed.Annotations, circuit.ArmingAnnotation)
 }
 
 func TestPlanRelease_unreadableRecordIsAnError(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/webhook-guard/webhook-guard/internal/admission"
@@ -33,10 +34,13 @@ const long = `Hands back what this installation of webhook-guard owns, before it
 uninstalled: for every target (--all) or one configuration or webhook, it
 closes each open circuit, restoring the webhook exactly as its record says
 it was (the original failurePolicy, or none when it was unset, and no
-bypass matchCondition), and removes the installation's record and arming
-entries. It then deletes the marking policies (and bindings) of the
-mutating targets it released and, with --all, the guard policy and its
-binding. Circuits, entries and policies of other installations are left
+bypass matchCondition), and removes the installation's record entries.
+As after a closing, their marking stays armed in that write and is
+disarmed 2s later, in a write of its own: kube-apiserver calls the webhook
+again a moment after it sees the write, and what it admits meanwhile
+without the webhook is still marked. It then deletes the marking policies
+(and bindings) of the mutating targets it released and, with --all, the
+guard policy and its binding. Circuits, entries and policies of other installations are left
 alone. It prints one line per webhook and per deleted object; --dry-run
 prints the same and writes nothing.
 
@@ -50,6 +54,12 @@ the circuits again. Stop the guard first, release, then delete the rest:
 
 --scale-down does the first step itself and waits up to --timeout for the
 Lease to say that nobody leads (the Helm chart's pre-delete hook uses it).
+Every configuration is read and planned before anything is stopped: one
+that cannot be released (an unreadable circuit record) fails the command
+with nothing changed. If anything fails after the scale-down, the
+Deployment is scaled back to its replicas, so that no circuit is left
+open with nothing running; the error says so. Unreadable arming entries
+are no arming, as the breaker reads them: they are removed.
 
 Run it as an administrator, not as the service's ServiceAccount: it writes
 each configuration in two JSON patches, the first with the override
@@ -151,10 +161,15 @@ type configuration struct {
 	webhooks []string
 }
 
-// Run releases what Validate selected: it stops or checks for the leader,
-// writes each configuration, then deletes the policies. A configuration
-// that could not be written keeps the guard policy in place, and fails
-// the command once everything else was tried.
+// Run releases what Validate selected. It reads and plans every
+// configuration first, and fails before anything is stopped or written
+// if one cannot be planned. Then it stops or checks for the leader,
+// writes each configuration (plan again, now that nobody else writes),
+// disarms their marking circuit.DisarmAfter later, and deletes the
+// policies. A configuration that could not be written keeps the guard
+// policy in place, and fails the command once everything else was tried.
+// With --scale-down, anything that fails after the scale-down scales the
+// Deployment back up, so that no circuit stays open with nothing running.
 func (o *Options) Run(ctx context.Context) error {
 	if err := o.ReadInstalledConfig(ctx); err != nil {
 		return fmt.Errorf("%w; pass --config FILE to read the configuration from a file", err)
@@ -164,21 +179,89 @@ func (o *Options) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := o.stopLeader(ctx, statusapi.LeaseName(cfg.Instance)); err != nil {
+	signer := startcheck.Signer(o.Breaker, cfg.Instance)
+	groups := groupByConfiguration(targets)
+	var unplanned []string
+	var disarmed []string
+	for _, c := range groups {
+		_, plan, err := o.plan(ctx, c, signer, o.DryRun)
+		if err != nil {
+			fmt.Fprintf(o.Out, "%s/%s: cannot be released: %v\n", c.kind.Singular(), c.name, err)
+			unplanned = append(unplanned, c.kind.Singular()+"/"+c.name)
+		}
+		if len(plan.Disarm) > 0 {
+			disarmed = append(disarmed, disarmedLine(c, plan.Disarm)+" (dry run)")
+		}
+	}
+	if len(unplanned) > 0 {
+		return fmt.Errorf("cannot be released: %s; nothing was stopped or written", strings.Join(unplanned, ", "))
+	}
+	if o.DryRun {
+		for _, l := range disarmed {
+			fmt.Fprintln(o.Out, l)
+		}
+		if err := o.stopLeader(ctx, statusapi.LeaseName(cfg.Instance)); err != nil {
+			return err
+		}
+		return o.deleteAll(ctx, cfg, targets)
+	}
+	replicas, err := o.replicas(ctx)
+	if err != nil {
 		return err
 	}
-	signer := startcheck.Signer(o.Breaker, cfg.Instance)
+	err = o.stopLeader(ctx, statusapi.LeaseName(cfg.Instance))
+	if err == nil {
+		err = o.releaseAll(ctx, cfg, targets, groups, signer)
+	}
+	if err != nil && replicas != nil {
+		return o.scaleBack(ctx, *replicas, err)
+	}
+	return err
+}
 
+// releaseAll writes each configuration, disarms its marking
+// circuit.DisarmAfter later, then deletes the policies.
+func (o *Options) releaseAll(ctx context.Context, cfg *config.Configuration, targets []config.Target, groups []configuration, signer string) error {
 	var failed []string
-	for _, c := range groupByConfiguration(targets) {
-		if err := o.release(ctx, c, signer); err != nil {
+	disarm := map[int][]string{}
+	for i, c := range groups {
+		hooks, err := o.release(ctx, c, signer)
+		if err != nil {
 			fmt.Fprintf(o.Out, "%s/%s: not released: %v\n", c.kind.Singular(), c.name, err)
 			failed = append(failed, c.kind.Singular()+"/"+c.name)
+		}
+		if len(hooks) > 0 {
+			disarm[i] = hooks
+		}
+	}
+	if len(disarm) > 0 {
+		// The order of a closing: kube-apiserver's webhook dispatcher
+		// sees the restoring write a moment after the marking policies
+		// do, and an object it admits meanwhile without the webhook must
+		// still be marked.
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(circuit.DisarmAfter):
+		}
+	}
+	for i, c := range groups {
+		if hooks := disarm[i]; len(hooks) > 0 {
+			if err := o.disarm(ctx, c, signer, hooks); err != nil {
+				fmt.Fprintf(o.Out, "%s/%s: marking not disarmed: %v\n", c.kind.Singular(), c.name, err)
+				failed = append(failed, c.kind.Singular()+"/"+c.name+" (disarming)")
+			}
 		}
 	}
 	if len(failed) > 0 {
 		return fmt.Errorf("not released: %s; nothing was deleted, the guard policy still guards them: run guard release again", strings.Join(failed, ", "))
 	}
+	return o.deleteAll(ctx, cfg, targets)
+}
+
+// deleteAll deletes the marking policies of the mutating targets and,
+// with --all, the guard policy.
+func (o *Options) deleteAll(ctx context.Context, cfg *config.Configuration, targets []config.Target) error {
 	var objects []owned
 	for _, t := range targets {
 		if t.Kind == circuit.KindMutating {
@@ -195,6 +278,7 @@ func (o *Options) Run(ctx context.Context) error {
 			owned{"validatingadmissionpolicybinding", &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: name}}, ""},
 			owned{"validatingadmissionpolicy", &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}}, ""})
 	}
+	var failed []string
 	for _, obj := range objects {
 		if err := o.delete(ctx, obj); err != nil {
 			failed = append(failed, err.Error())
@@ -286,21 +370,58 @@ func (o *Options) stopLeader(ctx context.Context, lease string) error {
 	}
 }
 
-// release plans one configuration, prints its lines and writes it.
-func (o *Options) release(ctx context.Context, c configuration, signer string) error {
+// replicas returns the Deployment's replicas before --scale-down, to
+// scale it back to if the release fails after it; nil without
+// --scale-down.
+func (o *Options) replicas(ctx context.Context) (*int32, error) {
+	if !o.ScaleDown {
+		return nil, nil
+	}
+	scale, err := o.KubeClient.AppsV1().Deployments(o.Namespace).GetScale(ctx, o.Deployment, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("reading the replicas of Deployment %s/%s before scaling it down: %w", o.Namespace, o.Deployment, err)
+	}
+	return &scale.Spec.Replicas, nil
+}
+
+// scaleBack scales the Deployment back to replicas after the release
+// failed with cause, so that the guard runs again: circuits left open and
+// the guard policy in place need their breaker.
+func (o *Options) scaleBack(ctx context.Context, replicas int32, cause error) error {
+	if replicas == 0 {
+		return cause
+	}
+	body := []byte(fmt.Sprintf(`{"spec":{"replicas":%d}}`, replicas))
+	// A fresh context: ctx may be what ended the release.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if _, err := o.KubeClient.AppsV1().Deployments(o.Namespace).Patch(ctx, o.Deployment, types.MergePatchType, body, metav1.PatchOptions{FieldManager: FieldManager}, "scale"); err != nil {
+		return fmt.Errorf("%w; and scaling Deployment %s/%s back to %d replicas failed too, so nothing runs the circuits: scale it up yourself (kubectl -n %s scale deployment %s --replicas %d): %v",
+			cause, o.Namespace, o.Deployment, replicas, o.Namespace, o.Deployment, replicas, err)
+	}
+	fmt.Fprintf(o.Out, "deployment/%s scaled back to %d: the release failed, and the guard runs again\n", o.Deployment, replicas)
+	return fmt.Errorf("%w; Deployment %s/%s was scaled back to %d replicas, so the guard runs the circuits again", cause, o.Namespace, o.Deployment, replicas)
+}
+
+// plan reads one configuration and plans its release; with print, it
+// prints the plan's lines. It returns the configuration read (nil when
+// there is none) and its plan.
+func (o *Options) plan(ctx context.Context, c configuration, signer string, print bool) (*admissionregistrationv1.MutatingWebhookConfiguration, Plan, error) {
 	obj := c.kind.New()
 	if err := o.Client.Get(ctx, client.ObjectKey{Name: c.name}, obj); err != nil {
 		if !apierrors.IsNotFound(err) {
-			return err
+			return nil, Plan{}, err
 		}
-		for _, hook := range c.webhooks {
-			fmt.Fprintln(o.Out, Line{Kind: c.kind, Configuration: c.name, Webhook: hook, Note: "nothing to release (configuration not found)"})
+		if print {
+			for _, hook := range c.webhooks {
+				fmt.Fprintln(o.Out, Line{Kind: c.kind, Configuration: c.name, Webhook: hook, Note: "nothing to release (configuration not found)"})
+			}
 		}
-		return nil
+		return nil, Plan{}, nil
 	}
 	cur, err := circuit.View(obj)
 	if err != nil {
-		return err
+		return nil, Plan{}, err
 	}
 	// The targets asked for, and every other webhook of this
 	// installation's entries in this configuration.
@@ -308,7 +429,7 @@ func (o *Options) release(ctx context.Context, c configuration, signer string) e
 	if o.All {
 		others, err := PlanRelease(c.kind, cur, signer, nil)
 		if err != nil {
-			return err
+			return nil, Plan{}, err
 		}
 		for _, l := range others.Lines {
 			webhooks = appendNew(webhooks, l.Webhook)
@@ -316,35 +437,82 @@ func (o *Options) release(ctx context.Context, c configuration, signer string) e
 	}
 	plan, err := PlanRelease(c.kind, cur, signer, webhooks)
 	if err != nil {
-		return err
+		return nil, Plan{}, err
 	}
-	suffix := ""
-	if o.DryRun {
-		suffix = " (dry run)"
+	if print {
+		suffix := ""
+		if o.DryRun {
+			suffix = " (dry run)"
+		}
+		for _, n := range plan.Notes {
+			fmt.Fprintln(o.Out, n+suffix)
+		}
+		for _, l := range plan.Lines {
+			fmt.Fprintln(o.Out, l.String()+suffix)
+		}
 	}
-	for _, l := range plan.Lines {
-		fmt.Fprintln(o.Out, l.String()+suffix)
-	}
-	if plan.Next == nil || o.DryRun {
-		return nil
+	return cur, plan, nil
+}
+
+// release plans one configuration, prints its lines and writes it. It
+// returns the webhooks whose marking a later write disarms (disarm).
+func (o *Options) release(ctx context.Context, c configuration, signer string) ([]string, error) {
+	cur, plan, err := o.plan(ctx, c, signer, true)
+	if err != nil || plan.Next == nil {
+		return nil, err
 	}
 	patches, err := PlanPatches(cur, plan.Next)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	written := c.kind.New()
 	written.SetName(c.name)
 	if err := o.Client.Patch(ctx, written, client.RawPatch(types.JSONPatchType, patches.Restore), client.FieldOwner(FieldManager)); err != nil {
-		return fmt.Errorf("restoring the webhooks (the first of two patches; nothing was written): %w", err)
+		return nil, fmt.Errorf("restoring the webhooks (the first of two patches; nothing was written): %w", err)
 	}
 	if patches.RemoveOverride == nil {
-		return nil
+		return plan.Disarm, nil
 	}
 	if err := o.Client.Patch(ctx, written, client.RawPatch(types.JSONPatchType, patches.RemoveOverride(written.GetResourceVersion())), client.FieldOwner(FieldManager)); err != nil {
-		return fmt.Errorf("removing the override annotation the first patch added (the webhooks are restored; remove it with kubectl annotate %s %s %s-): %w",
+		return plan.Disarm, fmt.Errorf("removing the override annotation the first patch added (the webhooks are restored; remove it with kubectl annotate %s %s %s-): %w",
 			c.kind.Singular(), c.name, circuit.OverrideAnnotation, err)
 	}
-	return nil
+	return plan.Disarm, nil
+}
+
+// disarm removes this installation's arming entries of hooks from one
+// configuration, the release's later write (PlanDisarm). The arming
+// entries are no owned field: the guard policy admits the write from
+// anyone.
+func (o *Options) disarm(ctx context.Context, c configuration, signer string, hooks []string) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		obj := c.kind.New()
+		if err := o.Client.Get(ctx, client.ObjectKey{Name: c.name}, obj); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		cur, err := circuit.View(obj)
+		if err != nil {
+			return err
+		}
+		next, err := PlanDisarm(cur, signer, hooks)
+		if err != nil || next == nil {
+			return err
+		}
+		patch, err := circuit.Patch(cur, next)
+		if err != nil {
+			return err
+		}
+		if err := o.Client.Patch(ctx, obj, client.RawPatch(types.JSONPatchType, patch), client.FieldOwner(FieldManager)); err != nil {
+			return err
+		}
+		fmt.Fprintln(o.Out, disarmedLine(c, hooks))
+		return nil
+	})
+}
+
+// disarmedLine is the line the disarming write of c prints.
+func disarmedLine(c configuration, hooks []string) string {
+	return fmt.Sprintf("%s/%s: marking disarmed (%s)", c.kind.Singular(), c.name, strings.Join(hooks, ", "))
 }
 
 // owned is a cluster-scoped object the installation owns, to delete.

@@ -158,7 +158,7 @@ func (o *Options) Run(ctx context.Context) error {
 		return err
 	}
 
-	policy := &admission.PolicyReconciler{Client: mgr.GetClient(), Options: opts, Recorder: mgr.GetEventRecorder("webhook-guard"), Repairs: repairs}
+	policy := &admission.PolicyReconciler{Client: mgr.GetClient(), Options: opts, Recorder: mgr.GetEventRecorder(circuit.ReportingController), Repairs: repairs}
 	if err := policy.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the guard policy controller: %w", err)
 	}
@@ -171,7 +171,7 @@ func (o *Options) Run(ctx context.Context) error {
 	reader := mgr.GetAPIReader()
 	state := breaker.NewState()
 	state.HoldWhenAllFail = cfg.HoldWhenAllFail
-	recorder := mgr.GetEventRecorder("webhook-guard")
+	recorder := mgr.GetEventRecorder(circuit.ReportingController)
 	triggers := map[circuit.Kind]chan<- event.GenericEvent{}
 	// Marking what is admitted without a mutating webhook needs
 	// MutatingAdmissionPolicy (GA in 1.36). Where the apiserver does not

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/reference"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/cli/factory"
 )
 
@@ -64,7 +65,7 @@ func (r *startRecorder) record(regarding runtime.Object, annotations map[string]
 		// Named as client-go's recorders name Events.
 		ObjectMeta:          metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", ref.Name, now.UnixNano()), Namespace: ns, Annotations: annotations},
 		EventTime:           metav1.NewMicroTime(now),
-		ReportingController: "webhook-guard",
+		ReportingController: circuit.ReportingController,
 		ReportingInstance:   r.instance,
 		Action:              action,
 		Reason:              reason,

@@ -44,13 +44,17 @@ func objectRow(ctx context.Context, c client.Reader, t config.Target) statusapi.
 				return row
 			}
 		}
-		original, err := handedOffOriginal(ctx, c, t, obj.GetUID())
+		original, ignored, err := handedOffOriginal(ctx, c, t, obj.GetUID())
 		switch {
 		case err != nil:
 			row.Problem += fmt.Sprintf("; the original failurePolicy is in its HandedOff Event, which could not be read (%v): %s", err, handedOffEventsCommand(t))
 		case original != "":
 			row.Original = original
 			row.Problem += "; " + original
+		}
+		if ignored > 0 {
+			row.Problem += fmt.Sprintf("; warning: ignored %d HandedOff Events not reported by %s for this configuration's UID %s: %s",
+				ignored, circuit.ReportingController, obj.GetUID(), handedOffEventsCommand(t))
 		}
 		return row
 	}
@@ -69,34 +73,45 @@ func objectRow(ctx context.Context, c client.Reader, t config.Target) statusapi.
 // handedOffOriginal finds the latest HandedOff Event about t's webhook on
 // its configuration (in namespace default, where Events about
 // cluster-scoped objects go) and returns what it says the original was
-// (breaker.HandOffOriginal); "" when there is none (Events expire, an hour
-// after the handoff by default).
-func handedOffOriginal(ctx context.Context, c client.Reader, t config.Target, uid types.UID) (string, error) {
+// (breaker.HandOffOriginal), followed by where it read that: "" when there
+// is none (Events expire, an hour after the handoff by default). It
+// believes only an Event about this configuration, by UID, reported by
+// the guard (circuit.ReportingController): anyone who may create Events
+// in default can write one with the reason and the name, and an earlier
+// configuration of that name has its own. It counts the HandedOff Events
+// about that name it ignored for either reason. Neither field is
+// authenticated by the API: the result names the Event, so that a
+// doubtful reader can check who created it in the audit log.
+func handedOffOriginal(ctx context.Context, c client.Reader, t config.Target, uid types.UID) (original string, ignored int, err error) {
 	events := &corev1.EventList{}
 	if err := c.List(ctx, events, client.InNamespace(metav1.NamespaceDefault), client.MatchingFields{
 		"involvedObject.kind": t.Kind.ObjectKind(), "involvedObject.name": t.Configuration, "reason": string(breaker.HandedOff),
 	}); err != nil {
-		return "", err
+		return "", 0, err
 	}
-	var latest time.Time
-	original := ""
-	for _, ev := range events.Items {
-		if uid != "" && ev.InvolvedObject.UID != "" && ev.InvolvedObject.UID != uid {
-			continue // about an earlier configuration of that name
+	var latest *corev1.Event
+	var latestAt time.Time
+	what := ""
+	for i := range events.Items {
+		ev := &events.Items[i]
+		if uid == "" || ev.InvolvedObject.UID != uid || ev.ReportingController != circuit.ReportingController {
+			ignored++
+			continue
 		}
 		_, rest, ok := strings.Cut(ev.Message, " released "+t.Webhook+" ("+breaker.OriginalPrefix)
 		if !ok {
-			continue
+			continue // about another webhook of the configuration
 		}
-		what, _, _ := strings.Cut(rest, ")")
-		if at := eventTime(ev); original == "" || at.After(latest) {
-			latest, original = at, breaker.OriginalPrefix+what
+		if at := eventTime(*ev); latest == nil || at.After(latestAt) {
+			latest, latestAt = ev, at
+			what, _, _ = strings.Cut(rest, ")")
 		}
 	}
-	if original == "" {
-		return "", nil
+	if latest == nil {
+		return "", ignored, nil
 	}
-	return fmt.Sprintf("%s (HandedOff Event of %s)", original, latest.UTC().Format(time.RFC3339)), nil
+	return fmt.Sprintf("%s%s (from Event %s/%s, reported by %s at %s)", breaker.OriginalPrefix, what,
+		latest.Namespace, latest.Name, latest.ReportingController, latestAt.UTC().Format(time.RFC3339)), ignored, nil
 }
 
 // eventTime is when ev last happened, whichever API wrote it.

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -17,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -35,10 +37,11 @@ func TestObjectRow_showsTheOwnerAndTheHandedOffOriginal(t *testing.T) {
 	override := map[string]string{circuit.OverrideAnnotation: "INC-7"}
 	const original = "original failurePolicy Fail, mode Ignore, opened at 2026-12-01T11:00:00Z by " + clitest.SAOther
 	handedOff := &corev1.Event{
-		ObjectMeta:     metav1.ObjectMeta{Namespace: "default", Name: clitest.Conf + ".1", CreationTimestamp: metav1.NewTime(clitest.Clock)},
-		InvolvedObject: corev1.ObjectReference{Kind: "MutatingWebhookConfiguration", Name: clitest.Conf, UID: "uid-1"},
-		Reason:         string(breaker.HandedOff),
-		Message:        "administrator override: webhook-guard released " + clitest.Hook + " (" + original + ") and keeps its hands off this configuration; …",
+		ObjectMeta:          metav1.ObjectMeta{Namespace: "default", Name: clitest.Conf + ".1", CreationTimestamp: metav1.NewTime(clitest.Clock)},
+		InvolvedObject:      corev1.ObjectReference{Kind: "MutatingWebhookConfiguration", Name: clitest.Conf, UID: "uid-1"},
+		Reason:              string(breaker.HandedOff),
+		Message:             "administrator override: webhook-guard released " + clitest.Hook + " (" + original + ") and keeps its hands off this configuration; …",
+		ReportingController: circuit.ReportingController,
 	}
 	for name, tc := range map[string]struct {
 		obj       client.Object
@@ -51,7 +54,7 @@ func TestObjectRow_showsTheOwnerAndTheHandedOffOriginal(t *testing.T) {
 		"a handed-off circuit the breaker has not released yet, from its entry": {
 			clitest.OpenConfiguration(t, circuit.Record{clitest.Hook: clitest.Entry(clitest.SAOther)}, override), nil, "HandedOff", clitest.SAOther, original},
 		"a released one, from its HandedOff Event": {
-			clitest.OpenConfiguration(t, nil, override), []client.Object{handedOff}, "HandedOff", "", original + " (HandedOff Event of 2026-12-01T12:00:00Z)"},
+			clitest.OpenConfiguration(t, nil, override), []client.Object{handedOff}, "HandedOff", "", original + " (from Event default/" + clitest.Conf + ".1, reported by webhook-guard at 2026-12-01T12:00:00Z)"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			row := objectRow(context.Background(), clitest.FakeReader(append(tc.events, tc.obj)...), target)
@@ -70,6 +73,72 @@ func TestObjectRow_showsTheOwnerAndTheHandedOffOriginal(t *testing.T) {
 	}}))
 	assert.Contains(t, out.String(), "OWNER")
 	assert.Contains(t, out.String(), clitest.SAOther)
+}
+
+// A released circuit's original failurePolicy is believed only from a
+// HandedOff Event about this configuration's UID reported by the guard:
+// anyone who may create Events in default can write one with the reason
+// and the name. The ignored ones are counted in a warning.
+func TestObjectRow_believesOnlyTheGuardsHandedOffEventForThisUID(t *testing.T) {
+	target := config.Target{Kind: circuit.KindMutating, Configuration: clitest.Conf, Webhook: clitest.Hook}
+	override := map[string]string{circuit.OverrideAnnotation: "INC-7"}
+	const genuine = "original failurePolicy Fail, mode Ignore, opened at 2026-12-01T11:00:00Z by " + clitest.SAMain
+	const forged = "original failurePolicy Ignore, mode Ignore, opened at 2026-12-01T11:00:00Z by " + clitest.SAMain
+	handedOff := func(name, original string, uid types.UID, controller string, at time.Time) *corev1.Event {
+		return &corev1.Event{
+			ObjectMeta:          metav1.ObjectMeta{Namespace: "default", Name: name, CreationTimestamp: metav1.NewTime(at)},
+			InvolvedObject:      corev1.ObjectReference{Kind: "MutatingWebhookConfiguration", Name: clitest.Conf, UID: uid},
+			Reason:              string(breaker.HandedOff),
+			Message:             "administrator override: webhook-guard released " + clitest.Hook + " (" + original + ") and keeps its hands off this configuration; …",
+			ReportingController: controller,
+			EventTime:           metav1.NewMicroTime(at),
+		}
+	}
+	const fromGenuine = genuine + " (from Event default/genuine, reported by webhook-guard at 2026-12-01T12:00:00Z)"
+	later := clitest.Clock.Add(time.Minute)
+	for name, tc := range map[string]struct {
+		events  []client.Object
+		want    string
+		ignored int
+	}{
+		"the guard's Event about this UID is believed, and named": {
+			events: []client.Object{handedOff("genuine", genuine, "uid-1", circuit.ReportingController, clitest.Clock)}, want: fromGenuine},
+		"an Event about another UID is not": {
+			events: []client.Object{handedOff("forged", forged, "uid-0", circuit.ReportingController, later)}, ignored: 1},
+		"nor one without a UID": {
+			events: []client.Object{handedOff("forged", forged, "", circuit.ReportingController, later)}, ignored: 1},
+		"nor one reported by another controller": {
+			events: []client.Object{handedOff("forged", forged, "uid-1", "someone-else", later)}, ignored: 1},
+		"nor one without a reportingController": {
+			events: []client.Object{handedOff("forged", forged, "uid-1", "", later)}, ignored: 1},
+		"nor one whose only claim is a core/v1 source": {
+			events: []client.Object{func() *corev1.Event {
+				ev := handedOff("forged", forged, "uid-1", "", later)
+				ev.Source.Component = circuit.ReportingController
+				return ev
+			}()}, ignored: 1},
+		"a later forgery beside the guard's Event changes nothing but the warning": {
+			events: []client.Object{
+				handedOff("genuine", genuine, "uid-1", circuit.ReportingController, clitest.Clock),
+				handedOff("forged", forged, "uid-1", "kubectl", later),
+				handedOff("forged-2", forged, "", circuit.ReportingController, later),
+			}, want: fromGenuine, ignored: 2},
+	} {
+		t.Run(name, func(t *testing.T) {
+			row := objectRow(context.Background(), clitest.FakeReader(append(tc.events, clitest.OpenConfiguration(t, nil, override))...), target)
+			assert.Equal(t, "HandedOff", row.State)
+			assert.Equal(t, tc.want, row.Original)
+			if tc.want != "" {
+				assert.Contains(t, row.Problem, tc.want, "the table prints it")
+			}
+			assert.NotContains(t, row.Problem, forged)
+			if tc.ignored == 0 {
+				assert.NotContains(t, row.Problem, "ignored")
+				return
+			}
+			assert.Contains(t, row.Problem, fmt.Sprintf("warning: ignored %d HandedOff Events not reported by webhook-guard for this configuration's UID uid-1", tc.ignored))
+		})
+	}
 }
 
 // With --exit-code the exit status says what was found: 2 for an open

@@ -97,6 +97,11 @@ func TestHelm_preDeleteHookReleasesEveryCircuit(t *testing.T) {
 	}
 	// The Job scales the Deployment to 0; here the guard is a process.
 	g.Stop()
+	// Arming entries an administrator mangled by hand: the breaker would
+	// have rewritten them, and the release removes them rather than fail
+	// with the guard scaled down (issue 32).
+	mangled := env.Kubectl(ctx, "", nil, "annotate", "--overwrite", "mutatingwebhookconfiguration", mutatingTarget, circuit.ArmingAnnotation+"=[]")
+	require.NoError(t, mangled.Err, "kubectl annotate:\n%s%s", mangled.Stdout, mangled.Stderr)
 
 	// The hook's objects, as helm creates them before the Job.
 	tmpl := runHelm(t, append([]string{"template", "webhook-guard", chartDir, "--namespace", releaseNamespace, "--show-only", "templates/release_hook.yaml"}, exampleValues()...)...)
@@ -156,8 +161,11 @@ func TestHelm_preDeleteHookReleasesEveryCircuit(t *testing.T) {
 	name := marking.Name(mutatingTarget, mutatingWebhook)
 	assert.Equal(t, []string{
 		"deployment/webhook-guard scaled to 0",
-		"mutatingwebhookconfiguration/slow-mutator slow-mutator.example.com: released (failurePolicy Ignore -> Fail, bypass matchCondition removed, record entry removed)",
+		"mutatingwebhookconfiguration/slow-mutator: unreadable arming entries removed (annotation " + circuit.ArmingAnnotation +
+			" is not a circuit record: json: cannot unmarshal array into Go value of type circuit.Record)",
+		"mutatingwebhookconfiguration/slow-mutator slow-mutator.example.com: released (failurePolicy Ignore -> Fail, bypass matchCondition removed, record entry removed, arming entry removed 2s later)",
 		"validatingwebhookconfiguration/policy-engine validate.policy-engine.example.com: released (failurePolicy Ignore -> Fail, bypass matchCondition removed, record entry removed)",
+		"mutatingwebhookconfiguration/slow-mutator: marking disarmed (slow-mutator.example.com)",
 		"mutatingadmissionpolicybinding/" + name + " deleted",
 		"mutatingadmissionpolicy/" + name + " deleted",
 		"validatingadmissionpolicybinding/webhook-guard deleted",

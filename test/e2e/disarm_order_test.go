@@ -1,0 +1,148 @@
+package e2e
+
+// Issue 32, item 1: every write that takes a bypass away keeps marking
+// armed, and disarms it in a later write. A closing did so already; these
+// tests run a stream of creates through the two other such writes, the
+// handoff to an administrator and "guard release", and find no object
+// admitted with neither the mutation nor the mark.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
+	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
+)
+
+// createStream creates ConfigMaps in s's namespace, one every 20 ms, until
+// the returned function is called; that function returns the names
+// admitted.
+func (s *breakerSetup) createStream(prefix string) func() []string {
+	ctx := context.Background()
+	var mu sync.Mutex
+	var names []string
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			name := fmt.Sprintf("%s-%d", prefix, i)
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: name, Labels: map[string]string{"app": "demo"}}}
+			if err := env.Client.Create(ctx, cm); err == nil {
+				mu.Lock()
+				names = append(names, name)
+				mu.Unlock()
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	return func() []string {
+		close(stop)
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		return names
+	}
+}
+
+// escapes counts, among the ConfigMaps named, those marked and those
+// admitted with neither the mutation (mutated=yes) nor the mark.
+func (s *breakerSetup) escapes(names []string) (markedCount, escaped int) {
+	s.t.Helper()
+	for _, name := range names {
+		cm := &corev1.ConfigMap{}
+		require.NoError(s.t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: s.ns, Name: name}, cm))
+		_, isMarked := marked(cm)
+		if isMarked {
+			markedCount++
+		}
+		if !isMarked && cm.Labels["mutated"] != "yes" {
+			escaped++
+		}
+	}
+	return markedCount, escaped
+}
+
+// The handoff removes the bypass, as a closing does: its write keeps the
+// entry armed, and a write of its own disarms it 2 s later. Creates
+// streamed through the handoff are each mutated or marked.
+func TestMarking_aHandoffDisarmsAfterTheWebhookIsBack(t *testing.T) {
+	ctx := context.Background()
+	s := newBreakerSetup(t, setupOptions{mode: "Bypass"})
+	mutate := harness.PatchLabel("mutated", "yes")
+	s.openThenStop()
+	s.wh.SetBehaviour(webhookPath, mutate)
+
+	stream := s.createStream("handoff")
+	time.Sleep(500 * time.Millisecond) // bypassed, so marked
+	r := env.Kubectl(ctx, "", nil, "annotate", "mutatingwebhookconfiguration", s.name, circuit.OverrideAnnotation+"=INC-32 taking it back")
+	require.NoError(t, r.Err, r.Stderr)
+	g := s.startGuard("handoff")
+	require.Eventually(t, func() bool {
+		mwc := s.get()
+		_, open := mwc.Annotations[circuit.Annotation]
+		return !open && !hasMarker(findWebhook(mwc, s.hook))
+	}, transition, 20*time.Millisecond, "the guard never handed the configuration off")
+	handedOff := s.get()
+	require.Eventually(t, func() bool {
+		_, armed := s.get().Annotations[circuit.ArmingAnnotation]
+		return !armed
+	}, transition, 20*time.Millisecond, "the handoff's arming entry was never disarmed")
+	time.Sleep(500 * time.Millisecond) // the webhook mutates again
+	names := stream()
+	g.Stop()
+
+	armed, err := circuit.DecodeArming(handedOff.Annotations)
+	require.NoError(t, err)
+	markedCount, escaped := s.escapes(names)
+	t.Logf("%d creates streamed through the handoff: %d marked, %d with neither the mutation nor the mark; armed in the handoff's write: %v",
+		len(names), markedCount, escaped, armed.Webhooks())
+	assert.Zero(t, escaped)
+	assert.Positive(t, markedCount)
+}
+
+// "guard release" restores the webhook in one write and disarms its
+// marking in a later one, then deletes the marking policy. Creates
+// streamed through the release are each mutated or marked.
+func TestRelease_disarmsAfterTheWebhookIsBack(t *testing.T) {
+	ctx := context.Background()
+	s := newBreakerSetup(t, setupOptions{mode: "Bypass"})
+	mutate := harness.PatchLabel("mutated", "yes")
+	s.openThenStop()
+	s.wh.SetBehaviour(webhookPath, mutate)
+	bin, err := env.BuildGuard()
+	require.NoError(t, err)
+	cfg := filepath.Join(t.TempDir(), "config.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte(s.config("")), 0o600))
+
+	stream := s.createStream("release")
+	time.Sleep(500 * time.Millisecond) // bypassed, so marked
+	out, err := releaseRun(ctx, bin, env.KubeconfigPath, s.name, "--config", cfg, "-n", s.ns, "--breaker", s.guardID.Username)
+	require.NoError(t, err, "guard release:\n%s", out)
+	time.Sleep(500 * time.Millisecond) // the webhook mutates again
+	names := stream()
+	t.Logf("guard release:\n%s", out)
+	assert.Contains(t, out, "released (failurePolicy Ignore -> Fail, bypass matchCondition removed, record entry removed, arming entry removed 2s later)")
+	assert.Contains(t, out, "mutatingwebhookconfiguration/"+s.name+": marking disarmed ("+s.hook+")")
+	assert.NotContains(t, s.get().Annotations, circuit.ArmingAnnotation)
+
+	markedCount, escaped := s.escapes(names)
+	t.Logf("%d creates streamed through guard release: %d marked, %d with neither the mutation nor the mark", len(names), markedCount, escaped)
+	assert.Zero(t, escaped)
+	assert.Positive(t, markedCount)
+}
