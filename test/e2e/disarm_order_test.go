@@ -78,6 +78,28 @@ func (s *breakerSetup) escapes(names []string) (markedCount, escaped int) {
 	return markedCount, escaped
 }
 
+// unarmedRemovals returns how many of the writes seen on s's configuration
+// took the bypass away with the webhook's marking disarmed in that same
+// write (no arming entry for it), and how many took it away at all.
+func (s *breakerSetup) unarmedRemovals() (unarmed, removals int) {
+	s.t.Helper()
+	prev := s.writes.initial
+	for _, next := range s.writes.modified() {
+		if w := findWebhook(prev, s.hook); w != nil && hasMarker(w) {
+			if w := findWebhook(next, s.hook); w != nil && !hasMarker(w) {
+				removals++
+				armed, err := circuit.DecodeArming(next.Annotations)
+				require.NoError(s.t, err)
+				if _, ok := armed[s.hook]; !ok {
+					unarmed++
+				}
+			}
+		}
+		prev = next
+	}
+	return unarmed, removals
+}
+
 // The handoff removes the bypass, as a closing does: its write keeps the
 // entry armed, and a write of its own disarms it 2 s later. Creates
 // streamed through the handoff are each mutated or marked.
@@ -110,10 +132,13 @@ func TestMarking_aHandoffDisarmsAfterTheWebhookIsBack(t *testing.T) {
 	armed, err := circuit.DecodeArming(handedOff.Annotations)
 	require.NoError(t, err)
 	markedCount, escaped := s.escapes(names)
-	t.Logf("%d creates streamed through the handoff: %d marked, %d with neither the mutation nor the mark; armed in the handoff's write: %v",
-		len(names), markedCount, escaped, armed.Webhooks())
+	unarmed, removals := s.unarmedRemovals()
+	t.Logf("%d creates streamed through the handoff: %d marked, %d with neither the mutation nor the mark; armed in the handoff's write: %v; "+
+		"%d of %d writes that took the bypass away disarmed in the same write", len(names), markedCount, escaped, armed.Webhooks(), unarmed, removals)
 	assert.Zero(t, escaped)
 	assert.Positive(t, markedCount)
+	assert.Equal(t, 1, removals, "the bypass goes once, with the handoff")
+	assert.Zero(t, unarmed, "the handoff's own write disarmed marking")
 }
 
 // "guard release" restores the webhook in one write and disarms its
@@ -142,7 +167,11 @@ func TestRelease_disarmsAfterTheWebhookIsBack(t *testing.T) {
 	assert.NotContains(t, s.get().Annotations, circuit.ArmingAnnotation)
 
 	markedCount, escaped := s.escapes(names)
-	t.Logf("%d creates streamed through guard release: %d marked, %d with neither the mutation nor the mark", len(names), markedCount, escaped)
+	unarmed, removals := s.unarmedRemovals()
+	t.Logf("%d creates streamed through guard release: %d marked, %d with neither the mutation nor the mark; %d of %d writes that took the bypass away disarmed in the same write",
+		len(names), markedCount, escaped, unarmed, removals)
 	assert.Zero(t, escaped)
 	assert.Positive(t, markedCount)
+	assert.Equal(t, 1, removals, "the bypass goes once, with the restore")
+	assert.Zero(t, unarmed, "the restoring write disarmed marking")
 }
