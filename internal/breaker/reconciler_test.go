@@ -511,3 +511,48 @@ func TestTargetReconciler_closingsAreDisarmedInOneWrite(t *testing.T) {
 	assert.Empty(t, rec)
 	assert.NotEqual(t, rv, rv2)
 }
+
+// The disarm grace is a margin on the guard's clock, and the arming
+// annotation is no owned field: an operator (or a GitOps tool) that strips
+// it during the grace disarms marking at once, and the breaker does not
+// write it back; it only stops waiting for it. docs/how-it-works.md
+// states this limit (issue 32, item 7).
+func TestTargetReconciler_anArmingEntryStrippedInItsGraceStaysStripped(t *testing.T) {
+	policy, binding := marking.Render(cfgName, whA)
+	mwc := newConfig(newWebhook(whA, policyFail))
+	entry := circuit.Entry{UID: testUID, Mode: circuit.ModeBypass, OpenedAt: metav1.Now(), Reason: "timeout", OriginalFailurePolicy: policyFail, By: testIdentity}
+	var err error
+	mwc.Annotations, err = circuit.EncodeArming(mwc.Annotations, circuit.Record{whA: entry}) // just closed
+	require.NoError(t, err)
+	scheme := runtime.NewScheme()
+	require.NoError(t, clientgoscheme.AddToScheme(scheme))
+	cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(policy, binding, mwc).Build()
+	tgt := target(whA, config.ModeBypass, 3, 2)
+	state := NewState()
+	state.Register(tgt.Key())
+	clock := clocktesting.NewFakeClock(time.Now())
+	r := &TargetReconciler{
+		Kind: circuit.KindMutating, Client: cl, Targets: []config.Target{tgt}, State: state,
+		Recorder: events.NewFakeRecorder(10), Metrics: NewMetrics(), Signer: testIdentity, Clock: clock,
+		Marker: &marking.Keeper{Reader: cl, Canary: &canary{reader: cl}},
+	}
+	ctx := context.Background()
+	req := ctrl.Request{}
+	req.Name = cfgName
+	res, err := r.Reconcile(ctx, req)
+	require.NoError(t, err)
+	require.Positive(t, res.RequeueAfter, "in its grace")
+
+	stripped := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: cfgName}, stripped))
+	delete(stripped.Annotations, circuit.ArmingAnnotation)
+	require.NoError(t, cl.Update(ctx, stripped))
+	clock.Step(disarmAfter / 2)
+	res, err = r.Reconcile(ctx, req)
+	require.NoError(t, err)
+	assert.Zero(t, res.RequeueAfter, "nothing left to wait for")
+	got := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: cfgName}, got))
+	assert.Equal(t, stripped.ResourceVersion, got.ResourceVersion, "the breaker wrote the stripped entry back")
+	assert.NotContains(t, got.Annotations, circuit.ArmingAnnotation)
+}
