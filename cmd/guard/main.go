@@ -30,7 +30,7 @@ var (
 )
 
 // Exit codes. A command may choose another with a cli.ExitError ("guard
-// status --exit-code").
+// status --exit-code", "guard unmutated --exit-code").
 const (
 	exitFailure = 1
 	exitUsage   = 2

@@ -57,6 +57,8 @@ func TestDispatch_badInputExitsNonZeroAndTouchesNothing(t *testing.T) {
 			bad + ": invalid GuardConfiguration: targets[0].allowAdmissionWithoutMutation: Required value"},
 		"status with a bad configuration touches nothing":    {[]string{"status", "--config", bad}, 1, "allowAdmissionWithoutMutation: Required value"},
 		"status with an unknown output is a usage error":     {[]string{"status", "--output", "wide"}, 2, `-o "wide": must be table, json or yaml`},
+		"unmutated with an unknown output is a usage error":  {[]string{"unmutated", "-o", "wide"}, 2, `-o "wide": must be table, json or yaml`},
+		"unmutated with a bad configuration touches nothing": {[]string{"unmutated", "--config", bad}, 1, "allowAdmissionWithoutMutation: Required value"},
 		"release without --all or a target is a usage error": {[]string{"release"}, 2, "give --all, or the CONFIGURATION[/WEBHOOK] to release"},
 		"release with --all and a target is a usage error":   {[]string{"release", "--all", "a/b"}, 2, "not both"},
 		"release with a bad configuration touches nothing":   {[]string{"release", "--all", "--config", bad}, 1, "allowAdmissionWithoutMutation: Required value"},
@@ -89,10 +91,12 @@ func TestDispatch_versionAndHelp(t *testing.T) {
 	}
 
 	// Each command's help names its flags, -o and --output both.
-	stdout.Reset()
-	require.NoError(t, run(context.Background(), []string{"status", "--help"}, &stdout, &stderr, noCluster(t)))
-	for _, flag := range []string{"-o, --output", "-n, --namespace", "--kubeconfig", "--context", "--deployment", "--config", "--exit-code"} {
-		assert.Contains(t, stdout.String(), flag)
+	for _, cmd := range []string{"status", "unmutated"} {
+		stdout.Reset()
+		require.NoError(t, run(context.Background(), []string{cmd, "--help"}, &stdout, &stderr, noCluster(t)))
+		for _, flag := range []string{"-o, --output", "-n, --namespace", "--kubeconfig", "--context", "--deployment", "--config", "--exit-code"} {
+			assert.Contains(t, stdout.String(), flag, cmd)
+		}
 	}
 }
 

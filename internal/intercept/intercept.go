@@ -16,10 +16,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/admission"
-	"k8s.io/apiserver/pkg/admission/plugin/webhook/predicates/rules"
 
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/marking"
+	"github.com/webhook-guard/webhook-guard/internal/rulematch"
 )
 
 // What names one kind of the guard's own requests.
@@ -148,7 +148,6 @@ type request struct {
 	operations []admission.Operation
 	// labels are the object's: none, except on the canary.
 	labels map[string]string
-	dryRun bool
 }
 
 // requests lists the guard's own requests for in.
@@ -166,7 +165,7 @@ func requests(in Inputs) []request {
 	if !in.WithoutMarking {
 		canary := marking.CanaryEvent()
 		out = append(out, request{Request: Request{What: Canary, Namespace: marking.CanaryNamespace}, resource: eventEvents,
-			operations: []admission.Operation{admission.Create}, labels: canary.Labels, dryRun: true})
+			operations: []admission.Operation{admission.Create}, labels: canary.Labels})
 	}
 	return out
 }
@@ -300,11 +299,8 @@ func calls(h hook, r request, nsLabels labels.Set) bool {
 			resources = append(resources, equivalents[r.resource]...)
 		}
 		for _, res := range resources {
-			attr := admission.NewAttributesRecord(nil, nil, schema.GroupVersionKind{}, r.Namespace, "", res, "", op, nil, r.dryRun, nil)
-			for _, rule := range h.rules {
-				if (&rules.Matcher{Rule: rule, Attr: attr}).Matches() {
-					return true
-				}
+			if rulematch.Any(h.rules, rulematch.Request{Operation: op, Resource: res, Namespaced: r.Namespace != ""}) {
+				return true
 			}
 		}
 	}

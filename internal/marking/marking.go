@@ -39,6 +39,15 @@ func Note(configuration, webhook string, openedAt time.Time) string {
 	return fmt.Sprintf("%s/%s since %s", configuration, webhook, openedAt.UTC().Format("2006-01-02T15:04:05Z"))
 }
 
+// Operations are the operations a marking policy marks: CREATE and
+// UPDATE, the writes that store an object the webhook would have mutated.
+// A mark is left by one of them, on a resource or one of its
+// subresources, that the webhook's rules match ("guard unmutated" looks
+// for marks where they can be).
+func Operations() []admissionregistrationv1.OperationType {
+	return []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update}
+}
+
 // LoadedAnnotation is the annotation a marking policy puts on a canary
 // (see Canary): its key names the circuit, its value is the policy's
 // Digest. Seeing it proves that kube-apiserver evaluates that version
@@ -105,7 +114,7 @@ func render(configuration, webhook, digest string) (*admissionregistrationv1.Mut
 				NamespaceSelector: &metav1.LabelSelector{},
 				ObjectSelector:    &metav1.LabelSelector{},
 				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+					Operations: Operations(),
 					Rule:       admissionregistrationv1.Rule{APIGroups: []string{"*"}, APIVersions: []string{"*"}, Resources: []string{"*/*"}, Scope: ptr.To(admissionregistrationv1.AllScopes)},
 				}}},
 				// kube-apiserver never sends writes of webhook

@@ -29,5 +29,6 @@
 //     waits in the apiserver's full seats, and the probe goes blind);
 //   - decide anything about circuits, thresholds or failure policies: it only
 //     reports outcomes, and callers decide what they mean;
-//   - import any package of this repository but the circuit contract.
+//   - import any package of this repository but the circuit contract and
+//     rulematch (kube-apiserver's rule matcher).
 package probe

@@ -10,7 +10,11 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/client-go/discovery"
+
+	"github.com/webhook-guard/webhook-guard/internal/rulematch"
 )
 
 // Discovery lists the resources kube-apiserver serves: a client-go
@@ -237,10 +241,13 @@ func choose(rules []admissionregistrationv1.RuleWithOperations, groups []servedG
 		for _, g := range groupsFor(r.APIGroups, groups) {
 			for _, v := range versionsFor(r.APIVersions, g) {
 				for _, res := range resourcesFor(mainResources(r.Resources), g, v) {
-					if !scopeMatches(r.Scope, res.Namespaced) {
+					// The loops propose in order of preference; kube-apiserver's
+					// matcher decides (scope included).
+					gvr := schema.GroupVersionResource{Group: g.name, Version: v, Resource: res.Name}
+					if !rulematch.Matches(r, rulematch.Request{Operation: admission.Create, Resource: gvr, Namespaced: res.Namespaced}) {
 						continue
 					}
-					t := probeTarget{gvr: metav1.GroupVersionResource{Group: g.name, Version: v, Resource: res.Name}, kind: res.Kind}
+					t := probeTarget{gvr: metav1.GroupVersionResource(gvr), kind: res.Kind}
 					if res.Namespaced {
 						t.namespace = probeNamespace
 					}
@@ -315,20 +322,6 @@ func resourcesFor(names []string, g servedGroup, version string) []metav1.APIRes
 		}
 	}
 	return out
-}
-
-func scopeMatches(scope *admissionregistrationv1.ScopeType, namespaced bool) bool {
-	if scope == nil {
-		return true
-	}
-	switch *scope {
-	case admissionregistrationv1.ClusterScope:
-		return !namespaced
-	case admissionregistrationv1.NamespacedScope:
-		return namespaced
-	default:
-		return true
-	}
 }
 
 func describeRules(rules []admissionregistrationv1.RuleWithOperations) string {

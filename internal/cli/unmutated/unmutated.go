@@ -2,49 +2,70 @@
 // target's marking policy marked while its circuit was open (admitted
 // without the webhook's mutation), grouped by the workload that owns them,
 // with the command that repairs each, and with --clear removes the marks.
-// It refuses to clear while a circuit is open.
+// It refuses to clear while a circuit is open. It looks for marks
+// wherever the webhook's rules let its marking policy leave one, matched
+// as kube-apiserver matches them (internal/rulematch).
 package unmutated
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"slices"
-	"sort"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/cli"
 	"github.com/webhook-guard/webhook-guard/internal/cli/factory"
 	"github.com/webhook-guard/webhook-guard/internal/config"
-	"github.com/webhook-guard/webhook-guard/internal/marking"
 )
 
-// markedObject is one object carrying the unmutated mark.
-type markedObject struct {
-	gvr       schema.GroupVersionResource
-	kind      string
-	namespace string
-	name      string
-	note      string
-	// owner is the top of its controller chain ("Deployment team/web"),
-	// or the object itself.
-	ownerKind, ownerNamespace, ownerName string
-}
+// ExitMarked is the exit status of --exit-code when objects carry a
+// mark. 1 is a failure and 2 a mistake on the command line, so a script
+// cannot take either for a finding.
+const ExitMarked = 3
+
+const long = `Lists the objects marked while a mutating target's circuit was open, grouped
+by the workload that owns them, with the command that repairs each;
+--clear removes the marks once repaired, and is refused while a circuit is
+open. It runs as the administrator: listing every kind a webhook matches
+is not part of the service's RBAC.
+
+It looks wherever a target's marking policy can leave a mark: in every
+served resource where a CREATE or UPDATE of the object, or of one of its
+subresources, matches the webhook's rules as kube-apiserver matches them
+(groups; resources such as "*", "*/*", "pods/*" or "*/status"; scope
+Namespaced, Cluster or "*"; any version, unless the webhook's matchPolicy
+is Exact). A resource it cannot discover or list is named on stderr, the
+rest is printed, and the command then fails: a list with a hole in it is
+not "nothing is marked".
+
+-o json|yaml prints, for scripts, {objects, cleared, unavailable}: for each
+object its group, version, kind, namespace, name, circuitID (the value of
+the label webhook-guard.io/unmutated), configuration and webhook, note (the
+annotation webhook-guard.io/unmutated-by) and owner (the top of its
+controller chain); cleared is true once --clear removed their marks.
+
+With --exit-code, the exit status says what it found: 0 when no object
+carries a mark (with --clear: once their marks are removed), 3 when some
+do. It is a flag, as with "guard status --exit-code", so that a listing
+that found something is still a success for people and for scripts that
+only check that it ran. 3 because 1 means the command failed (a resource
+could not be read, a --clear was refused) and 2 a mistake on the command
+line, which prints nothing on stdout.`
 
 // Options are the flags of "guard unmutated".
 type Options struct {
@@ -56,48 +77,67 @@ type Options struct {
 	// Clear removes the mark from every listed object, once they are
 	// repaired (--clear). Default false: list only.
 	Clear bool
+	// Output is the format (-o, --output): table, json or yaml. Default
+	// table.
+	Output string
+	// ExitCode makes the exit status ExitMarked when objects carry a mark
+	// after the command (--exit-code). Default false: 0 whenever the
+	// command ran.
+	ExitCode bool
 
-	// metadata and discovery list any kind the targets' webhooks match;
-	// Complete builds them.
+	// metadata lists and reads any kind; discovery and mapper say which
+	// resources are served, from one cached discovery read. Complete
+	// builds them.
 	metadata  metadata.Interface
-	discovery discovery.DiscoveryInterface
+	discovery discovery.CachedDiscoveryInterfaceWithContext
+	mapper    meta.RESTMapperWithContext
 }
 
 // NewCmd returns "guard unmutated". It only binds flags.
 func NewCmd(streams cli.IOStreams, f *factory.Factory) *cobra.Command {
 	o := &Options{Factory: f, IOStreams: streams}
 	cmd := &cobra.Command{
-		Use:   "unmutated [--clear]",
+		Use:   "unmutated [--clear] [-o json|yaml] [--exit-code]",
 		Short: "List the objects admitted without a webhook's mutation while its circuit was open",
-		Long: `Lists the objects marked while a mutating target's circuit was open, grouped
-by the workload that owns them, with the command that repairs each;
---clear removes the marks once repaired, and is refused while a circuit is
-open. It runs as the administrator: listing every kind a webhook matches
-is not part of the service's RBAC.`,
-		Args: cli.NoArgs,
-		RunE: cli.RunE(o),
+		Long:  long,
+		Args:  cli.NoArgs,
+		RunE:  cli.RunE(o),
 	}
 	fs := cmd.Flags()
 	f.AddInstallationReaderFlags(fs, factory.InstalledConfigUsage)
 	fs.BoolVar(&o.Clear, "clear", false, "Remove the mark from every listed object (after repairing them).")
+	cli.AddOutputFlag(fs, &o.Output)
+	fs.BoolVar(&o.ExitCode, "exit-code", false, "Exit 3 when objects carry a mark (see above).")
 	return cmd
 }
 
-// Validate reads the --config file, before anything reaches the cluster.
+// Validate checks the flags and reads the --config file, before anything
+// reaches the cluster.
 func (o *Options) Validate() error {
+	if err := cli.ValidateOutput(o.Output); err != nil {
+		return err
+	}
 	return o.ReadConfigFile()
 }
 
-// Complete builds the clients.
+// Complete builds the clients: a metadata client, and a discovery client
+// that reads discovery once, with a REST mapper on it.
 func (o *Options) Complete() error {
 	if err := o.Factory.Complete(); err != nil {
 		return err
 	}
-	mc, err := metadata.NewForConfig(o.RESTConfig)
+	// Listing every kind a */* webhook matches lists deprecated ones
+	// (v1 ComponentStatus, v1 Endpoints) too: their deprecation warnings
+	// would only be noise.
+	rc := rest.CopyConfig(o.RESTConfig)
+	rc.WarningHandlerWithContext = rest.NoWarnings{}
+	mc, err := metadata.NewForConfig(rc)
 	if err != nil {
 		return fmt.Errorf("creating a metadata client: %w", err)
 	}
-	o.metadata, o.discovery = mc, o.KubeClient.Discovery()
+	o.metadata = mc
+	o.discovery = memory.NewMemCacheClientWithContext(discovery.ToDiscoveryInterfaceWithContext(o.KubeClient.Discovery()))
+	o.mapper = restmapper.NewDeferredDiscoveryRESTMapperWithContext(o.discovery)
 	return nil
 }
 
@@ -106,26 +146,81 @@ func (o *Options) Run(ctx context.Context) error {
 	if err := o.ReadInstalledConfig(ctx); err != nil {
 		return fmt.Errorf("%w; pass --config FILE to read the configuration from a file", err)
 	}
-	c, mc, cfg := o.Client, o.metadata, o.Config
+	cfg := o.Config
 	if o.Clear {
-		if err := refuseClearWhileOpen(ctx, c, cfg); err != nil {
+		if err := refuseClearWhileOpen(ctx, o.Client, cfg); err != nil {
 			return err
 		}
 	}
-	objs, err := listUnmutated(ctx, c, mc, o.discovery, cfg)
+	f := &finder{c: o.Client, mc: o.metadata, dc: o.discovery, mapper: o.mapper}
+	res, err := f.find(ctx, cfg)
 	if err != nil {
 		return err
 	}
+	for _, u := range res.unavailable {
+		fmt.Fprintf(o.ErrOut, "guard unmutated: not listed: %s\n", u)
+	}
+	if o.Output == cli.OutputTable {
+		err = o.writeTable(ctx, res)
+	} else {
+		err = o.writeReport(ctx, cfg, res)
+	}
+	return exitStatus(err, res, o.Clear, o.ExitCode)
+}
+
+// exitStatus is Run's result once it has printed res: err, else a failure
+// when something could not be read, else with exitCode ExitMarked when
+// objects still carry a mark.
+func exitStatus(err error, res found, cleared, exitCode bool) error {
+	switch {
+	case err != nil:
+		return err
+	case len(res.unavailable) > 0:
+		return fmt.Errorf("%d resources or configurations could not be read (named above): objects marked there are not listed", len(res.unavailable))
+	case exitCode && !cleared && len(res.objects) > 0:
+		return cli.ExitError{Code: ExitMarked, Err: fmt.Errorf("%d objects carry the mark %s", len(res.objects), circuit.UnmutatedLabel)}
+	}
+	return nil
+}
+
+// writeTable prints res for people, then with Clear removes the marks.
+func (o *Options) writeTable(ctx context.Context, res found) error {
 	stdout := o.Out
-	if len(objs) == 0 {
+	if len(res.objects) == 0 {
+		if len(res.unavailable) > 0 {
+			fmt.Fprintln(stdout, "No object carries the mark "+circuit.UnmutatedLabel+" in the resources that could be read.")
+			return nil
+		}
 		fmt.Fprintln(stdout, "No object carries the mark "+circuit.UnmutatedLabel+": nothing was admitted without a mutation, or it was repaired and cleared.")
 		return nil
 	}
-	printUnmutated(stdout, objs)
+	printUnmutated(stdout, res.objects)
 	if !o.Clear {
 		fmt.Fprintf(stdout, "\nAfter repairing them, remove the marks with: guard unmutated --clear\n")
 		return nil
 	}
+	if err := clearMarks(ctx, o.metadata, res.objects); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\nCleared the marks of %d objects.\n", len(res.objects))
+	return nil
+}
+
+// writeReport removes the marks with Clear, then prints res as JSON or
+// YAML.
+func (o *Options) writeReport(ctx context.Context, cfg *config.Configuration, res found) error {
+	rep := newReport(res, cfg)
+	if o.Clear {
+		if err := clearMarks(ctx, o.metadata, res.objects); err != nil {
+			return err
+		}
+		rep.Cleared = true
+	}
+	return cli.PrintObject(o.Out, o.Output, rep)
+}
+
+// clearMarks removes the unmutated label and annotation from objs.
+func clearMarks(ctx context.Context, mc metadata.Interface, objs []markedObject) error {
 	patch := []byte(fmt.Sprintf(`{"metadata":{"labels":{%q:null},"annotations":{%q:null}}}`, circuit.UnmutatedLabel, circuit.UnmutatedAnnotation))
 	for _, obj := range objs {
 		res := mc.Resource(obj.gvr)
@@ -136,10 +231,9 @@ func (o *Options) Run(ctx context.Context) error {
 			_, err = res.Patch(ctx, obj.name, types.MergePatchType, patch, metav1.PatchOptions{})
 		}
 		if err != nil {
-			return fmt.Errorf("clearing the mark of %s %s: %w", obj.kind, objectName(obj.namespace, obj.name), err)
+			return fmt.Errorf("clearing the mark of %s %s: %w", obj.gvk.Kind, objectName(obj.namespace, obj.name), err)
 		}
 	}
-	fmt.Fprintf(stdout, "\nCleared the marks of %d objects.\n", len(objs))
 	return nil
 }
 
@@ -179,178 +273,5 @@ func refuseClearWhileOpen(ctx context.Context, c client.Reader, cfg *config.Conf
 		strings.Join(open, "; "))
 }
 
-// listUnmutated lists, for every resource the mutating targets' webhooks
-// match (found by discovery), the objects carrying one of their marks.
-func listUnmutated(ctx context.Context, c client.Reader, mc metadata.Interface, dc discovery.DiscoveryInterface, cfg *config.Configuration) ([]markedObject, error) {
-	var ids []string
-	var rules []admissionregistrationv1.RuleWithOperations
-	for _, t := range cfg.Targets {
-		if t.Kind != circuit.KindMutating {
-			continue
-		}
-		ids = append(ids, marking.ID(t.Configuration, t.Webhook))
-		mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
-		if err := c.Get(ctx, client.ObjectKey{Name: t.Configuration}, mwc); err != nil {
-			continue // a configuration that is gone matches nothing now
-		}
-		for _, wh := range mwc.Webhooks {
-			if wh.Name == t.Webhook {
-				rules = append(rules, wh.Rules...)
-			}
-		}
-	}
-	if len(ids) == 0 {
-		return nil, errors.New("the configuration has no mutating target")
-	}
-	req, err := labels.NewRequirement(circuit.UnmutatedLabel, selection.In, ids)
-	if err != nil {
-		return nil, err
-	}
-	selector := labels.NewSelector().Add(*req).String()
-	_, lists, err := dc.ServerGroupsAndResources()
-	if err != nil && len(lists) == 0 {
-		return nil, fmt.Errorf("discovering the served resources: %w", err)
-	}
-	var out []markedObject
-	for _, list := range lists {
-		gv, err := schema.ParseGroupVersion(list.GroupVersion)
-		if err != nil {
-			continue
-		}
-		for _, r := range list.APIResources {
-			if strings.Contains(r.Name, "/") || !slices.Contains(r.Verbs, "list") || !matchesAny(rules, gv, r.Name) {
-				continue
-			}
-			gvr := gv.WithResource(r.Name)
-			items, err := mc.Resource(gvr).List(ctx, metav1.ListOptions{LabelSelector: selector})
-			if err != nil {
-				return nil, fmt.Errorf("listing %s: %w", gvr, err)
-			}
-			for _, it := range items.Items {
-				u := markedObject{gvr: gvr, kind: r.Kind, namespace: it.Namespace, name: it.Name, note: it.Annotations[circuit.UnmutatedAnnotation]}
-				u.ownerKind, u.ownerNamespace, u.ownerName = topOwner(ctx, mc, dc, r.Kind, it.Namespace, it.Name, it.OwnerReferences)
-				out = append(out, u)
-			}
-		}
-	}
-	return out, nil
-}
-
-// matchesAny reports whether a webhook rule matches resource in gv.
-func matchesAny(rules []admissionregistrationv1.RuleWithOperations, gv schema.GroupVersion, resource string) bool {
-	in := func(list []string, v string) bool { return slices.Contains(list, "*") || slices.Contains(list, v) }
-	for _, r := range rules {
-		if in(r.APIGroups, gv.Group) && in(r.APIVersions, gv.Version) && in(r.Resources, resource) {
-			return true
-		}
-	}
-	return false
-}
-
-// maxOwnerDepth bounds how many controller references topOwner follows:
-// Pod → ReplicaSet → Deployment is two; five leaves room for operators
-// that own Deployments, and stops at a reference cycle.
-const maxOwnerDepth = 5
-
-// topOwner follows controller owner references (Pod → ReplicaSet →
-// Deployment) to the top, within the object's namespace.
-func topOwner(ctx context.Context, mc metadata.Interface, dc discovery.DiscoveryInterface, kind, namespace, name string, refs []metav1.OwnerReference) (string, string, string) {
-	for range maxOwnerDepth {
-		var ctrl *metav1.OwnerReference
-		for i := range refs {
-			if refs[i].Controller != nil && *refs[i].Controller {
-				ctrl = &refs[i]
-			}
-		}
-		if ctrl == nil {
-			break
-		}
-		gvr, ok := resourceFor(dc, ctrl.APIVersion, ctrl.Kind)
-		if !ok {
-			break
-		}
-		owner, err := mc.Resource(gvr).Namespace(namespace).Get(ctx, ctrl.Name, metav1.GetOptions{})
-		if err != nil {
-			kind, name = ctrl.Kind, ctrl.Name // gone, or not readable: the reference still names it
-			break
-		}
-		kind, name, refs = ctrl.Kind, owner.Name, owner.OwnerReferences
-	}
-	return kind, namespace, name
-}
-
-// resourceFor finds the resource of apiVersion and kind by discovery.
-func resourceFor(dc discovery.DiscoveryInterface, apiVersion, kind string) (schema.GroupVersionResource, bool) {
-	gv, err := schema.ParseGroupVersion(apiVersion)
-	if err != nil {
-		return schema.GroupVersionResource{}, false
-	}
-	list, err := dc.ServerResourcesForGroupVersion(apiVersion)
-	if err != nil {
-		return schema.GroupVersionResource{}, false
-	}
-	for _, r := range list.APIResources {
-		if r.Kind == kind && !strings.Contains(r.Name, "/") {
-			return gv.WithResource(r.Name), true
-		}
-	}
-	return schema.GroupVersionResource{}, false
-}
-
-// printUnmutated prints objs grouped by owner, each group with the
-// command that repairs it.
-func printUnmutated(w io.Writer, objs []markedObject) {
-	groups := map[string][]markedObject{}
-	for _, o := range objs {
-		key := o.ownerKind + " " + objectName(o.ownerNamespace, o.ownerName)
-		if o.ownerKind == o.kind && o.ownerName == o.name && !ownerRepairable(o.kind) {
-			// Objects nobody controls are repaired one by one, with one hint.
-			key = o.kind + " objects without a controller"
-			if o.namespace != "" {
-				key += " in " + o.namespace
-			}
-		}
-		groups[key] = append(groups[key], o)
-	}
-	keys := make([]string, 0, len(groups))
-	for k := range groups {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	fmt.Fprintf(w, "%d objects were admitted without a webhook's mutation while its circuit was open:\n", len(objs))
-	for _, k := range keys {
-		g := groups[k]
-		fmt.Fprintf(w, "\n%s\n  repair: %s\n", k, repairHint(g[0].ownerKind, g[0].ownerNamespace, g[0].ownerName))
-		sort.Slice(g, func(i, j int) bool { return g[i].kind+g[i].name < g[j].kind+g[j].name })
-		for _, o := range g {
-			fmt.Fprintf(w, "  %s %s  skipped %s\n", o.kind, objectName(o.namespace, o.name), o.note)
-		}
-	}
-}
-
-// ownerRepairable reports whether kind's repair is one command for the
-// whole group (a rollout restart).
-func ownerRepairable(kind string) bool {
-	return kind == "Deployment" || kind == "StatefulSet" || kind == "DaemonSet"
-}
-
-func repairHint(kind, namespace, name string) string {
-	ns := ""
-	if namespace != "" {
-		ns = " -n " + namespace
-	}
-	switch kind {
-	case "Deployment", "StatefulSet", "DaemonSet":
-		return fmt.Sprintf("kubectl rollout restart %s/%s%s", strings.ToLower(kind), name, ns)
-	case "Pod":
-		return fmt.Sprintf("delete the pod so it is re-created through the webhook: kubectl delete pod %s%s", name, ns)
-	}
-	return "re-apply it (kubectl apply -f <its manifest>) so that the webhook mutates it, if the webhook handles UPDATE; otherwise delete and re-create it"
-}
-
-func objectName(namespace, name string) string {
-	if namespace == "" {
-		return name
-	}
-	return namespace + "/" + name
-}
+// errNoMutatingTarget: nothing to look for.
+var errNoMutatingTarget = errors.New("the configuration has no mutating target")
