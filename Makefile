@@ -57,7 +57,7 @@ endef
 ##@ Run
 
 .PHONY: demo
-demo: tools ## Start a local control plane and a slow webhook, and show what each failure policy costs.
+demo: ## Start a local control plane and a slow webhook, and show what each failure policy costs (builds only kube-apiserver, etcd, kubectl and kustomize into the cache if missing).
 	KUBEBUILDER_ASSETS="$$(hack/tools/install.sh)" go run $(GOFLAGS_BUILD) ./hack/demo
 
 .PHONY: dashboard-image
