@@ -1,0 +1,143 @@
+package helm
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// tunedValues sets every tuning value of the chart (issue 34) away from
+// its default at once.
+const tunedValues = `
+image:
+  registry: registry.example.com/platform
+  tag: v9.9.9
+imagePullSecrets: [{name: regcred}]
+commonLabels: {team: platform}
+podLabels: {cost-center: "42"}
+podAnnotations: {example.com/scrape: "false"}
+nodeSelector: {node-role.kubernetes.io/infra: ""}
+tolerations:
+- {key: infra, operator: Exists, effect: NoSchedule}
+affinity:
+  nodeAffinity:
+    requiredDuringSchedulingIgnoredDuringExecution:
+      nodeSelectorTerms:
+      - matchExpressions: [{key: kubernetes.io/arch, operator: In, values: [amd64]}]
+topologySpreadConstraints:
+- maxSkew: 1
+  topologyKey: topology.kubernetes.io/zone
+  whenUnsatisfiable: DoNotSchedule
+  labelSelector: {matchLabels: {app.kubernetes.io/name: webhook-guard}}
+podSecurityContext:
+  # As on OpenShift's restricted-v2: null removes a default.
+  runAsUser: null
+  runAsGroup: null
+containerSecurityContext:
+  runAsNonRoot: true
+  allowPrivilegeEscalation: false
+  readOnlyRootFilesystem: true
+  capabilities: {drop: [ALL]}
+extraArgs: ["--zap-log-level=debug", "--leader-election-lease-duration=30s"]
+extraEnv: [{name: HTTPS_PROXY, value: "http://127.0.0.1:3128"}]
+resources:
+  requests: {cpu: 50m, memory: 128Mi}
+  limits: {cpu: "1", memory: 512Mi}
+replicas: 3
+podDisruptionBudget: {minAvailable: 2, unhealthyPodEvictionPolicy: IfHealthyBudget}
+networkPolicy: {apiserverPorts: [8443]}
+priorityClassName: platform-critical
+`
+
+// TestChart_everyTuningValueAtOnce renders the chart with every tuning
+// value set and checks that each lands where it should, and nowhere else:
+// the selectors keep their own labels only.
+func TestChart_everyTuningValueAtOnce(t *testing.T) {
+	objs := byKey(t, parseObjects(t, helmTemplate(t, "--namespace", "webhook-guard-system", "-f", valuesFile(t, tunedValues))))
+	dep := objs["Deployment webhook-guard-system/webhook-guard"]
+	require.NotNil(t, dep)
+	spec := dep["spec"].(object)
+	assert.EqualValues(t, 3, spec["replicas"])
+	assert.Equal(t, object{"app.kubernetes.io/name": "webhook-guard", "app.kubernetes.io/component": "manager"},
+		spec["selector"].(object)["matchLabels"], "selectors use the object's own labels only")
+	tmpl := spec["template"].(object)
+	meta := tmpl["metadata"].(object)
+	assert.Equal(t, "42", meta["labels"].(object)["cost-center"])
+	assert.Equal(t, "false", meta["annotations"].(object)["example.com/scrape"])
+	pod := tmpl["spec"].(object)
+	assert.Equal(t, []any{object{"name": "regcred"}}, pod["imagePullSecrets"])
+	assert.Equal(t, object{"node-role.kubernetes.io/infra": ""}, pod["nodeSelector"])
+	assert.Equal(t, "infra", pod["tolerations"].([]any)[0].(object)["key"])
+	assert.Contains(t, pod["affinity"].(object), "nodeAffinity")
+	assert.Equal(t, "topology.kubernetes.io/zone", pod["topologySpreadConstraints"].([]any)[0].(object)["topologyKey"])
+	assert.Equal(t, object{"runAsNonRoot": true, "seccompProfile": object{"type": "RuntimeDefault"}}, pod["securityContext"],
+		"no fixed runAsUser when the platform assigns one")
+	assert.Equal(t, "platform-critical", pod["priorityClassName"])
+	c := pod["containers"].([]any)[0].(object)
+	assert.Equal(t, "registry.example.com/platform/webhook-guard:v9.9.9", c["image"])
+	args := c["args"].([]any)
+	assert.Equal(t, []any{"--zap-log-level=debug", "--leader-election-lease-duration=30s"}, args[len(args)-2:], "extraArgs come last")
+	assert.Contains(t, c["env"], object{"name": "HTTPS_PROXY", "value": "http://127.0.0.1:3128"})
+	assert.Equal(t, object{"cpu": "1", "memory": "512Mi"}, c["resources"].(object)["limits"])
+	assert.Equal(t, false, c["securityContext"].(object)["allowPrivilegeEscalation"])
+
+	for k, obj := range objs {
+		labels, _ := obj["metadata"].(object)["labels"].(object)
+		assert.Equal(t, "platform", labels["team"], "%s: commonLabels", k)
+	}
+
+	pdb := objs["PodDisruptionBudget webhook-guard-system/webhook-guard"]
+	require.NotNil(t, pdb)
+	assert.EqualValues(t, 2, pdb["spec"].(object)["minAvailable"])
+	assert.Equal(t, "IfHealthyBudget", pdb["spec"].(object)["unhealthyPodEvictionPolicy"])
+
+	np := objs["NetworkPolicy webhook-guard-system/webhook-guard"]
+	require.NotNil(t, np)
+	egress := np["spec"].(object)["egress"].([]any)
+	assert.Equal(t, []any{object{"port": float64(8443), "protocol": "TCP"}}, egress[len(egress)-1].(object)["ports"], "the apiserver's port")
+}
+
+// The PDB exists only over more than one replica, unless set; the
+// NetworkPolicies go when networkPolicy.enabled is false.
+func TestChart_pdbAndNetworkPolicyFollowTheirValues(t *testing.T) {
+	const pdb, np = "PodDisruptionBudget webhook-guard-system/webhook-guard", "NetworkPolicy webhook-guard-system/webhook-guard"
+	for name, tc := range map[string]struct {
+		args    []string
+		pdb, np bool
+	}{
+		"default: two replicas":   {nil, true, true},
+		"one replica":             {[]string{"--set", "replicas=1"}, false, true},
+		"one replica, PDB forced": {[]string{"--set", "replicas=1,podDisruptionBudget.enabled=true"}, true, true},
+		"two replicas, PDB off":   {[]string{"--set", "podDisruptionBudget.enabled=false"}, false, true},
+		"no NetworkPolicy":        {[]string{"--set", "networkPolicy.enabled=false"}, true, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			objs := byKey(t, parseObjects(t, helmTemplate(t, append([]string{"--namespace", "webhook-guard-system"}, tc.args...)...)))
+			assert.Equal(t, tc.pdb, objs[pdb] != nil, "PDB")
+			assert.Equal(t, tc.np, objs[np] != nil, "NetworkPolicy")
+			assert.Equal(t, tc.np, objs["NetworkPolicy webhook-guard-system/webhook-guard-webhook-egress"] != nil, "the egress NetworkPolicy")
+			if objs[pdb] != nil {
+				assert.Equal(t, "AlwaysAllow", objs[pdb]["spec"].(object)["unhealthyPodEvictionPolicy"])
+			}
+		})
+	}
+}
+
+// The schema refuses a tuning value of the wrong shape, as it refuses an
+// unknown one.
+func TestChart_schemaRefusesMisshapenTuning(t *testing.T) {
+	for name, set := range map[string]string{
+		"an extraArg that is no flag":  "extraArgs[0]=debug",
+		"a port out of range":          "networkPolicy.apiserverPorts[0]=70000",
+		"an unknown PDB field":         "podDisruptionBudget.maxUnavailable=1",
+		"an unknown eviction policy":   "podDisruptionBudget.unhealthyPodEvictionPolicy=Never",
+		"a pull secret without a name": "imagePullSecrets[0].key=x",
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := runHelm(t, append(append([]string{"template", "webhook-guard", chartDir}, exampleValues()...), "--set", set)...)
+			assert.Error(t, r.err, "helm template accepted %s", set)
+			assert.Contains(t, r.stderr, "values don't meet the specifications of the schema")
+		})
+	}
+}
