@@ -17,6 +17,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/webhook-guard/webhook-guard/internal/admission"
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/cli"
 	"github.com/webhook-guard/webhook-guard/internal/cli/factory"
 	"github.com/webhook-guard/webhook-guard/internal/cli/startcheck"
@@ -31,13 +33,21 @@ const readTimeout = 5 * time.Second
 
 // The exit statuses of --exit-code, besides 0 (every circuit closed, a
 // leader) and 1 (the command failed).
+// 2 is a usage error, for every command.
 const (
 	// ExitCircuitOpen: a target's circuit is open.
-	ExitCircuitOpen = 2
+	ExitCircuitOpen = 3
 	// ExitNoLeader: the installation has no leader. It wins over
 	// ExitCircuitOpen: without a leader nothing opens or closes a circuit.
-	ExitNoLeader = 3
+	ExitNoLeader = 4
+	// ExitPolicyNotEnforced: the guard policy is missing or not as the
+	// guard renders it, so the fields the breaker owns are unguarded. It
+	// wins over the others: it is the one to fix first.
+	ExitPolicyNotEnforced = 5
 )
+
+// waitPoll is how often --wait looks again.
+const waitPoll = 2 * time.Second
 
 // stateOpen is the State of a row whose circuit is open, and stateClosed
 // of one whose circuit is closed.
@@ -54,16 +64,25 @@ leader's /status through the apiserver's pods proxy: no port-forward. What
 it cannot read it names on stderr, and prints the rest.
 
 With --exit-code, the exit status says what it found, for scripts and
-probes: 0 when every circuit is closed and there is a leader, 2 when a
-target's circuit is open, 3 when the installation has no leader (which
-wins over 2: without a leader nothing opens or closes a circuit). There is
-no leader when the leader-election Lease in --namespace does not exist,
-has no holder or has expired; with --endpoint, when nothing answers there.
-A Lease that cannot be read, a leader whose /status cannot be reached
-through the apiserver, or an endpoint that refuses the request, is not
-"no leader": it is reported on stderr and changes nothing.
-As without --exit-code, 1 means the command failed, and 2 is also a
-mistake on the command line (then nothing is printed on stdout).`
+probes: 0 when every circuit is closed, there is a leader and the guard
+policy is enforced; 3 when a target's circuit is open; 4 when the
+installation has no leader (which wins over 3: without a leader nothing
+opens or closes a circuit); 5 when the guard policy (and its binding) is
+missing or not the rule the guard renders for the breaker
+system:serviceaccount:<--namespace>:webhook-guard, which wins over both:
+the owned fields are then unguarded. There is no leader when the
+leader-election Lease in --namespace does not exist, has no holder or has
+expired; with --endpoint, when nothing answers there. A Lease that cannot
+be read, a leader whose /status cannot be reached through the apiserver,
+or an endpoint that refuses the request, is not "no leader": it is
+reported on stderr and changes nothing. 1 means the command failed, and 2
+a mistake on the command line (then nothing is printed on stdout), with or
+without --exit-code.
+
+--wait D looks again every 2s, for up to D, until the status would exit
+0, and prints the last look (as cmctl check api --wait does); with
+--exit-code, its status is the last look's. The chart's helm test runs
+"guard status --exit-code --wait 60s".`
 
 // Options are the flags of "guard status".
 type Options struct {
@@ -86,6 +105,10 @@ type Options struct {
 	// (ExitCircuitOpen) or the installation has no leader (ExitNoLeader)
 	// (--exit-code). Default false: 0 whenever the command ran.
 	ExitCode bool
+	// Wait looks again until every circuit is closed, a leader leads and
+	// the guard policy is enforced, for at most Wait (--wait). Default 0:
+	// one look.
+	Wait time.Duration
 }
 
 // NewCmd returns "guard status". It only binds flags.
@@ -102,7 +125,8 @@ func NewCmd(streams cli.IOStreams, f *factory.Factory) *cobra.Command {
 	f.AddInstallationReaderFlags(fs, factory.InstalledConfigUsage)
 	fs.StringVar(&o.Endpoint, "endpoint", "", "A /status URL to read counts from instead of the leader's pod: https://... (for example a port-forward to the metrics port; a status token is requested and sent, the self-signed certificate is not verified) or http://127.0.0.1:... (--status-bind-address of a guard run by hand); default: the leader's pod through the apiserver.")
 	cli.AddOutputFlag(fs, &o.Output)
-	fs.BoolVar(&o.ExitCode, "exit-code", false, "Exit 2 when a circuit is open and 3 when the installation has no leader (see above).")
+	fs.BoolVar(&o.ExitCode, "exit-code", false, "Exit 3 when a circuit is open, 4 when the installation has no leader, 5 when the guard policy is not enforced (see above).")
+	fs.DurationVar(&o.Wait, "wait", 0, "Look again every 2s, for up to this long, until every circuit is closed, a leader leads and the guard policy is enforced; print the last look.")
 	return cmd
 }
 
@@ -112,6 +136,9 @@ func (o *Options) Validate() error {
 	if err := cli.ValidateOutput(o.Output); err != nil {
 		return err
 	}
+	if o.Wait < 0 {
+		return cli.Usagef("--wait %s: must not be negative", o.Wait)
+	}
 	return o.ReadConfigFile()
 }
 
@@ -120,12 +147,43 @@ func (o *Options) Complete() error {
 	return o.Factory.Complete()
 }
 
-// Run reads the configuration, the objects and the counts, prints them,
-// and with ExitCode returns an ExitError for what it found.
+// Run reads the configuration, the objects and the counts (again until
+// all is well, for up to Wait), prints them, and with ExitCode returns an
+// ExitError for what it found.
 func (o *Options) Run(ctx context.Context) error {
 	if err := o.ReadInstalledConfig(ctx); err != nil {
 		return fmt.Errorf("%w; pass --config FILE to read the configuration from a file", err)
 	}
+	deadline := time.Now().Add(o.Wait)
+	rep, found := o.look(ctx)
+	for found != nil && time.Now().Add(waitPoll).Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(waitPoll):
+		}
+		rep, found = o.look(ctx)
+	}
+	var err error
+	if o.Output == cli.OutputTable {
+		err = printStatus(o.Out, o.ErrOut, rep)
+	} else {
+		err = cli.PrintObject(o.Out, o.Output, rep)
+	}
+	switch {
+	case err != nil:
+		return err
+	case found != nil && o.ExitCode:
+		return *found
+	case found != nil && o.Wait > 0:
+		return fmt.Errorf("after %s: %w", o.Wait, found.Err)
+	}
+	return nil
+}
+
+// look reads everything once. found is what keeps the status from
+// exiting 0 (the ExitError --exit-code returns); nil when all is well.
+func (o *Options) look(ctx context.Context) (statusReport, *cli.ExitError) {
 	cfg, c, namespace := o.Config, o.Client, o.Namespace
 	rep := statusReport{Namespace: namespace, ConfigSource: o.ConfigSource, Instance: cfg.Instance}
 
@@ -191,21 +249,31 @@ func (o *Options) Run(ctx context.Context) error {
 		}
 	}
 
-	var err error
-	if o.Output == cli.OutputTable {
-		err = printStatus(o.Out, o.ErrOut, rep)
-	} else {
-		err = cli.PrintObject(o.Out, o.Output, rep)
+	enforced := o.policyEnforced(ctx)
+	if enforced != nil {
+		rep.Unavailable = append(rep.Unavailable, fmt.Sprintf("guard policy not enforced: %v", enforced))
 	}
 	switch {
-	case err != nil || !o.ExitCode:
-		return err
+	case enforced != nil:
+		return rep, &cli.ExitError{Code: ExitPolicyNotEnforced, Err: fmt.Errorf("the guard policy is not enforced: %w", enforced)}
 	case noLeader:
-		return cli.ExitError{Code: ExitNoLeader, Err: errors.New("the installation has no leader")}
+		return rep, &cli.ExitError{Code: ExitNoLeader, Err: errors.New("the installation has no leader")}
 	case open > 0:
-		return cli.ExitError{Code: ExitCircuitOpen, Err: fmt.Errorf("%d of %d circuits open", open, len(cfg.Targets))}
+		return rep, &cli.ExitError{Code: ExitCircuitOpen, Err: fmt.Errorf("%d of %d circuits open", open, len(cfg.Targets))}
 	}
-	return nil
+	return rep, nil
+}
+
+// policyEnforced says whether the installation's guard policy and binding
+// are the rule the guard renders for its breaker, the ServiceAccount
+// webhook-guard in --namespace (admission.PolicyEnforced, the guard's own
+// readiness check).
+func (o *Options) policyEnforced(ctx context.Context) error {
+	opts := admission.Options{
+		BreakerUsername: "system:serviceaccount:" + o.Namespace + ":" + circuit.DefaultServiceAccount,
+		Instance:        o.Config.Instance,
+	}
+	return admission.PolicyEnforced(ctx, o.Client, opts)
 }
 
 // statusReport is what "guard status" found; -o json|yaml prints it.

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/webhook-guard/webhook-guard/internal/admission"
 	"github.com/webhook-guard/webhook-guard/internal/breaker"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/cli"
@@ -141,9 +142,15 @@ func TestObjectRow_believesOnlyTheGuardsHandedOffEventForThisUID(t *testing.T) {
 	}
 }
 
-// With --exit-code the exit status says what was found: 2 for an open
-// circuit, 3 for no leader (which wins), as the help says.
+// With --exit-code the exit status says what was found: 3 for an open
+// circuit, 4 for no leader (which wins), 5 for a guard policy that is not
+// enforced (which wins over both), as the help says; none is 2, a usage
+// error's. --wait looks again until all is well, and with nothing that
+// gets better, fails with the last look.
 func TestRun_exitCode(t *testing.T) {
+	policy, binding := admission.RenderPolicy(admission.Options{BreakerUsername: "system:serviceaccount:" + circuit.DefaultNamespace + ":" + circuit.DefaultServiceAccount})
+	weakened := policy.DeepCopy()
+	weakened.Spec.Validations = weakened.Spec.Validations[:1]
 	open := func(t *testing.T) client.Object {
 		return clitest.OpenConfiguration(t, circuit.Record{clitest.Hook: clitest.Entry(clitest.SAMain)}, nil)
 	}
@@ -158,10 +165,20 @@ func TestRun_exitCode(t *testing.T) {
 		object   func(*testing.T) client.Object
 		endpoint string
 		exitCode bool
-		want     int // 0: no error
+		// policy is the guard policy in the cluster; nil: the rendered one.
+		policy client.Object
+		wait   time.Duration
+		want   int // 0: no error
+		// wantErr, without --exit-code: the error.
+		wantErr string
 	}{
 		"every circuit closed and the endpoint answers":           {object: closed, endpoint: answering.URL, exitCode: true},
-		"an open circuit exits 2":                                 {object: open, endpoint: answering.URL, exitCode: true, want: ExitCircuitOpen},
+		"an open circuit exits 3":                                 {object: open, endpoint: answering.URL, exitCode: true, want: ExitCircuitOpen},
+		"a missing guard policy exits 5, over no leader":          {object: open, policy: &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "unrelated", Namespace: "x"}}, exitCode: true, want: ExitPolicyNotEnforced},
+		"a weakened guard policy exits 5":                         {object: closed, endpoint: answering.URL, policy: weakened, exitCode: true, want: ExitPolicyNotEnforced},
+		"--wait with all well returns the first look":             {object: closed, endpoint: answering.URL, exitCode: true, wait: time.Hour},
+		"--wait without --exit-code fails with the last look":     {object: open, endpoint: answering.URL, wait: time.Millisecond, wantErr: "after 1ms: 1 of 1 circuits open"},
+		"--wait with --exit-code exits with the last look's code": {object: open, endpoint: answering.URL, exitCode: true, wait: time.Millisecond, want: ExitCircuitOpen},
 		"an endpoint that does not answer is no leader":           {object: closed, endpoint: gone.URL, exitCode: true, want: ExitNoLeader},
 		"no Lease is no leader":                                   {object: closed, exitCode: true, want: ExitNoLeader},
 		"no leader wins over an open circuit":                     {object: open, exitCode: true, want: ExitNoLeader},
@@ -171,15 +188,24 @@ func TestRun_exitCode(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			f := factory.New(nil)
 			f.Config = &config.Configuration{Targets: []config.Target{{Kind: circuit.KindMutating, Configuration: clitest.Conf, Webhook: clitest.Hook}}}
-			f.RESTConfig, f.KubeClient, f.Client = &rest.Config{}, kubefake.NewClientset(), clitest.FakeReader(tc.object(t))
+			installed := tc.policy
+			if installed == nil {
+				installed = policy
+			}
+			f.RESTConfig, f.KubeClient, f.Client = &rest.Config{}, kubefake.NewClientset(), clitest.FakeReader(tc.object(t), installed, binding)
 			var stdout, stderr strings.Builder
-			o := &Options{Factory: f, IOStreams: cli.IOStreams{Out: &stdout, ErrOut: &stderr}, Endpoint: tc.endpoint, Output: cli.OutputTable, ExitCode: tc.exitCode}
+			o := &Options{Factory: f, IOStreams: cli.IOStreams{Out: &stdout, ErrOut: &stderr}, Endpoint: tc.endpoint, Output: cli.OutputTable, ExitCode: tc.exitCode, Wait: tc.wait}
 			err := o.Run(context.Background())
 			assert.Contains(t, stdout.String(), clitest.Hook, "the table is printed whatever the exit status")
+			if tc.wantErr != "" {
+				require.EqualError(t, err, tc.wantErr)
+				return
+			}
 			if tc.want == 0 {
 				require.NoError(t, err)
 				return
 			}
+			assert.NotEqual(t, 2, tc.want, "2 is a usage error's")
 			var exit cli.ExitError
 			require.ErrorAs(t, err, &exit)
 			assert.Equal(t, tc.want, exit.Code)
@@ -249,7 +275,8 @@ func TestRun_observeShowsWhatWouldHaveHappened(t *testing.T) {
 			for _, output := range []string{cli.OutputTable, "json"} {
 				f := factory.New(nil)
 				f.Config = &config.Configuration{Targets: []config.Target{{Kind: circuit.KindMutating, Configuration: clitest.Conf, Webhook: clitest.Hook, Mode: config.ModeObserve}}}
-				f.RESTConfig, f.KubeClient, f.Client = &rest.Config{}, kubefake.NewClientset(), clitest.FakeReader(clitest.OpenConfiguration(t, nil, nil))
+				policy, binding := admission.RenderPolicy(admission.Options{BreakerUsername: "system:serviceaccount:" + circuit.DefaultNamespace + ":" + circuit.DefaultServiceAccount})
+				f.RESTConfig, f.KubeClient, f.Client = &rest.Config{}, kubefake.NewClientset(), clitest.FakeReader(clitest.OpenConfiguration(t, nil, nil), policy, binding)
 				var stdout strings.Builder
 				o := &Options{Factory: f, IOStreams: cli.IOStreams{Out: &stdout, ErrOut: &strings.Builder{}}, Endpoint: leader.URL, Output: output, ExitCode: true}
 				require.NoError(t, o.Run(context.Background()), "WouldOpen is not an open circuit for --exit-code")
