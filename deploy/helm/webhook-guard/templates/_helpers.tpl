@@ -137,3 +137,15 @@ test runs the guard with the same.
 - --deployment=webhook-guard
 - --breaker=system:serviceaccount:{{ include "webhook-guard.namespace" . }}:webhook-guard
 {{- end }}
+
+{{/*
+webhook-guard.testArgs are the arguments of the "helm test" Pod's guard
+(tests/status.yaml), one YAML list item a line; the e2e test runs the
+guard with the same.
+*/}}
+{{- define "webhook-guard.testArgs" -}}
+- status
+- --exit-code
+- --wait=60s
+- --namespace={{ include "webhook-guard.namespace" . }}
+{{- end }}
