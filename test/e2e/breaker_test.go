@@ -62,6 +62,8 @@ type setupOptions struct {
 	noRBAC  []string
 	kubectl bool   // create the configuration with kubectl apply, as a user would
 	name    string // the configuration's name; default a unique one
+	// objectSelector is the target webhook's; default none.
+	objectSelector *metav1.LabelSelector
 }
 
 func newBreakerSetup(t *testing.T, o setupOptions) *breakerSetup {
@@ -96,6 +98,7 @@ func newBreakerSetup(t *testing.T, o setupOptions) *breakerSetup {
 	w.ClientConfig = cc
 	// An existing matchCondition must survive a Bypass cycle untouched.
 	w.MatchConditions = []admissionregistrationv1.MatchCondition{{Name: "not-a-dry-run-marker", Expression: "!has(object.metadata.labels) || !('skip-slow' in object.metadata.labels)"}}
+	w.ObjectSelector = o.objectSelector
 	other := configMapWebhook("other."+s.name+".webhook-guard.io", "nowhere-"+s.name, "https://127.0.0.1:1/never", nil, admissionregistrationv1.Fail)
 	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: s.name, Labels: map[string]string{"e2e": "breaker"}},
