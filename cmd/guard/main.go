@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -37,7 +39,7 @@ const (
 )
 
 func main() {
-	if err := run(ctrl.SetupSignalHandler(), os.Args[1:], os.Stdout, os.Stderr, factory.LoadRESTConfig); err != nil {
+	if err := run(ctrl.SetupSignalHandler(), os.Args[1:], os.Stdout, os.Stderr, factory.LoadRESTConfig, displayName(os.Args[0])); err != nil {
 		fmt.Fprintln(os.Stderr, "guard:", err)
 		os.Exit(exitCode(err))
 	}
@@ -57,8 +59,9 @@ func exitCode(err error) int {
 // run runs the command args name. It is main without the process: tests
 // call it with a load that fails them, to check that flags and
 // configuration are validated before anything reaches the cluster.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer, load factory.Loader) error {
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, load factory.Loader, name string) error {
 	root := newRootCommand(cli.IOStreams{Out: stdout, ErrOut: stderr}, load)
+	root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: name}
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
@@ -86,9 +89,10 @@ func newRootCommand(streams cli.IOStreams, load factory.Loader) *cobra.Command {
 			ctrl.SetLogger(zap.New(zap.WriteTo(streams.ErrOut)))
 		},
 		// main prints the error, once, and chooses the exit code.
-		SilenceErrors:     true,
-		SilenceUsage:      true,
-		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		// "guard completion bash|zsh|fish|powershell".
+		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: false},
 	}
 	root.SetFlagErrorFunc(usage)
 	build := versioncmd.Build{Version: version, Commit: commit}
@@ -102,6 +106,18 @@ func newRootCommand(streams cli.IOStreams, load factory.Loader) *cobra.Command {
 		versioncmd.NewCmd(streams, build),
 	)
 	return root
+}
+
+// displayName is how the binary invoked as arg0 names itself in help and
+// usage: "kubectl guard" when kubectl runs it as the plugin kubectl-guard
+// (kubectl's plugin lookup runs the first kubectl-guard on PATH for
+// "kubectl guard ..."), else "guard".
+func displayName(arg0 string) string {
+	base := strings.TrimSuffix(filepath.Base(arg0), ".exe")
+	if plugin, ok := strings.CutPrefix(base, "kubectl-"); ok && plugin != "" {
+		return "kubectl " + strings.ReplaceAll(plugin, "_", "-")
+	}
+	return "guard"
 }
 
 // usage prints cmd's usage on stderr, as a mistake on the command line

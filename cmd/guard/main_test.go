@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -68,7 +69,7 @@ func TestDispatch_badInputExitsNonZeroAndTouchesNothing(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			err := run(context.Background(), tc.args, &stdout, &stderr, noCluster(t))
+			err := run(context.Background(), tc.args, &stdout, &stderr, noCluster(t), "guard")
 			require.Error(t, err)
 			assert.Equal(t, tc.wantCode, exitCode(err))
 			assert.Contains(t, err.Error(), tc.wantErr)
@@ -79,12 +80,12 @@ func TestDispatch_badInputExitsNonZeroAndTouchesNothing(t *testing.T) {
 
 func TestDispatch_versionAndHelp(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	require.NoError(t, run(context.Background(), []string{"version"}, &stdout, &stderr, noCluster(t)))
+	require.NoError(t, run(context.Background(), []string{"version"}, &stdout, &stderr, noCluster(t), "guard"))
 	assert.Contains(t, stdout.String(), "webhook-guard ")
 
 	for _, help := range [][]string{{"--help"}, {"help"}, {"-h"}} {
 		stdout.Reset()
-		require.NoError(t, run(context.Background(), help, &stdout, &stderr, noCluster(t)))
+		require.NoError(t, run(context.Background(), help, &stdout, &stderr, noCluster(t), "guard"))
 		for _, cmd := range []string{"run", "status", "webhooks", "unmutated", "release", "manifests static", "version"} {
 			assert.Contains(t, stdout.String(), cmd, "%v", help)
 		}
@@ -93,7 +94,7 @@ func TestDispatch_versionAndHelp(t *testing.T) {
 	// Each command's help names its flags, -o and --output both.
 	for _, cmd := range []string{"status", "unmutated"} {
 		stdout.Reset()
-		require.NoError(t, run(context.Background(), []string{cmd, "--help"}, &stdout, &stderr, noCluster(t)))
+		require.NoError(t, run(context.Background(), []string{cmd, "--help"}, &stdout, &stderr, noCluster(t), "guard"))
 		for _, flag := range []string{"-o, --output", "-n, --namespace", "--kubeconfig", "--context", "--deployment", "--config", "--exit-code"} {
 			assert.Contains(t, stdout.String(), flag, cmd)
 		}
@@ -112,5 +113,21 @@ func TestExitCode(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			assert.Equal(t, tc.want, exitCode(tc.err))
 		})
+	}
+}
+
+// As the kubectl plugin kubectl-guard the binary names itself "kubectl
+// guard" in its help, and "guard completion" writes a shell's completion.
+func TestRun_pluginNameAndCompletion(t *testing.T) {
+	assert.Equal(t, "kubectl guard", displayName("/usr/local/bin/kubectl-guard"))
+	assert.Equal(t, "guard", displayName("bin/guard"))
+	var stdout, stderr strings.Builder
+	require.NoError(t, run(context.Background(), []string{"status", "--help"}, &stdout, &stderr, noCluster(t), displayName("kubectl-guard")))
+	assert.Contains(t, stdout.String(), "kubectl guard status")
+	for _, shell := range []string{"bash", "zsh", "fish"} {
+		stdout.Reset()
+		require.NoError(t, run(context.Background(), []string{"completion", shell}, &stdout, &stderr, noCluster(t), "guard"), shell)
+		assert.Contains(t, stdout.String(), "guard", shell)
+		assert.Greater(t, stdout.Len(), 1000, "%s: a completion script", shell)
 	}
 }
