@@ -141,3 +141,30 @@ func TestChart_schemaRefusesMisshapenTuning(t *testing.T) {
 		})
 	}
 }
+
+// kube-prometheus-stack selects ServiceMonitors and PrometheusRules by the
+// label release: <its release>; the chart puts the labels given on each,
+// and the scrape settings on the ServiceMonitor's endpoint.
+func TestChart_prometheusObjectsCarryTheSelectorLabels(t *testing.T) {
+	objs := byKey(t, parseObjects(t, helmTemplate(t, "--namespace", "webhook-guard-system", "-f", valuesFile(t, `
+prometheus:
+  enabled: true
+  serviceMonitor:
+    labels: {release: kube-prometheus-stack}
+    interval: 15s
+    scrapeTimeout: 10s
+    relabelings: [{targetLabel: cluster, replacement: prod-1}]
+  prometheusRule:
+    labels: {release: kube-prometheus-stack}
+`))))
+	sm := objs["ServiceMonitor webhook-guard-system/webhook-guard"]
+	require.NotNil(t, sm)
+	assert.Equal(t, "kube-prometheus-stack", sm["metadata"].(object)["labels"].(object)["release"])
+	endpoint := sm["spec"].(object)["endpoints"].([]any)[0].(object)
+	assert.Equal(t, "15s", endpoint["interval"])
+	assert.Equal(t, "10s", endpoint["scrapeTimeout"])
+	assert.Equal(t, []any{object{"targetLabel": "cluster", "replacement": "prod-1"}}, endpoint["relabelings"])
+	rule := objs["PrometheusRule webhook-guard-system/webhook-guard"]
+	require.NotNil(t, rule)
+	assert.Equal(t, "kube-prometheus-stack", rule["metadata"].(object)["labels"].(object)["release"])
+}
