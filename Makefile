@@ -15,7 +15,8 @@ LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 BIN := bin
 # The configurations "make manifests" renders from: the example targets of
 # the repository's overlays, and the user overlay in examples/, whose guard
-# runs as the ServiceAccount webhook-guard in its own namespace.
+# runs as the ServiceAccount webhook-guard in its own namespace (the
+# breaker the guard policy exempts and the path probe's RoleBindings bind).
 EXAMPLE_TARGETS := deploy/kustomize/components/example-targets
 EXAMPLES := deploy/kustomize/examples
 EXAMPLES_BREAKER := system:serviceaccount:webhook-guard-example:webhook-guard
@@ -37,11 +38,11 @@ help: ## Show this help.
 ##@ Development
 
 .PHONY: manifests
-manifests: ## Regenerate the generated/ folders of deploy/kustomize/components/example-targets and deploy/kustomize/examples from their config.yaml (targets ClusterRole, guard policy and marking policies).
+manifests: ## Regenerate the generated/ folders of deploy/kustomize/components/example-targets and deploy/kustomize/examples from their config.yaml (targets ClusterRole and path probe Roles, guard policy and marking policies).
 	$(call generate,$(EXAMPLE_TARGETS),rbac,targets-role.yaml)
 	$(call generate,$(EXAMPLE_TARGETS),policy,policy.yaml)
 	$(call generate,$(EXAMPLE_TARGETS),marking,marking.yaml)
-	$(call generate,$(EXAMPLES),rbac,targets-role.yaml)
+	$(call generate,$(EXAMPLES),rbac --breaker $(EXAMPLES_BREAKER),targets-role.yaml)
 	$(call generate,$(EXAMPLES),policy --breaker $(EXAMPLES_BREAKER),policy.yaml)
 	$(call generate,$(EXAMPLES),marking,marking.yaml)
 
@@ -119,8 +120,9 @@ lint: ## gofmt, go vet, staticcheck (default and failpoints builds) and golangci
 ##@ Build
 
 .PHONY: build
-build: ## Build bin/guard (the same command the Dockerfile runs).
+build: ## Build bin/guard (the same command the Dockerfile runs), and bin/kubectl-guard, the same binary as a kubectl plugin ("kubectl guard status" with bin/ on PATH).
 	go build $(GOFLAGS_BUILD) -ldflags "$(LDFLAGS)" -o $(BIN)/guard ./cmd/guard
+	cp -f $(BIN)/guard $(BIN)/kubectl-guard
 
 .PHONY: docker-build-equivalent
 docker-build-equivalent: ## Build the image's binary as the Dockerfile does (linux, static) into bin/linux_<arch>/guard, without a container engine.

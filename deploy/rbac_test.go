@@ -109,6 +109,18 @@ func TestRBAC_isLeastPrivilegeOnPaper(t *testing.T) {
 				assert.Equal(t, []string{"get", "list", "watch"}, rule.Verbs, "%s rule %d: the probe only reads Services", where, i)
 				assert.Equal(t, []string{"services"}, rule.Resources, "%s rule %d: Services alone", where, i)
 			}
+			if slices.Contains(rule.Resources, "services/proxy") {
+				// The path probe (internal/rbac): a ClusterRole's
+				// resourceNames name no namespace, so the grant is a Role
+				// in the Service's namespace, by name, get only.
+				assert.Equal(t, "Role", role.Kind, "%s rule %d: services/proxy only in the Service's namespace", where, i)
+				assert.Equal(t, []string{"get"}, rule.Verbs, "%s rule %d: the path probe only GETs", where, i)
+				assert.Equal(t, []string{"services/proxy"}, rule.Resources, "%s rule %d: services/proxy alone", where, i)
+				assert.NotEmpty(t, rule.ResourceNames, "%s rule %d: services/proxy only by name", where, i)
+				for _, name := range rule.ResourceNames {
+					assert.True(t, strings.HasPrefix(name, "https:"), "%s rule %d: %q is not the name RBAC sees, https:<service>:<port>", where, i, name)
+				}
+			}
 			for _, res := range []string{"endpoints", "endpointslices", "pods"} {
 				if role.Name == "webhook-guard-status-user" && res == "pods" {
 					continue // get on its own pods, to proxy to /status

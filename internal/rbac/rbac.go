@@ -1,10 +1,13 @@
 package rbac
 
 import (
+	"maps"
 	"slices"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
@@ -20,15 +23,27 @@ func Labels() map[string]string {
 	return map[string]string{"app.kubernetes.io/name": "webhook-guard"}
 }
 
+// Render returns every object "guard manifests rbac" writes for cfg, in
+// this order: the ClusterRole RenderTargetsRole, then the Role and
+// RoleBinding of each namespace RenderPathProbeGrants renders, binding
+// Subject(breakerUsername), the guard's identity.
+func Render(cfg *config.Configuration, breakerUsername string) []runtime.Object {
+	out := []runtime.Object{RenderTargetsRole(cfg)}
+	for _, g := range RenderPathProbeGrants(cfg, Subject(breakerUsername)) {
+		out = append(out, g.Role, g.Binding)
+	}
+	return out
+}
+
 // RenderTargetsRole renders the ClusterRole TargetsRoleName. It grants patch
 // (the breaker's one write per transition is a JSON patch) on
 // mutatingwebhookconfigurations and on
 // validatingwebhookconfigurations, each limited by resourceNames to the
-// names of cfg's targets of that kind, sorted and without repeats; get on
-// services/proxy limited to the "https:<service>:<port>" names of the
-// targets' apiserverSignal.pathProbe.service (the path probe); and
-// nothing else. Reading configurations is granted by the static ClusterRole
-// webhook-guard.
+// names of cfg's targets of that kind, sorted and without repeats; update
+// on a named instance's own guard policy and binding; and nothing else.
+// Reading configurations is granted by the static ClusterRole
+// webhook-guard. The path probe's grant is not here: a ClusterRole's
+// resourceNames name no namespace (RenderPathProbeGrants).
 //
 // A kind with no target gets no rule: a rule with an empty resourceNames
 // list would grant every name. The result carries TypeMeta and Labels.
@@ -54,19 +69,6 @@ func RenderTargetsRole(cfg *config.Configuration) *rbacv1.ClusterRole {
 			Verbs:         []string{"patch"},
 		})
 	}
-	if names := pathProbeNames(cfg); len(names) > 0 {
-		// The path probe: a GET through kube-apiserver's service proxy to
-		// each target's webhook Service. RBAC sees the name the request
-		// carries, "https:<service>:<port>" (proven against a real
-		// apiserver in test/e2e/partition). A ClusterRole's resourceNames
-		// name no namespace: see docs/security.md.
-		role.Rules = append(role.Rules, rbacv1.PolicyRule{
-			APIGroups:     []string{""},
-			Resources:     []string{"services/proxy"},
-			ResourceNames: names,
-			Verbs:         []string{"get"},
-		})
-	}
 	if cfg != nil && cfg.Instance != "" {
 		// The static role grants update on the default installation's
 		// policy only; an instance's policy has a name of its own.
@@ -81,19 +83,85 @@ func RenderTargetsRole(cfg *config.Configuration) *rbacv1.ClusterRole {
 	return role
 }
 
-// pathProbeNames returns the service proxy names of cfg's path probe
-// Services, sorted and without repeats, for targets whose apiserver
-// signal is enabled.
-func pathProbeNames(cfg *config.Configuration) []string {
+// PathProbeRoleName is the name of the Role, and of its RoleBinding, that
+// RenderPathProbeGrants renders in each namespace: webhook-guard-path-probe
+// for the main installation, webhook-guard-<instance>-path-probe for a
+// named instance, so that two installations whose targets' Services share
+// a namespace do not overwrite each other's grant.
+func PathProbeRoleName(instance string) string {
+	if instance == "" {
+		return "webhook-guard-path-probe"
+	}
+	return "webhook-guard-" + instance + "-path-probe"
+}
+
+// PathProbeGrant is the path probe's RBAC in one namespace.
+type PathProbeGrant struct {
+	// Role grants get on services/proxy, by resourceNames, in the
+	// namespace.
+	Role *rbacv1.Role
+	// Binding binds Role to the guard's identity.
+	Binding *rbacv1.RoleBinding
+}
+
+// RenderPathProbeGrants renders the path probe's RBAC: for each namespace
+// of cfg's apiserverSignal.pathProbe.service Services, of targets whose
+// apiserver signal is enabled, a Role PathProbeRoleName(cfg.Instance) in
+// that namespace with get on services/proxy limited by resourceNames to
+// the "https:<service>:<port>" names of that namespace's Services (the
+// name kube-apiserver's RBAC sees, proven in test/e2e/partition), sorted
+// and without repeats, and a RoleBinding of it to subject. The grants are
+// sorted by namespace.
+//
+// A Role, unlike a ClusterRole, holds in its own namespace only: the
+// token may not GET through the proxy of a Service of the same name in
+// another namespace. No path probe Service renders nothing, never a rule
+// without resourceNames. The objects carry TypeMeta and Labels.
+func RenderPathProbeGrants(cfg *config.Configuration, subject rbacv1.Subject) []PathProbeGrant {
 	if cfg == nil {
 		return nil
 	}
-	var names []string
+	byNamespace := map[string][]string{}
 	for _, t := range cfg.Targets {
 		if svc := t.APIServerSignal.PathProbe.Service; t.APIServerSignal.Enabled && svc != nil {
-			names = append(names, svc.ProxyName())
+			byNamespace[svc.Namespace] = append(byNamespace[svc.Namespace], svc.ProxyName())
 		}
 	}
-	slices.Sort(names)
-	return slices.Compact(names)
+	name := PathProbeRoleName(cfg.Instance)
+	var out []PathProbeGrant
+	for _, ns := range slices.Sorted(maps.Keys(byNamespace)) {
+		names := byNamespace[ns]
+		slices.Sort(names)
+		meta := metav1.ObjectMeta{Name: name, Namespace: ns, Labels: Labels()}
+		out = append(out, PathProbeGrant{
+			Role: &rbacv1.Role{
+				TypeMeta:   metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "Role"},
+				ObjectMeta: meta,
+				Rules: []rbacv1.PolicyRule{{
+					APIGroups:     []string{""},
+					Resources:     []string{"services/proxy"},
+					ResourceNames: slices.Compact(names),
+					Verbs:         []string{"get"},
+				}},
+			},
+			Binding: &rbacv1.RoleBinding{
+				TypeMeta:   metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "RoleBinding"},
+				ObjectMeta: *meta.DeepCopy(),
+				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+				Subjects:   []rbacv1.Subject{subject},
+			},
+		})
+	}
+	return out
+}
+
+// Subject returns the RBAC subject whose username is username: the
+// ServiceAccount of a "system:serviceaccount:<namespace>:<name>"
+// username (the guard's identity when it runs in a cluster), else the
+// User of that name.
+func Subject(username string) rbacv1.Subject {
+	if ns, name, err := serviceaccount.SplitUsername(username); err == nil {
+		return rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: ns}
+	}
+	return rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: username}
 }

@@ -247,13 +247,17 @@ func TestInstall_RBACIsLeastPrivilege(t *testing.T) {
 		// token enumerates Services, and no more (docs/security.md).
 		"list Services (the probe watches its targets' Services)":  {[]string{"list", "services", "-n", "anywhere"}, true},
 		"watch Services (the probe watches its targets' Services)": {[]string{"watch", "services", "-A"}, true},
-		"not create Services":     {[]string{"create", "services", "-n", "anywhere"}, false},
-		"not update Services":     {[]string{"update", "services", "-n", "anywhere"}, false},
-		"not patch Services":      {[]string{"patch", "services", "-n", "anywhere"}, false},
-		"not delete Services":     {[]string{"delete", "services", "-n", "anywhere"}, false},
-		"not get Endpoints":       {[]string{"get", "endpoints", "-n", "anywhere"}, false},
-		"not list Endpoints":      {[]string{"list", "endpoints", "-A"}, false},
-		"not list EndpointSlices": {[]string{"list", "endpointslices.discovery.k8s.io", "-A"}, false},
+		// The example targets name no path probe Service, and the
+		// ClusterRole never grants the path probe: its grant is a Role in
+		// the Service's namespace (TestPathProbeRBAC_grantsTheTargetsNamespaceOnly).
+		"not get through a Service's proxy": {[]string{"get", "services/https:slow-mutator:443", "--subresource=proxy", "-n", "slow-mutator"}, false},
+		"not create Services":               {[]string{"create", "services", "-n", "anywhere"}, false},
+		"not update Services":               {[]string{"update", "services", "-n", "anywhere"}, false},
+		"not patch Services":                {[]string{"patch", "services", "-n", "anywhere"}, false},
+		"not delete Services":               {[]string{"delete", "services", "-n", "anywhere"}, false},
+		"not get Endpoints":                 {[]string{"get", "endpoints", "-n", "anywhere"}, false},
+		"not list Endpoints":                {[]string{"list", "endpoints", "-A"}, false},
+		"not list EndpointSlices":           {[]string{"list", "endpointslices.discovery.k8s.io", "-A"}, false},
 		"get a cert-manager Certificate to diagnose TLS failures": {[]string{"get", "certificates.cert-manager.io", "-n", "anywhere"}, true},
 		"not list cert-manager Certificates":                      {[]string{"list", "certificates.cert-manager.io", "-n", "anywhere"}, false},
 		"create SelfSubjectReviews":                               {[]string{"create", "selfsubjectreviews.authentication.k8s.io"}, true},

@@ -2,8 +2,10 @@
 // GuardConfiguration, the objects that depend on it: the guard's
 // admission objects (the static webhook for control planes, the policy
 // for kustomize), the ClusterRole that lets the breaker write the
-// targets, and the marking policies of the mutating targets. It writes
-// YAML to stdout and reaches no cluster.
+// targets and, in each namespace of a path probe Service, the Role and
+// RoleBinding that let the path probe reach it, and the marking policies
+// of the mutating targets. It writes YAML to stdout and reaches no
+// cluster.
 package manifests
 
 import (
@@ -40,9 +42,12 @@ type Options struct {
 	// Kind is what to render: KindStatic, KindPolicy, KindRBAC or
 	// KindMarking; the subcommand sets it.
 	Kind string
-	// BreakerUsername is the breaker's username in the guard's admission
-	// objects (--breaker). Default circuit.DefaultUsername; the running
-	// service fills in its real identity.
+	// BreakerUsername is the breaker's username (--breaker): the
+	// identity the guard's admission objects exempt, and the subject the
+	// path probe's RoleBindings bind (its ServiceAccount, for a
+	// system:serviceaccount username). Default circuit.DefaultUsername;
+	// for the admission objects, the running service fills in its real
+	// identity.
 	BreakerUsername string
 	// URL is where control-plane hosts reach the guard's webhook, for the
 	// static manifest (--url). Required for static.
@@ -75,7 +80,7 @@ overlays). "targets" is another name for "rbac".`,
 		},
 	}
 	f.AddConfigFlag(cmd.PersistentFlags(), "GuardConfiguration file (required): the managed configurations.")
-	cmd.PersistentFlags().StringVar(&o.BreakerUsername, "breaker", circuit.DefaultUsername, "The breaker's username; the running service fills in its real identity.")
+	cmd.PersistentFlags().StringVar(&o.BreakerUsername, "breaker", circuit.DefaultUsername, "The breaker's username, system:serviceaccount:<namespace>:webhook-guard: policy and static exempt it (the running service fills in its real identity), rbac binds the path probe's Roles to it.")
 	kind := func(kind, short string) *cobra.Command {
 		return &cobra.Command{
 			Use:   kind + " --config FILE",
@@ -95,7 +100,7 @@ overlays). "targets" is another name for "rbac".`,
 	static.Flags().StringVar(&o.CAFile, "ca-file", "", "PEM CA bundle that verifies the webhook's serving certificate.")
 	cmd.AddCommand(static,
 		kind(KindPolicy, "Render the ValidatingAdmissionPolicy and binding"),
-		withAliases(kind(KindRBAC, "Render the ClusterRole that may update the target configurations"), "targets"),
+		withAliases(kind(KindRBAC, "Render the ClusterRole that may patch the target configurations, and the path probe's Role and RoleBinding in each of its Services' namespaces"), "targets"),
 		kind(KindMarking, "Render the marking policies of the mutating targets (installed with everything else)"),
 	)
 	return cmd
@@ -128,7 +133,7 @@ func (o *Options) Run() error {
 		policy, binding := admission.RenderPolicy(opts)
 		out, err = admission.MarshalManifest(policy, binding)
 	case KindRBAC:
-		out, err = admission.MarshalManifest(rbac.RenderTargetsRole(cfg))
+		out, err = admission.MarshalManifest(rbac.Render(cfg, o.BreakerUsername)...)
 	case KindMarking:
 		out, err = admission.MarshalManifest(markingPolicies(cfg)...)
 	case KindStatic:

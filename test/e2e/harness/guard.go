@@ -211,10 +211,11 @@ func FreeLoopbackAddr() (string, error) {
 	return l.Addr().String(), nil
 }
 
-// GuardRules are the permissions the installed RBAC gives the guard, for
-// the given target configuration names, by a short name per rule. The path
-// probe's rule depends on the targets' Services, not their names:
-// PathProbeRule renders it, and GrantPathProbe grants it.
+// GuardRules are the permissions the installed RBAC gives the guard
+// cluster-wide, for the given target configuration names, by a short name
+// per rule. The path probe's grant depends on the targets' Services, not
+// their names, and is a Role in each Service's namespace: PathProbeRule
+// renders its rule, and GrantPathProbe grants it.
 func GuardRules(names []string) map[string]rbacv1.PolicyRule {
 	rules := map[string]rbacv1.PolicyRule{
 		"read-marks":          {APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingadmissionpolicies", "mutatingadmissionpolicybindings"}, Verbs: []string{"get", "list", "watch"}},

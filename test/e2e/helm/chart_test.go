@@ -141,11 +141,15 @@ func TestChart_rendersWhatKustomizeInstalls(t *testing.T) {
 			got := byKey(t, parseObjects(t, helmTemplate(t, append(namespaced, args...)...)))
 			// The pre-delete hook's objects (templates/release_hook.yaml)
 			// are the chart's own: kustomize users run guard release by hand.
-			var hooks []string
+			var hooks, tests []string
 			for k, obj := range got {
 				annotations, _ := obj["metadata"].(object)["annotations"].(object)
-				if annotations["helm.sh/hook"] == "pre-delete" {
+				switch annotations["helm.sh/hook"] {
+				case "pre-delete":
 					hooks = append(hooks, k)
+					delete(got, k)
+				case "test":
+					tests = append(tests, k)
 					delete(got, k)
 				}
 			}
@@ -153,6 +157,11 @@ func TestChart_rendersWhatKustomizeInstalls(t *testing.T) {
 				"ServiceAccount webhook-guard-system/webhook-guard-release", "ClusterRole /webhook-guard-release", "ClusterRoleBinding /webhook-guard-release",
 				"Role webhook-guard-system/webhook-guard-release", "RoleBinding webhook-guard-system/webhook-guard-release", "Job webhook-guard-system/webhook-guard-release",
 			}, hooks, "the pre-delete hook's objects")
+			// The helm test's objects (templates/tests) are the chart's own too.
+			assert.ElementsMatch(t, []string{
+				"ServiceAccount webhook-guard-system/webhook-guard-test", "RoleBinding webhook-guard-system/webhook-guard-test", "RoleBinding default/webhook-guard-test",
+				"ClusterRoleBinding /webhook-guard-test", "Pod webhook-guard-system/webhook-guard-test",
+			}, tests, "the helm test's objects")
 
 			for _, k := range []string{"ValidatingAdmissionPolicy /webhook-guard", "ValidatingAdmissionPolicyBinding /webhook-guard"} {
 				require.Contains(t, want, k, "the overlay no longer ships the guard policy: update this test and the chart's README")
@@ -217,9 +226,11 @@ func configOf(t *testing.T, cm object) object {
 }
 
 // TestChart_targetsRoleIsGuardManifestsRbac: the chart renders the
-// ClusterRole webhook-guard-targets itself, from the targets; it must be
-// exactly what "guard manifests rbac" renders (internal/rbac) for the
-// same configuration.
+// ClusterRole webhook-guard-targets, and the path probe's Role and
+// RoleBinding in each namespace of a pathProbe.service, itself, from the
+// targets; they must be exactly what "guard manifests rbac --breaker
+// system:serviceaccount:<the release's namespace>:webhook-guard" renders
+// (internal/rbac Render) for the same configuration, labels aside.
 func TestChart_targetsRoleIsGuardManifestsRbac(t *testing.T) {
 	header := "apiVersion: config.webhook-guard.io/v1alpha1\nkind: GuardConfiguration\n"
 	example, err := os.ReadFile(filepath.Join(root, exampleTargets, "config.yaml"))
@@ -234,7 +245,10 @@ func TestChart_targetsRoleIsGuardManifestsRbac(t *testing.T) {
 - {kind: Validating, configuration: alpha, webhook: b.example.com, allowAdmissionWithoutValidation: true}
 - {kind: Validating, configuration: zeta, webhook: c.example.com, allowAdmissionWithoutValidation: true}
 `,
-		"path probes with and without a port, one turned off, and an instance": header + `instance: canary
+		"a path probe of the main installation": header + `targets:
+- {configuration: one, webhook: a.example.com, allowAdmissionWithoutMutation: true, apiserverSignal: {pathProbe: {service: {namespace: hooks, name: one}}}}
+`,
+		"path probes with and without a port, one turned off, one name in two namespaces, and an instance": header + `instance: canary
 holdWhenAllFail: 0
 targets:
 - configuration: b-mutator
@@ -254,21 +268,54 @@ targets:
   webhook: v.example.com
   allowAdmissionWithoutValidation: true
   apiserverSignal: {pathProbe: {service: {namespace: b, name: b-svc, port: 443}}}
+- kind: Validating
+  configuration: other
+  webhook: same-name.example.com
+  allowAdmissionWithoutValidation: true
+  apiserverSignal: {pathProbe: {service: {namespace: c, name: b-svc}}}
 `,
 	}
 	for name, cfgYAML := range cases {
 		t.Run(name, func(t *testing.T) {
 			cfg, err := config.Parse([]byte(cfgYAML))
 			require.NoError(t, err, "the case must be a valid GuardConfiguration")
-			want := rbac.RenderTargetsRole(cfg)
+			const namespace = "guard-ns"
+			want := map[string]object{}
+			for _, obj := range rbac.Render(cfg, "system:serviceaccount:"+namespace+":webhook-guard") {
+				data, err := yaml.Marshal(obj)
+				require.NoError(t, err)
+				var o object
+				require.NoError(t, yaml.Unmarshal(data, &o))
+				takeLabels(o)
+				delete(o["metadata"].(object), "creationTimestamp")
+				want[key(o)] = o
+			}
 
 			values := valuesFile(t, cfgYAML)
-			r := runHelm(t, "template", "webhook-guard", chartDir, "-f", values, "--set", "marking.enabled=false", "--show-only", "templates/targets_role.yaml")
+			r := runHelm(t, "template", "webhook-guard", chartDir, "-f", values, "--namespace", namespace, "--set", "marking.enabled=false", "--show-only", "templates/targets_role.yaml")
 			require.NoError(t, r.err, r.stderr)
-			var got rbacv1.ClusterRole
-			require.NoError(t, yaml.UnmarshalStrict([]byte(r.stdout), &got))
-			assert.Equal(t, want.Name, got.Name)
-			assert.Equal(t, want.Rules, got.Rules)
+			got := byKey(t, parseObjects(t, r.stdout))
+			for k, o := range got {
+				// The chart's own labels beside those internal/rbac puts.
+				labels := takeLabels(o)
+				for name, value := range rbac.Labels() {
+					assert.Equal(t, value, labels[name], "%s: label %s", k, name)
+				}
+				// Every object decodes strictly as what it says it is.
+				data, err := yaml.Marshal(o)
+				require.NoError(t, err)
+				switch o["kind"] {
+				case "ClusterRole":
+					require.NoError(t, yaml.UnmarshalStrict(data, &rbacv1.ClusterRole{}))
+				case "Role":
+					require.NoError(t, yaml.UnmarshalStrict(data, &rbacv1.Role{}))
+				case "RoleBinding":
+					require.NoError(t, yaml.UnmarshalStrict(data, &rbacv1.RoleBinding{}))
+				default:
+					t.Errorf("the template renders a %s", o["kind"])
+				}
+			}
+			assert.Equal(t, want, got)
 		})
 	}
 }

@@ -56,7 +56,7 @@ func (w *world) withRoad() {
 	w.t.Helper()
 	w.wh.SetBehaviour(probePath, harness.Allow())
 	w.podAddr = w.serviceProxyBackend()
-	require.NoError(w.t, env.GrantPathProbe(context.Background(), w.ns, w.id, w.service()))
+	require.NoError(w.t, env.GrantPathProbe(context.Background(), w.id, w.service()))
 	require.Eventually(w.t, func() bool {
 		body, err := w.serviceProxyGet(serviceProxyHang)
 		return err == nil && body == "ok"

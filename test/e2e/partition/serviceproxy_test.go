@@ -392,7 +392,7 @@ func TestFact_serviceProxyRBACSeesTheSchemeNameAndPort(t *testing.T) {
 	rule, err := harness.PathProbeRule(w.service())
 	require.NoError(t, err)
 	assert.Equal(t, []string{"https:hook:" + port}, rule.ResourceNames)
-	require.NoError(t, env.GrantPathProbe(ctx, w.ns, w.id, w.service()))
+	require.NoError(t, env.GrantPathProbe(ctx, w.id, w.service()))
 	body, err := get()
 	require.NoError(t, err)
 	assert.Equal(t, "ok", body, "the webhook server's own answer")
