@@ -160,7 +160,7 @@ func ClassifyPath(err error, service string) Result {
 	case code == http.StatusServiceUnavailable && (strings.Contains(msg, "no endpoints available for service") || strings.Contains(msg, "no service port")):
 		return Result{Outcome: OutcomeUnknown, HTTPStatus: code, Err: fmt.Errorf("kube-apiserver's service proxy has nowhere to go (%s): it dials only a ready endpoint backed by a Pod, so it cannot tell whether the road works", msg)}
 	case code == http.StatusForbidden && strings.Contains(msg, `"services/proxy"`):
-		return Result{Outcome: OutcomeUnknown, HTTPStatus: code, Err: fmt.Errorf("the guard may not use kube-apiserver's service proxy (RBAC: get on services/proxy, resourceNames %s: set apiserverSignal.pathProbe.service and run make manifests): %w",
+		return Result{Outcome: OutcomeUnknown, HTTPStatus: code, Err: fmt.Errorf("the guard may not use kube-apiserver's service proxy (RBAC: get on services/proxy, resourceNames %s, in a Role in the Service's namespace: set apiserverSignal.pathProbe.service and render it with guard manifests rbac): %w",
 			"https:"+service+":<port>", err)}
 	}
 	// A Status kube-apiserver made itself, before or instead of proxying.

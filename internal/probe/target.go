@@ -60,17 +60,16 @@ func ruleCreates(r admissionregistrationv1.RuleWithOperations) bool {
 }
 
 // mainResources returns the entries of a rule's resources that match a
-// resource itself rather than only its subresources: "*", "*/*" and plain
-// names ("pods/*" and "*/status" match subresources only).
+// resource itself rather than only its subresources, as kube-apiserver's
+// rules.Matcher matches them (internal/rulematch): plain names, and any
+// "<name>/*", whose "*" matches the empty subresource too ("*", "*/*",
+// "pods/*"); "*/status" matches subresources only.
 func mainResources(resources []string) []string {
 	var out []string
 	for _, r := range resources {
 		name, sub, hasSub := strings.Cut(r, "/")
-		switch {
-		case !hasSub:
+		if !hasSub || sub == "*" {
 			out = append(out, name)
-		case name == "*" && sub == "*":
-			out = append(out, "*")
 		}
 	}
 	return out

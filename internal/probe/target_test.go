@@ -10,7 +10,10 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/client-go/discovery"
+
+	"github.com/webhook-guard/webhook-guard/internal/rulematch"
 )
 
 var (
@@ -46,10 +49,6 @@ func TestRulesProbeable(t *testing.T) {
 			rules:   []admissionregistrationv1.RuleWithOperations{rule(ops(opCreate), strs(""), strs("v1"), strs("pods/status"))},
 			wantErr: strs("rules[0]", "pods/status", "CREATE"),
 		},
-		"only every subresource of a resource": {
-			rules:   []admissionregistrationv1.RuleWithOperations{rule(ops(opAll), strs(""), strs("v1"), strs("pods/*"))},
-			wantErr: strs("rules[0]", "pods/*"),
-		},
 		"only one subresource of every resource": {
 			rules:   []admissionregistrationv1.RuleWithOperations{rule(ops(opAll), strs("*"), strs("*"), strs("*/status"))},
 			wantErr: strs("rules[0]", "*/status"),
@@ -65,12 +64,15 @@ func TestRulesProbeable(t *testing.T) {
 			},
 			wantErr: strs("rules[0]", "pods/eviction", "rules[1]", "DELETE"),
 		},
-		"every resource":                     {rules: []admissionregistrationv1.RuleWithOperations{rule(ops(opCreate), strs("*"), strs("*"), strs("*"))}},
-		"every resource and subresource":     {rules: []admissionregistrationv1.RuleWithOperations{rule(ops(opCreate), strs("*"), strs("*"), strs("*/*"))}},
-		"a plain resource name":              {rules: []admissionregistrationv1.RuleWithOperations{rule(ops(opCreate), strs("apps"), strs("v1"), strs("deployments"))}},
-		"a resource next to its subresource": {rules: []admissionregistrationv1.RuleWithOperations{rule(ops(opCreate), strs(""), strs("v1"), strs("pods/status", "pods"))}},
-		"every operation":                    {rules: []admissionregistrationv1.RuleWithOperations{rule(ops(opAll), strs(""), strs("v1"), strs("pods"))}},
-		"UPDATE and CREATE":                  {rules: []admissionregistrationv1.RuleWithOperations{rule(ops(opUpdate, opCreate), strs(""), strs("v1"), strs("pods"))}},
+		"every resource":                 {rules: []admissionregistrationv1.RuleWithOperations{rule(ops(opCreate), strs("*"), strs("*"), strs("*"))}},
+		"every resource and subresource": {rules: []admissionregistrationv1.RuleWithOperations{rule(ops(opCreate), strs("*"), strs("*"), strs("*/*"))}},
+		// kube-apiserver's rules.Matcher: "pods/*" matches pods themselves
+		// too, its "*" matching the empty subresource.
+		"a resource and every subresource of it": {rules: []admissionregistrationv1.RuleWithOperations{rule(ops(opAll), strs(""), strs("v1"), strs("pods/*"))}},
+		"a plain resource name":                  {rules: []admissionregistrationv1.RuleWithOperations{rule(ops(opCreate), strs("apps"), strs("v1"), strs("deployments"))}},
+		"a resource next to its subresource":     {rules: []admissionregistrationv1.RuleWithOperations{rule(ops(opCreate), strs(""), strs("v1"), strs("pods/status", "pods"))}},
+		"every operation":                        {rules: []admissionregistrationv1.RuleWithOperations{rule(ops(opAll), strs(""), strs("v1"), strs("pods"))}},
+		"UPDATE and CREATE":                      {rules: []admissionregistrationv1.RuleWithOperations{rule(ops(opUpdate, opCreate), strs(""), strs("v1"), strs("pods"))}},
 		"a later rule that is probeable": {rules: []admissionregistrationv1.RuleWithOperations{
 			rule(ops(opDelete), strs(""), strs("v1"), strs("pods")),
 			rule(ops(opCreate), strs(""), strs("v1"), strs("configmaps")),
@@ -392,4 +394,19 @@ type partialDiscovery struct {
 
 func (p *partialDiscovery) ServerGroupsAndResources() ([]*metav1.APIGroup, []*metav1.APIResourceList, error) {
 	return p.groups, p.lists, p.err
+}
+
+// mainResources agrees with kube-apiserver's own matcher (rulematch) on
+// which resource entries match a CREATE of the resource itself.
+func TestMainResources_agreesWithKubeAPIServer(t *testing.T) {
+	for _, entry := range []string{"pods", "*", "*/*", "pods/*", "pods/status", "*/status", "deployments/scale", "configmaps"} {
+		r := rule(ops(opCreate), strs("*"), strs("*"), strs(entry))
+		apiserver := false
+		for _, resource := range []string{"pods", "configmaps", "deployments"} {
+			if rulematch.Matches(r, rulematch.Request{Operation: admission.Create, Resource: schema.GroupVersionResource{Version: "v1", Resource: resource}, Namespaced: true}) {
+				apiserver = true
+			}
+		}
+		assert.Equal(t, apiserver, len(mainResources([]string{entry})) > 0, "%q", entry)
+	}
 }
