@@ -20,6 +20,7 @@ import (
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/cel/environment"
+	"k8s.io/utils/ptr"
 
 	"github.com/webhook-guard/webhook-guard/internal/admission"
 	"github.com/webhook-guard/webhook-guard/internal/admission/admissiontest"
@@ -176,6 +177,14 @@ func TestPolicy_CEL_agreesWithGo_beyondTheTable(t *testing.T) {
 		"{\"slow.mutator.webhook-guard.io\":{\"openedAt\":\"line\nbreak\",\"mode\":\"By\tpass\"}}",
 		"{\n  \"pretty\": \"printed\"\n}",
 		`{"other.mutator.webhook-guard.io":{"mode":"Ignore","reason":"été"},"slow.mutator.webhook-guard.io":{"mode":"Bypass"}}`,
+		// The original failurePolicy as the release identity may restore it.
+		`{"slow.mutator.webhook-guard.io":{"originalFailurePolicy":"Fail"}}`,
+		`{"slow.mutator.webhook-guard.io":{"originalFailurePolicy":"Ignore"}}`,
+		`{"slow.mutator.webhook-guard.io":{"originalFailurePolicy":null}}`,
+		`{"slow.mutator.webhook-guard.io":{"originalFailurePolicy":"Fail\"}"}}`,
+		`{"slow.mutator.webhook-guard.io":{"mode":"Bypass"},"x":{"originalFailurePolicy":"Fail"}}`,
+		`{"slow.mutator.webhook-guard.io":{"originalFailurePolicy":"Fail"}, "slow.mutator.webhook-guard.io":{"originalFailurePolicy":"Ignore"}}`,
+		`{"slowXmutator.webhook-guard.io":{"originalFailurePolicy":"Fail"}}`,
 	} {
 		old := open.DeepCopy()
 		old.Annotations[circuit.Annotation] = record
@@ -184,6 +193,27 @@ func TestPolicy_CEL_agreesWithGo_beyondTheTable(t *testing.T) {
 		delete(n.Annotations, circuit.Annotation)
 		n.Annotations[circuit.OverrideAnnotation] = ""
 		reqs[fmt.Sprintf("record %d removed with an empty override", i)] = req{admissionv1.Update, old, n}
+		// What "guard release" writes: the failurePolicy back, the marker
+		// and the record gone, the override added; or, where the original
+		// is unset, the field removed.
+		released := restoreFail(old)
+		released.Webhooks[0].MatchConditions = nil
+		delete(released.Annotations, circuit.Annotation)
+		released.Annotations[circuit.OverrideAnnotation] = "guard release"
+		reqs[fmt.Sprintf("record %d released", i)] = req{admissionv1.Update, old, released}
+		unsetBack := released.DeepCopy()
+		unsetBack.Webhooks[0].FailurePolicy = nil
+		reqs[fmt.Sprintf("record %d released to unset", i)] = req{admissionv1.Update, old, unsetBack}
+		repointed := released.DeepCopy()
+		url := "https://127.0.0.1:2/elsewhere"
+		repointed.Webhooks[1].ClientConfig.URL = &url
+		reqs[fmt.Sprintf("record %d released and the other webhook repointed", i)] = req{admissionv1.Update, old, repointed}
+		healthy := admissiontest.Healthy("cfg")
+		healthy.Annotations = map[string]string{circuit.Annotation: record}
+		ignored := healthy.DeepCopy()
+		ignored.Webhooks[0].FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
+		ignored.Annotations[circuit.OverrideAnnotation] = "guard release"
+		reqs[fmt.Sprintf("record %d and Fail set to Ignore", i)] = req{admissionv1.Update, healthy, ignored}
 	}
 	unset := admissiontest.Healthy("cfg")
 	unset.Webhooks[0].FailurePolicy = nil
@@ -199,11 +229,12 @@ func TestPolicy_CEL_agreesWithGo_beyondTheTable(t *testing.T) {
 	forged := admissiontest.Healthy("cfg")
 	forged.Annotations = map[string]string{circuit.Annotation: admissiontest.CircuitRecord(circuit.ModeIgnore, admissiontest.OpenedAt)}
 	reqs["a forged record on CREATE"] = req{admissionv1.Create, nil, forged}
+	reqs["a healthy configuration on CREATE"] = req{admissionv1.Create, nil, admissiontest.Healthy("cfg")}
 
 	for name, r := range reqs {
 		t.Run(name, func(t *testing.T) {
 			for _, kind := range []circuit.Kind{circuit.KindMutating, circuit.KindValidating} {
-				for _, u := range []authenticationv1.UserInfo{admin(), {Username: "weird\nuser\t\"x\""}, admissiontest.UserInfo(admissiontest.Breaker, breaker)} {
+				for _, u := range []authenticationv1.UserInfo{admin(), {Username: "weird\nuser\t\"x\""}, admissiontest.UserInfo(admissiontest.Breaker, breaker), admissiontest.UserInfo(admissiontest.Releaser, breaker)} {
 					want := admission.Decide(admission.Request{Kind: kind, Operation: r.op, Old: r.old, New: r.new, User: u}, opts)
 					allowed, message := p.decide(t, kind, r.op, r.old, r.new, u)
 					require.Equal(t, want.Allowed, allowed, "Go: %s; CEL: %s", want.Message, message)

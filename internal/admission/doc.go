@@ -16,8 +16,19 @@
 // unmanaged configurations, DELETE, removing the override itself) is allowed,
 // except to the breaker's identity: on an UPDATE it may change nothing but
 // the owned fields, so no other webhook field and no metadata but the
-// circuit annotation (no label, other annotation, owner reference or
-// finalizer; kube-apiserver keeps the rest of the metadata itself).
+// circuit annotation and the marking's arming entries (no label, other
+// annotation, owner reference or finalizer; kube-apiserver keeps the rest
+// of the metadata itself).
+//
+// The release identity ([Options.Releaser], by default the breaker's
+// ServiceAccount name plus [circuit.ReleaseSuffix] in its namespace: the
+// account of the Helm chart's pre-delete hook, which runs "guard release")
+// is held to a rule of the same strength. It is not the breaker, so its
+// owned-field changes need the override annotation like anyone's; and it
+// may create no managed configuration, and on an UPDATE change nothing but
+// what a release changes: the owned fields, a managed webhook's
+// failurePolicy only back to the originalFailurePolicy of its entry in the
+// stored record, the arming entries and the override annotation.
 //
 // The package provides:
 //

@@ -109,7 +109,7 @@ func FuzzRule_CELAgreesWithGo(f *testing.F) {
 		if who&4 != 0 {
 			kind = circuit.KindValidating
 		}
-		users := []string{breaker, admissiontest.AdminUsername, admissiontest.OtherSAUsername, "weird\nuser"}
+		users := []string{breaker, admissiontest.AdminUsername, admissiontest.OtherSAUsername, "weird\nuser", opts.Releaser()}
 		user := admissiontest.UserInfo(admissiontest.Admin, breaker)
 		user.Username = users[int(who)%len(users)]
 		want := admission.Decide(admission.Request{Kind: kind, Operation: admissionv1.Update, Old: old, New: new, User: user}, opts)

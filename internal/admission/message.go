@@ -78,6 +78,37 @@ func breakerDenialCEL(breaker string) string {
 		` + ') may change only the fields it owns: ' + ` + circuit.QuoteCEL(breakerOwns) + ` + '; this request also changes ' + variables.unownedChanges.join(', ') + '.'`)
 }
 
+// releaserOwns lists, in a denial of the release identity, what it may
+// change: what "guard release" changes.
+const releaserOwns = "the failurePolicy of managed webhooks, only back to the originalFailurePolicy of their circuit record entry, " +
+	"the bypass matchCondition, and no metadata but the circuit record (" + circuitPath + "), " +
+	"the arming annotation (metadata.annotations[" + circuit.ArmingAnnotation + "]) " +
+	"and the override annotation (metadata.annotations[" + circuit.OverrideAnnotation + "])"
+
+// releaserCreates ends a denial of the release identity's CREATE.
+const releaserCreates = "; it creates no configuration."
+
+// releaserDenial is the message for the release identity creating a
+// managed configuration (other is nil) or changing more than a release
+// changes; other lists what else the request changes, as releaserChanges
+// does.
+func releaserDenial(kind circuit.Kind, name, releaser string, other []string) string {
+	tail := releaserCreates
+	if other != nil {
+		tail = "; this request also changes " + strings.Join(other, ", ") + "."
+	}
+	return oneLine(fmt.Sprintf(`%s "%s": webhook-guard's release identity (%s) may change only what a release restores: %s%s`,
+		kind.Singular(), name, releaser, releaserOwns, tail))
+}
+
+// releaserDenialCEL is releaserDenial in CEL, from the policy's variables:
+// oldObject is null on CREATE.
+func releaserDenialCEL(releaser string) string {
+	return oneLineCEL(`variables.kindName + ' "' + object.metadata.name + '": webhook-guard\'s release identity (' + ` + circuit.QuoteCEL(releaser) +
+		` + ') may change only what a release restores: ' + ` + circuit.QuoteCEL(releaserOwns) +
+		` + (oldObject == null ? ` + circuit.QuoteCEL(releaserCreates) + ` : '; this request also changes ' + variables.releaserChanges.join(', ') + '.')`)
+}
+
 // AnnotateCommand returns the kubectl command that hands configuration name
 // of kind over to its administrators. overwrite adds --overwrite, needed
 // when the stored object already carries the annotation (for example with

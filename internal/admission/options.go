@@ -16,6 +16,18 @@ type Options struct {
 	// BreakerUsername is the identity allowed to change owned fields (from
 	// SelfSubjectReview at runtime). Empty means circuit.DefaultUsername.
 	BreakerUsername string
+	// ReleaserUsername is the release identity: the ServiceAccount that
+	// "guard release" runs as in the Helm chart's pre-delete hook. Its
+	// UPDATEs of a managed configuration may change only what a release
+	// changes (the owned fields, a managed failurePolicy only back to its
+	// record's originalFailurePolicy, the arming annotation and the
+	// override annotation), and it may create none. Empty means
+	// circuit.ReleaseUsername of the breaker: the ServiceAccount
+	// <breaker's name>-release in the breaker's namespace, which is how
+	// the chart names the hook's ServiceAccount beside the breaker's.
+	// Equal to the breaker's username, it is ignored: the breaker is the
+	// breaker.
+	ReleaserUsername string
 	// Managed maps MutatingWebhookConfiguration name -> managed webhook
 	// names in it. A configuration is managed when its name is a key, even
 	// with an empty list: its bypass markers and circuit annotation are then
@@ -54,6 +66,16 @@ func (o Options) Breaker() string {
 		return circuit.DefaultUsername
 	}
 	return o.BreakerUsername
+}
+
+// Releaser returns the effective release identity's username:
+// ReleaserUsername, or circuit.ReleaseUsername(Breaker()) when it is
+// empty.
+func (o Options) Releaser() string {
+	if o.ReleaserUsername == "" {
+		return circuit.ReleaseUsername(o.Breaker())
+	}
+	return o.ReleaserUsername
 }
 
 // ConfigNames returns the names of kind's managed configurations, sorted.

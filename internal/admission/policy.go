@@ -81,7 +81,7 @@ func RenderPolicy(opts Options) (*admissionregistrationv1.ValidatingAdmissionPol
 			FailurePolicy: &failurePolicy,
 			MatchConditions: []admissionregistrationv1.MatchCondition{{
 				Name:       ownedMayChangeCondition,
-				Expression: ownedMayChange(opts.Breaker()),
+				Expression: ownedMayChange(opts.Breaker(), opts.Releaser()),
 			}},
 			MatchConstraints: &admissionregistrationv1.MatchResources{
 				NamespaceSelector: &metav1.LabelSelector{},
@@ -94,6 +94,11 @@ func RenderPolicy(opts Options) (*admissionregistrationv1.ValidatingAdmissionPol
 				Expression:        breakerValidationExpression,
 				MessageExpression: onDenial(breakerValidationExpression, breakerDenialCEL(opts.Breaker())),
 				Message:           fmt.Sprintf("webhook-guard's own identity (%s) may change only the fields it owns", opts.Breaker()),
+				Reason:            ptr.To(metav1.StatusReasonForbidden),
+			}, {
+				Expression:        releaserValidationExpression,
+				MessageExpression: onDenial(releaserValidationExpression, releaserDenialCEL(opts.Releaser())),
+				Message:           fmt.Sprintf("webhook-guard's release identity (%s) may change only what a release restores", opts.Releaser()),
 				Reason:            ptr.To(metav1.StatusReasonForbidden),
 			}, {
 				Expression:        validationExpression,
@@ -170,9 +175,10 @@ func onDenial(validation, message string) string {
 }
 
 // The policy's CEL. Each expression is a constant, written as it appears
-// in the rendered policy, one clause a line. Two values depend on Options
+// in the rendered policy, one clause a line. Three values depend on Options
 // and are filled in when rendering: the breaker's username (isBreaker, the
-// matchCondition and the messages) and the managed webhooks
+// matchCondition and the messages), the release identity's (isReleaser,
+// the matchCondition and its message) and the managed webhooks
 // (managedByResource, celManagedMap). The names package circuit gives the
 // record's annotation, the override annotation, the bypass matchCondition
 // and an unset failurePolicy are bound once, as the first variables; only
@@ -193,17 +199,21 @@ const ownedMayChangeCondition = "owned-fields-may-change"
 // ownedMayChangeCEL is the policy's matchCondition: false, so that
 // kube-apiserver skips the policy (no variable, validation or message is
 // evaluated), only for a request the rule always admits: an UPDATE, not by
-// the breaker, that keeps the webhooks (equal metadata.generation, see
-// webhooksKeptCEL) and the circuit record. Then no owned field changes,
-// and only the breaker's identity is limited to owned fields. These are
-// most writes to a managed configuration (labels, annotations).
+// the breaker or the release identity, that keeps the webhooks (equal
+// metadata.generation, see webhooksKeptCEL) and the circuit record. Then
+// no owned field changes, and only those two identities are limited to
+// what they may change. These are most writes to a managed configuration
+// (labels, annotations).
 //
-// A matchCondition sees no variables, so both values are filled in
-// (ownedMayChange): %[1]s is the breaker's username and %[2]s the
-// record's annotation key, bound once to key by a list of one element.
+// A matchCondition sees no variables, so the values are filled in
+// (ownedMayChange): %[1]s is the breaker's username, %[3]s the release
+// identity's and %[2]s the record's annotation key, bound once to key by a
+// list of one element.
 const ownedMayChangeCEL = `oldObject == null
   // the breaker: its own writes are limited to the owned fields
   || has(request.userInfo.username) && request.userInfo.username == %[1]s
+  // the release identity: its writes are limited to what a release changes
+  || has(request.userInfo.username) && request.userInfo.username == %[3]s
   // the webhooks may have changed
   || !has(object.metadata.generation) || !has(oldObject.metadata.generation)
   || object.metadata.generation != oldObject.metadata.generation
@@ -214,19 +224,22 @@ const ownedMayChangeCEL = `oldObject == null
     || has(object.metadata.annotations) && key in object.metadata.annotations
       && object.metadata.annotations[key] != oldObject.metadata.annotations[key])`
 
-// ownedMayChange renders ownedMayChangeCEL for breaker.
-func ownedMayChange(breaker string) string {
-	return fmt.Sprintf(ownedMayChangeCEL, circuit.QuoteCEL(breaker), circuit.QuoteCEL(circuit.Annotation))
+// ownedMayChange renders ownedMayChangeCEL for breaker and releaser.
+func ownedMayChange(breaker, releaser string) string {
+	return fmt.Sprintf(ownedMayChangeCEL, circuit.QuoteCEL(breaker), circuit.QuoteCEL(circuit.Annotation), circuit.QuoteCEL(releaser))
 }
 
 // validationExpression admits the request unless it changes owned fields of
 // a managed configuration without being the breaker or carrying an override.
 // sameOwned with the same circuit record is the common case of no owned
-// change, decided without listing the changes. Validations hold no
-// comment: onDenial copies each into its message expression, where a
-// comment on the last line would swallow the closing parenthesis.
+// change, decided without listing the changes. A request of the release
+// identity that releaserValidationExpression denies is left to it, so that
+// one validation denies and says why, as the Go rule does. Validations
+// hold no comment: onDenial copies each into its message expression, where
+// a comment on the last line would swallow the closing parenthesis.
 const validationExpression = `!variables.isManaged
   || variables.isBreaker
+  || variables.isReleaser && (oldObject == null || size(variables.releaserChanges) > 0)
   || variables.override
   || variables.sameOwned && variables.circuit == variables.oldCircuit
   || size(variables.ownedChanges) == 0`
@@ -237,6 +250,13 @@ const breakerValidationExpression = `!variables.isManaged
   || !variables.isBreaker
   || oldObject == null
   || size(variables.unownedChanges) == 0`
+
+// releaserValidationExpression admits the request unless the release
+// identity creates a managed configuration, or updates one beyond what a
+// release changes (releaserChanges).
+const releaserValidationExpression = `!variables.isManaged
+  || !variables.isReleaser
+  || oldObject != null && size(variables.releaserChanges) == 0`
 
 // managedVariable names the policy variable that holds the targets: the
 // only part of the policy, with the resourceNames, that depends on them.
@@ -395,6 +415,13 @@ const annotationsChangedCEL = `variables.annotations.filter(k, k != variables.re
   || variables.oldAnnotations.filter(k, k != variables.recordKey && k != variables.armingKey)
     .exists(k, !(k in variables.annotations))`
 
+// releaserAnnotationsChangedCEL: annotationsChangedCEL with the override
+// annotation allowed too, for the release identity.
+const releaserAnnotationsChangedCEL = `variables.annotations.filter(k, k != variables.recordKey && k != variables.armingKey && k != variables.overrideKey)
+    .exists(k, !(k in variables.oldAnnotations) || variables.oldAnnotations[k] != variables.annotations[k])
+  || variables.oldAnnotations.filter(k, k != variables.recordKey && k != variables.armingKey && k != variables.overrideKey)
+    .exists(k, !(k in variables.annotations))`
+
 // webhookSetChangedCEL: whether webhooks were added, removed or reordered.
 const webhookSetChangedCEL = `!variables.webhooksKept && variables.oldNames != variables.newNames`
 
@@ -425,6 +452,14 @@ const webhooksChangedCEL = `variables.webhooksKept ? [] : variables.newWebhooks
 // unownedChangesCEL: what else changes, as unownedChanges lists it in Go.
 const unownedChangesCEL = `(variables.labelsChanged ? ['metadata.labels'] : [])
   + (variables.annotationsChanged ? ['metadata.annotations'] : [])
+  + variables.metadataChanges
+  + (variables.webhookSetChanged ? ['webhooks (added, removed or reordered)'] : [])
+  + variables.webhooksChanged`
+
+// releaserUnownedChangesCEL: unownedChangesCEL with the override
+// annotation allowed, as releaserChanges calls unownedChanges in Go.
+const releaserUnownedChangesCEL = `(variables.labelsChanged ? ['metadata.labels'] : [])
+  + (variables.releaserAnnotationsChanged ? ['metadata.annotations'] : [])
   + variables.metadataChanges
   + (variables.webhookSetChanged ? ['webhooks (added, removed or reordered)'] : [])
   + variables.webhooksChanged`
@@ -489,12 +524,39 @@ func policyVariables(opts Options) []admissionregistrationv1.Variable {
   .filter(n, ` + circuit.HasEntryCEL("variables.oldRecord", "n") + `)
   .map(n, [n, ` + circuit.EntryTextCEL("variables.oldRecord", "n") + `])`},
 		{"openNotes", `variables.openEntries.map(e, ` + circuit.NoteCEL("e[1]", "e[0]") + `)`},
+		// what the release identity changes beyond a release, as
+		// releaserChanges lists it in Go.
+		{"isReleaser", `!variables.isBreaker && request.userInfo.username == ` + circuit.QuoteCEL(opts.Releaser())},
+		{"releaserAnnotationsChanged", releaserAnnotationsChangedCEL},
+		{"releaserUnownedChanges", releaserUnownedChangesCEL},
+		{"unrestoredPolicies", unrestoredPoliciesCEL()},
+		{"releaserChanges", `variables.releaserUnownedChanges + variables.unrestoredPolicies`},
 	}
 	out := make([]admissionregistrationv1.Variable, 0, len(vars))
 	for _, v := range vars {
 		out = append(out, admissionregistrationv1.Variable{Name: v.name, Expression: v.expr})
 	}
 	return out
+}
+
+// unrestoredPoliciesCEL renders unrestoredPolicies in CEL: managed
+// webhooks, present on both sides, in old order, whose failurePolicy
+// changes (as failurePolicyChangesCEL finds them) to anything but what
+// restores it: the originalFailurePolicy of the webhook's entry in the
+// stored record (as circuit.FactOriginalFailurePolicy shows it, bound to
+// p by a list of one element), or Fail where that is unset. The record's
+// grammar is circuit's, shared with the Go rule (restores).
+func unrestoredPoliciesCEL() string {
+	const was = `(has(o.failurePolicy) && o.failurePolicy != '' ? o.failurePolicy : variables.unsetPolicy)`
+	const now = `variables.newPolicies[variables.newNames.indexOf(o.name)]`
+	return `variables.sameOwned ? [] : variables.oldWebhooks
+  .filter(o, o.name in variables.managed && o.name in variables.newNames
+    && ` + now + ` != ` + was + `
+    && !(` + circuit.HasEntryCEL("variables.oldRecord", "o.name") + `
+      && [` + circuit.FactOriginalFailurePolicy.ShowCEL(circuit.EntryTextCEL("variables.oldRecord", "o.name")) + `]
+        .exists(p, ` + now + ` == p || p == variables.unsetPolicy && ` + now + ` == ` + circuit.QuoteCEL(string(admissionregistrationv1.Fail)) + `)))
+  .map(o, 'webhooks[name=' + o.name + '].failurePolicy (' + ` + was + `
+    + ' -> ' + ` + now + ` + ', ' + ` + circuit.QuoteCEL(notRestored) + ` + ')')`
 }
 
 // metadataChangeCEL is one breakerMetadata field's change, as

@@ -92,9 +92,15 @@ func TestRenderPolicy_failurePolicyAndBinding(t *testing.T) {
 
 func TestRenderPolicy_validations(t *testing.T) {
 	p, _ := admission.RenderPolicy(admission.Options{BreakerUsername: "system:serviceaccount:ns:breaker", Managed: map[string][]string{"cfg": {"w.example.com"}}})
-	require.Len(t, p.Spec.Validations, 2)
+	require.Len(t, p.Spec.Validations, 3)
 	assert.Contains(t, p.Spec.Validations[0].Expression, "variables.unownedChanges", "the breaker's own limit comes first")
-	v := p.Spec.Validations[1]
+	r := p.Spec.Validations[1]
+	assert.Contains(t, r.Expression, "variables.releaserChanges", "then the release identity's")
+	assert.Contains(t, r.MessageExpression, "release identity (' + 'system:serviceaccount:ns:breaker-release' + ')")
+	assert.Equal(t, "webhook-guard's release identity (system:serviceaccount:ns:breaker-release) may change only what a release restores", r.Message)
+	require.NotNil(t, r.Reason)
+	assert.Equal(t, metav1.StatusReasonForbidden, *r.Reason)
+	v := p.Spec.Validations[2]
 	require.NotNil(t, v.Reason)
 	assert.Equal(t, metav1.StatusReasonForbidden, *v.Reason)
 	assert.Contains(t, v.Expression, "variables.isBreaker")
@@ -111,6 +117,9 @@ func TestRenderPolicy_validations(t *testing.T) {
 	}
 	assert.NotEmpty(t, v.Message)
 	assert.Equal(t, `request.userInfo.username == 'system:serviceaccount:ns:breaker'`, variable(t, p, "isBreaker"))
+	assert.Equal(t, `!variables.isBreaker && request.userInfo.username == 'system:serviceaccount:ns:breaker-release'`, variable(t, p, "isReleaser"))
+	assert.Contains(t, p.Spec.MatchConditions[0].Expression, `request.userInfo.username == 'system:serviceaccount:ns:breaker-release'`,
+		"the matchCondition skips no write of the release identity")
 
 	// The variables' names are unique and every variables.X reference is declared before use.
 	declared := map[string]bool{}
@@ -121,9 +130,11 @@ func TestRenderPolicy_validations(t *testing.T) {
 		}
 		declared[vr.Name] = true
 	}
-	for _, expr := range []string{v.Expression, v.MessageExpression, p.Spec.Validations[0].Expression, p.Spec.Validations[0].MessageExpression} {
-		for _, ref := range referencedVariables(expr) {
-			assert.True(t, declared[ref], "undeclared variable %s", ref)
+	for _, val := range p.Spec.Validations {
+		for _, expr := range []string{val.Expression, val.MessageExpression} {
+			for _, ref := range referencedVariables(expr) {
+				assert.True(t, declared[ref], "undeclared variable %s", ref)
+			}
 		}
 	}
 }
@@ -152,6 +163,7 @@ func TestRenderPolicy_managedMapEscaped(t *testing.T) {
 	})
 	assert.Equal(t, `{'mutatingwebhookconfigurations': {'a\'config\\': [], 'b-config': ['a.example.com', 'we\'ird\\hook', 'z.example.com']}, 'validatingwebhookconfigurations': {}}`, variable(t, p, "managedByResource"))
 	assert.Equal(t, `request.userInfo.username == 'it\'s\\me'`, variable(t, p, "isBreaker"))
+	assert.Equal(t, `!variables.isBreaker && request.userInfo.username == 'it\'s\\me-release'`, variable(t, p, "isReleaser"))
 }
 
 func TestRenderPolicy_marshalsToManifest(t *testing.T) {

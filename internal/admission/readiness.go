@@ -51,6 +51,9 @@ func PolicyEnforced(ctx context.Context, c client.Reader, opts Options) error {
 	if in.Breaker != "" && in.Breaker != opts.Breaker() {
 		return fmt.Errorf("ValidatingAdmissionPolicy %s holds the rule of another breaker (%s), not of this one (%s)", policy.Name, in.Breaker, opts.Breaker())
 	}
+	if in.Releaser != "" && in.Releaser != opts.Releaser() {
+		return fmt.Errorf("ValidatingAdmissionPolicy %s holds the rule of another release identity (%s), not of this one (%s)", policy.Name, in.Releaser, opts.Releaser())
+	}
 	known, err := ruleKnown(live.Spec, in.targets(opts))
 	if err != nil {
 		return fmt.Errorf("ValidatingAdmissionPolicy %s: %w", policy.Name, err)
@@ -80,7 +83,7 @@ func PolicyEnforced(ctx context.Context, c client.Reader, opts Options) error {
 
 // PolicyInputsAnnotation is on the guard's ValidatingAdmissionPolicy: what
 // the guard rendered its rule from, as JSON (ruleInputs): the breaker's
-// username and the managed webhooks of each kind. A replica reads the
+// username, the release identity's and the managed webhooks of each kind. A replica reads the
 // targets and the breaker there, in a structured place that no version's
 // CEL changes, renders the rule again from them, and compares.
 const PolicyInputsAnnotation = "webhook-guard.io/rule-inputs"
@@ -90,6 +93,10 @@ type ruleInputs struct {
 	// Breaker is the breaker's username the rule was rendered for; empty
 	// for a policy written before PolicyInputsAnnotation.
 	Breaker string `json:"breaker"`
+	// Releaser is the release identity's username the rule was rendered
+	// for (Options.Releaser); empty for a policy of a version without
+	// one, whose rule names none.
+	Releaser string `json:"releaser,omitempty"`
 	// Mutating maps each managed MutatingWebhookConfiguration to its
 	// managed webhooks, sorted (Options.Managed).
 	Mutating map[string][]string `json:"mutating"`
@@ -99,7 +106,7 @@ type ruleInputs struct {
 
 // renderInputs renders PolicyInputsAnnotation for opts.
 func renderInputs(opts Options) string {
-	in := ruleInputs{Breaker: opts.Breaker(), Mutating: map[string][]string{}, Validating: map[string][]string{}}
+	in := ruleInputs{Breaker: opts.Breaker(), Releaser: opts.Releaser(), Mutating: map[string][]string{}, Validating: map[string][]string{}}
 	for _, kind := range kinds {
 		m := in.Mutating
 		if kind == circuit.KindValidating {
@@ -263,7 +270,9 @@ func ruleKnown(spec admissionregistrationv1.ValidatingAdmissionPolicySpec, opts 
 // wrote circuit.PolicyDigestAnnotation and trusted it), 04 of 9e8d742 to
 // 9e6c6ef (the first with PolicyInputsAnnotation), 05 the first whose CEL
 // is written one clause a line, with comments, and binds the circuit
-// package's names once, as variables. A replica recognises them
+// package's names once, as variables, 06 of da72e61 to 5ca0e3b (the
+// marking's arming entries allowed to the breaker), 07 the first that
+// holds the release identity (Options.Releaser) to what a release changes. A replica recognises them
 // (ruleKnown), so that a rollout to a version with a new rule completes
 // while the old leader keeps the old rule in place;
 // testdata/policy-NN.yaml is a policy the versions of rules/NN.json
@@ -300,14 +309,19 @@ var recordedRules = sync.OnceValues(func() ([]admissionregistrationv1.Validating
 	return rules, nil
 })
 
-// breakerPlaceholder stands for the breaker's username in a recorded rule.
-// It needs no quoting in CEL, and no rule holds it otherwise.
-const breakerPlaceholder = "${BREAKER}"
+// breakerPlaceholder and releaserPlaceholder stand for the breaker's and
+// the release identity's usernames in a recorded rule. They need no
+// quoting in CEL, and no rule holds them otherwise.
+const (
+	breakerPlaceholder  = "${BREAKER}"
+	releaserPlaceholder = "${RELEASER}"
+)
 
 // recordRule returns this version's rule as a recorded rule holds it:
-// rendered for breakerPlaceholder, with no targets.
+// rendered for breakerPlaceholder and releaserPlaceholder, with no
+// targets.
 func recordRule() admissionregistrationv1.ValidatingAdmissionPolicySpec {
-	p, _ := RenderPolicy(Options{BreakerUsername: breakerPlaceholder})
+	p, _ := RenderPolicy(Options{BreakerUsername: breakerPlaceholder, ReleaserUsername: releaserPlaceholder})
 	return p.Spec
 }
 
@@ -315,8 +329,11 @@ func recordRule() admissionregistrationv1.ValidatingAdmissionPolicySpec {
 // recorded it renders it: its resourceNames and managed-names variable
 // rendered from opts' targets, and opts' breaker in the place of
 // breakerPlaceholder, quoted in CEL (circuit.QuoteCEL) and as it is in a
-// message. Every version since the first recorded one renders its targets
-// and its breaker this way.
+// message, and opts' release identity in the place of releaserPlaceholder
+// alike. Every version since the first recorded one renders its targets
+// and its breaker this way, and every one since the first with a release
+// identity (rules/07.json) renders it this way; an earlier rule holds no
+// releaserPlaceholder.
 func instantiate(rule admissionregistrationv1.ValidatingAdmissionPolicySpec, opts Options) admissionregistrationv1.ValidatingAdmissionPolicySpec {
 	out := *rule.DeepCopy()
 	if mc := out.MatchConstraints; mc != nil {
@@ -329,8 +346,11 @@ func instantiate(rule admissionregistrationv1.ValidatingAdmissionPolicySpec, opt
 			}
 		}
 	}
-	quoted, breaker := circuit.QuoteCEL(breakerPlaceholder), circuit.QuoteCEL(opts.Breaker())
-	cel := func(expr string) string { return strings.ReplaceAll(expr, quoted, breaker) }
+	cel := strings.NewReplacer(
+		circuit.QuoteCEL(breakerPlaceholder), circuit.QuoteCEL(opts.Breaker()),
+		circuit.QuoteCEL(releaserPlaceholder), circuit.QuoteCEL(opts.Releaser()),
+	).Replace
+	message := strings.NewReplacer(breakerPlaceholder, opts.Breaker(), releaserPlaceholder, opts.Releaser()).Replace
 	for i := range out.MatchConditions {
 		out.MatchConditions[i].Expression = cel(out.MatchConditions[i].Expression)
 	}
@@ -345,7 +365,7 @@ func instantiate(rule admissionregistrationv1.ValidatingAdmissionPolicySpec, opt
 	for i := range out.Validations {
 		v := &out.Validations[i]
 		v.Expression, v.MessageExpression = cel(v.Expression), cel(v.MessageExpression)
-		v.Message = strings.ReplaceAll(v.Message, breakerPlaceholder, opts.Breaker())
+		v.Message = message(v.Message)
 	}
 	for i := range out.AuditAnnotations {
 		out.AuditAnnotations[i].ValueExpression = cel(out.AuditAnnotations[i].ValueExpression)

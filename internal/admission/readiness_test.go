@@ -237,3 +237,21 @@ func enforcedAcrossARollout(t *testing.T, p *admissionregistrationv1.ValidatingA
 	assert.ErrorContains(t, enforcedWith(t, fixtureOptions, changed, b), "is not a rule this version renders")
 	return changed
 }
+
+// TestPolicyEnforced_anotherReleaseIdentityIsNotThisOne: a policy rendered
+// for another release identity is told apart by the identity its inputs
+// annotation names, and inputs that name this one do not make its rule
+// this replica's.
+func TestPolicyEnforced_anotherReleaseIdentityIsNotThisOne(t *testing.T) {
+	opts := admission.Options{BreakerUsername: "system:serviceaccount:guard:breaker", Managed: map[string][]string{"cfg": {"w.example.com"}}}
+	p, b := admission.RenderPolicy(opts)
+	require.NoError(t, enforcedWith(t, opts, p, b))
+
+	other := opts
+	other.ReleaserUsername = "system:serviceaccount:guard:someone-else"
+	q, c := admission.RenderPolicy(other)
+	assert.ErrorContains(t, enforcedWith(t, opts, q, c),
+		"holds the rule of another release identity (system:serviceaccount:guard:someone-else), not of this one (system:serviceaccount:guard:breaker-release)")
+	q.Annotations[admission.PolicyInputsAnnotation] = p.Annotations[admission.PolicyInputsAnnotation]
+	assert.ErrorContains(t, enforcedWith(t, opts, q, c), "is not a rule this version renders", "inputs that name this release identity do not make another's rule this one's")
+}

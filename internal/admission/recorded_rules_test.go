@@ -47,11 +47,12 @@ func TestRecordedRules_holdThisVersionsRule(t *testing.T) {
 // renders for them, whatever the breaker's name holds.
 func TestRecordedRules_instantiateRendersAsRenderPolicy(t *testing.T) {
 	for name, opts := range map[string]admission.Options{
-		"no targets":                {},
-		"targets of both kinds":     {BreakerUsername: "system:serviceaccount:guard:breaker", Managed: map[string][]string{"b": {"z.example.com", "a.example.com"}, "a": nil}, ManagedValidating: map[string][]string{"v": {"v.example.com"}}},
-		"a breaker to escape":       {BreakerUsername: `it's\me ${BREAKER}`, Managed: map[string][]string{"cfg": {"w.example.com"}}},
-		"a named instance":          {Instance: "canary", Managed: map[string][]string{"cfg": {"w.example.com"}}},
-		"targets that need quoting": {Managed: map[string][]string{`a'config\`: {`we'ird\hook`}}},
+		"no targets":                    {},
+		"targets of both kinds":         {BreakerUsername: "system:serviceaccount:guard:breaker", Managed: map[string][]string{"b": {"z.example.com", "a.example.com"}, "a": nil}, ManagedValidating: map[string][]string{"v": {"v.example.com"}}},
+		"a breaker to escape":           {BreakerUsername: `it's\me ${BREAKER}`, Managed: map[string][]string{"cfg": {"w.example.com"}}},
+		"a named instance":              {Instance: "canary", Managed: map[string][]string{"cfg": {"w.example.com"}}},
+		"targets that need quoting":     {Managed: map[string][]string{`a'config\`: {`we'ird\hook`}}},
+		"a release identity of its own": {BreakerUsername: "system:serviceaccount:guard:breaker", ReleaserUsername: `it's\me ${RELEASER} ${BREAKER}`, Managed: map[string][]string{"cfg": {"w.example.com"}}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			want, _ := admission.RenderPolicy(opts)

@@ -40,6 +40,14 @@ const (
 	// metadata but its record (no label, other annotation, owner reference
 	// or finalizer).
 	ReasonBreakerOutsideOwnedFields = "BreakerOutsideOwnedFields"
+	// ReasonReleaserOutsideOwnedFields is reported when the release
+	// identity (Options.Releaser) creates a managed configuration, or
+	// updates one beyond what a release changes: the owned fields (a
+	// managed webhook's failurePolicy only back to its record's
+	// originalFailurePolicy), the arming annotation and the override
+	// annotation. Its token may repoint no webhook, add or remove none,
+	// and change no other metadata.
+	ReasonReleaserOutsideOwnedFields = "ReleaserOutsideOwnedFields"
 )
 
 // Request is one admission request for a webhook configuration.
@@ -76,7 +84,13 @@ type Decision struct {
 // changes or removes the circuit annotation; unless the user is the breaker
 // or the new object carries a non-empty override annotation. An UPDATE by
 // the breaker is denied when it changes anything else (unownedChanges): any
-// other webhook field, and any metadata but the circuit annotation.
+// other webhook field, and any metadata but the circuit annotation and the
+// arming annotation. The release identity (opts.Releaser(), when it is not
+// the breaker) may create no managed configuration, and its UPDATE is
+// denied when it changes anything else but the override annotation too, or
+// changes a managed webhook's failurePolicy to anything but the
+// originalFailurePolicy of the webhook's entry in the stored record
+// (releaserChanges); its owned-field changes still need the override.
 // Everything else is allowed.
 func Decide(req Request, opts Options) Decision {
 	switch req.Operation {
@@ -105,11 +119,24 @@ func Decide(req Request, opts Options) Decision {
 	managedHooks := opts.managedWebhooks(kind, name)
 	changes := ownedChanges(old, req.New, managedHooks)
 	isBreaker := req.User.Username == opts.Breaker()
+	isReleaser := !isBreaker && req.User.Username == opts.Releaser()
 	if isBreaker && old != nil {
 		if other := unownedChanges(old, req.New, managedHooks); len(other) > 0 {
 			return Decision{
 				Reason:  ReasonBreakerOutsideOwnedFields,
 				Message: breakerDenial(kind, name, opts.Breaker(), other),
+			}
+		}
+	}
+	if isReleaser {
+		var other []string
+		if old != nil {
+			other = releaserChanges(old, req.New, managedHooks)
+		}
+		if old == nil || len(other) > 0 {
+			return Decision{
+				Reason:  ReasonReleaserOutsideOwnedFields,
+				Message: releaserDenial(kind, name, opts.Releaser(), other),
 			}
 		}
 	}
@@ -187,12 +214,12 @@ func ownedChanges(old, new *admissionregistrationv1.MutatingWebhookConfiguration
 
 // unownedChanges lists what an UPDATE changes besides the owned fields, in
 // the order the CEL rendering lists them: the labels, the annotations other
-// than the circuit record, the other metadata the breaker may not change
-// (breakerMetadata), the webhooks' names and order, then each webhook (in
-// new order) whose other fields differ. Fields are compared as the
-// apiserver stores them (JSON, an absent field differs from a present one),
-// which is how CEL sees them.
-func unownedChanges(old, new *admissionregistrationv1.MutatingWebhookConfiguration, managedHooks []string) []string {
+// than the circuit record, the arming entries and the keys of alsoAllowed,
+// the other metadata the breaker may not change (breakerMetadata), the
+// webhooks' names and order, then each webhook (in new order) whose other
+// fields differ. Fields are compared as the apiserver stores them (JSON, an
+// absent field differs from a present one), which is how CEL sees them.
+func unownedChanges(old, new *admissionregistrationv1.MutatingWebhookConfiguration, managedHooks []string, alsoAllowed ...string) []string {
 	var out []string
 	if !jsonEqual(old.Labels, new.Labels) {
 		out = append(out, "metadata.labels")
@@ -200,7 +227,7 @@ func unownedChanges(old, new *admissionregistrationv1.MutatingWebhookConfigurati
 	without := func(m map[string]string) map[string]string {
 		c := map[string]string{}
 		for k, v := range m {
-			if k != circuit.Annotation && k != circuit.ArmingAnnotation {
+			if k != circuit.Annotation && k != circuit.ArmingAnnotation && !slices.Contains(alsoAllowed, k) {
 				c[k] = v
 			}
 		}
@@ -232,6 +259,54 @@ func unownedChanges(old, new *admissionregistrationv1.MutatingWebhookConfigurati
 		}
 	}
 	return out
+}
+
+// releaserChanges lists what an UPDATE by the release identity changes
+// beyond what a release changes, in the order the CEL rendering lists
+// them: unownedChanges with the override annotation allowed too, then
+// unrestoredPolicies.
+func releaserChanges(old, new *admissionregistrationv1.MutatingWebhookConfiguration, managedHooks []string) []string {
+	return append(unownedChanges(old, new, managedHooks, circuit.OverrideAnnotation), unrestoredPolicies(old, new, managedHooks)...)
+}
+
+// notRestored ends, in a denial of the release identity, each managed
+// failurePolicy it changes to anything but the record's original.
+const notRestored = "not back to the originalFailurePolicy of its circuit record entry"
+
+// unrestoredPolicies lists the managed webhooks, present on both sides, in
+// old order as ownedChanges lists them, whose failurePolicy changes to
+// anything but what restores it (restores), as
+// "webhooks[name=W].failurePolicy (old -> new, notRestored)".
+func unrestoredPolicies(old, new *admissionregistrationv1.MutatingWebhookConfiguration, managedHooks []string) []string {
+	record, _ := annotation(old, circuit.Annotation)
+	var out []string
+	for i := range old.Webhooks {
+		o := &old.Webhooks[i]
+		n := findHook(new.Webhooks, o.Name)
+		if !contains(managedHooks, o.Name) || n == nil {
+			continue
+		}
+		of, nf := circuit.PolicyString(o.FailurePolicy), circuit.PolicyString(n.FailurePolicy)
+		if of == nf || restores(record, o.Name, nf) {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s (%s -> %s, %s)", failurePolicyPath(o.Name), of, nf, notRestored))
+	}
+	return out
+}
+
+// restores reports whether failurePolicy policy (as circuit.PolicyString
+// names it) is webhook's original in the record text: the record holds
+// an entry for it, and policy is the entry's originalFailurePolicy (as
+// circuit.FactOriginalFailurePolicy shows it), or Fail, kube-apiserver's
+// default, where the entry's original is unset ("guard release" removes
+// the field then, and kube-apiserver stores Fail).
+func restores(record, webhook, policy string) bool {
+	if !circuit.HasEntry(record, webhook) {
+		return false
+	}
+	original := circuit.FactOriginalFailurePolicy.Show(circuit.EntryText(record, webhook))
+	return policy == original || original == circuit.Unset && policy == string(admissionregistrationv1.Fail)
 }
 
 // metadataField is a field of metadata, besides the labels and the

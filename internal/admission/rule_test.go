@@ -2,6 +2,7 @@ package admission_test
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -9,6 +10,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/webhook-guard/webhook-guard/internal/admission"
 	"github.com/webhook-guard/webhook-guard/internal/admission/admissiontest"
@@ -61,6 +63,11 @@ func TestDecide_table(t *testing.T) {
 			if c.Actor == admissiontest.Breaker {
 				assert.Equal(t, admission.ReasonBreakerOutsideOwnedFields, d.Reason)
 				assert.Contains(t, d.Message, "identity ("+breaker+")")
+				return
+			}
+			if c.Actor == admissiontest.Releaser && slices.Contains(c.WantMessageContains, admissiontest.ReleaserOverreach) {
+				assert.Equal(t, admission.ReasonReleaserOutsideOwnedFields, d.Reason)
+				assert.Contains(t, d.Message, "identity ("+circuit.ReleaseUsername(breaker)+")")
 				return
 			}
 			assert.Equal(t, admission.ReasonOwnedFieldChanged, d.Reason)
@@ -234,4 +241,83 @@ func TestDecide_managedWithoutWebhooks(t *testing.T) {
 	n.Annotations = map[string]string{circuit.Annotation: "{}"}
 	assert.False(t, admission.Decide(admission.Request{Operation: admissionv1.Update, Old: old, New: n, User: admin()}, opts).Allowed,
 		"the circuit annotation of a managed configuration is owned even with no managed webhook")
+}
+
+// TestDecide_releaser: the release identity is the breaker's ServiceAccount
+// name plus "-release" unless configured; it may create no managed
+// configuration; the breaker's own username is never held to its rule.
+func TestDecide_releaser(t *testing.T) {
+	opts := managedOpts("cfg")
+	releaser := admissiontest.UserInfo(admissiontest.Releaser, breaker)
+	assert.Equal(t, "system:serviceaccount:webhook-guard-system:webhook-guard-release", opts.Releaser())
+	assert.Equal(t, opts.Releaser(), releaser.Username)
+
+	d := admission.Decide(admission.Request{Operation: admissionv1.Create, New: admissiontest.Healthy("cfg"), User: releaser}, opts)
+	require.False(t, d.Allowed, "the release identity creates no managed configuration, even one without owned fields")
+	assert.Equal(t, admission.ReasonReleaserOutsideOwnedFields, d.Reason)
+	assert.Equal(t, `mutatingwebhookconfiguration "cfg": webhook-guard's release identity (`+opts.Releaser()+`) may change only what a release restores: `+
+		`the failurePolicy of managed webhooks, only back to the originalFailurePolicy of their circuit record entry, the bypass matchCondition, `+
+		`and no metadata but the circuit record (metadata.annotations[webhook-guard.io/circuit]), the arming annotation (metadata.annotations[webhook-guard.io/marking-armed]) `+
+		`and the override annotation (metadata.annotations[webhook-guard.io/override]); it creates no configuration.`, d.Message)
+	d = admission.Decide(admission.Request{Operation: admissionv1.Create, New: admissiontest.Healthy("other"), User: releaser}, opts)
+	assert.True(t, d.Allowed, "an unmanaged configuration is not the guard's")
+
+	// A configured release identity replaces the derived one.
+	old := admissiontest.Healthy("cfg")
+	relabelled := old.DeepCopy()
+	relabelled.Labels["team"] = "x"
+	custom := opts
+	custom.ReleaserUsername = "system:serviceaccount:ops:uninstaller"
+	assert.True(t, admission.Decide(admission.Request{Operation: admissionv1.Update, Old: old, New: relabelled, User: releaser}, custom).Allowed)
+	d = admission.Decide(admission.Request{Operation: admissionv1.Update, Old: old, New: relabelled, User: authenticationv1.UserInfo{Username: custom.ReleaserUsername}}, custom)
+	assert.Equal(t, admission.ReasonReleaserOutsideOwnedFields, d.Reason)
+
+	// The breaker stays the breaker when both names are the same.
+	same := opts
+	same.ReleaserUsername = breaker
+	open := old.DeepCopy()
+	open.Webhooks[0].FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
+	open.Annotations = map[string]string{circuit.Annotation: admissiontest.CircuitRecord(circuit.ModeIgnore, admissiontest.OpenedAt)}
+	d = admission.Decide(admission.Request{Operation: admissionv1.Update, Old: old, New: open, User: admissiontest.UserInfo(admissiontest.Breaker, breaker)}, same)
+	assert.True(t, d.Allowed, d.Message)
+	assert.Equal(t, admission.ReasonBreakerIdentity, d.Reason)
+}
+
+// TestDecide_releaserRestoresOnlyTheOriginal: a managed failurePolicy the
+// release identity changes must become the original its record entry
+// holds; where that is unset, "guard release" removes the field and
+// kube-apiserver stores Fail, so both are the original.
+func TestDecide_releaserRestoresOnlyTheOriginal(t *testing.T) {
+	releaser := admissiontest.UserInfo(admissiontest.Releaser, breaker)
+	for name, tc := range map[string]struct {
+		original string
+		to       *admissionregistrationv1.FailurePolicyType
+		want     bool
+	}{
+		"back to Fail, the original":            {`"Fail"`, ptr.To(admissionregistrationv1.Fail), true},
+		"to unset where the original is Fail":   {`"Fail"`, nil, false},
+		"to Fail where the original is Ignore":  {`"Ignore"`, ptr.To(admissionregistrationv1.Fail), false},
+		"to Fail where the original is unset":   {`null`, ptr.To(admissionregistrationv1.Fail), true},
+		"to unset where the original is unset":  {`null`, nil, true},
+		"to Fail where the entry has no policy": {``, ptr.To(admissionregistrationv1.Fail), true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			old := admissiontest.IgnoreOpen("cfg")
+			entry := `"mode":"Ignore"`
+			if tc.original != "" {
+				entry += `,"originalFailurePolicy":` + tc.original
+			}
+			old.Annotations[circuit.Annotation] = `{"` + admissiontest.ManagedWebhook + `":{` + entry + `}}`
+			n := old.DeepCopy()
+			n.Webhooks[0].FailurePolicy = tc.to
+			delete(n.Annotations, circuit.Annotation)
+			n.Annotations[circuit.OverrideAnnotation] = "guard release"
+			d := admission.Decide(admission.Request{Operation: admissionv1.Update, Old: old, New: n, User: releaser}, managedOpts("cfg"))
+			require.Equal(t, tc.want, d.Allowed, d.Message)
+			if !tc.want {
+				assert.Equal(t, admission.ReasonReleaserOutsideOwnedFields, d.Reason)
+				assert.Contains(t, d.Message, "not back to the originalFailurePolicy of its circuit record entry")
+			}
+		})
+	}
 }

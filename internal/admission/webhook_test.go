@@ -135,6 +135,23 @@ func TestHandler_Handle_create(t *testing.T) {
 	assert.Contains(t, resp.Result.Message, "metadata.annotations[webhook-guard.io/circuit] (added)")
 }
 
+// TestHandler_Handle_releaserCreates: the static webhook denies the
+// release identity's CREATE of a managed configuration, as the Go rule
+// and the policy do.
+func TestHandler_Handle_releaserCreates(t *testing.T) {
+	opts := managedOpts("cfg")
+	created := admissiontest.Healthy("cfg")
+	resp := handlerFor(opts).Handle(context.Background(), request(t, admissionv1.Create, nil, created, admissiontest.UserInfo(admissiontest.Releaser, breaker)))
+	require.False(t, resp.Allowed)
+	assert.EqualValues(t, http.StatusForbidden, resp.Result.Code)
+	assert.Contains(t, resp.Result.Message, "webhook-guard's release identity ("+opts.Releaser()+")")
+	assert.True(t, strings.HasSuffix(resp.Result.Message, "; it creates no configuration."), resp.Result.Message)
+
+	allowed, message := compile(t, opts).decide(t, circuit.KindMutating, admissionv1.Create, nil, created, admissiontest.UserInfo(admissiontest.Releaser, breaker))
+	require.False(t, allowed)
+	assert.Equal(t, resp.Result.Message, message)
+}
+
 func TestHandler_Handle_deleteAllowed(t *testing.T) {
 	old := admissiontest.BypassOpen("cfg")
 	resp := handlerFor(managedOpts("cfg")).Handle(context.Background(), request(t, admissionv1.Delete, old, nil, admin()))

@@ -84,7 +84,24 @@ const (
 	// installation. The running service learns its real identity from a
 	// SelfSubjectReview; this is only the fallback for rendering and tools.
 	DefaultUsername = "system:serviceaccount:" + DefaultNamespace + ":" + DefaultServiceAccount
+	// ReleaseSuffix ends the name of the release identity's
+	// ServiceAccount: the Helm chart's pre-delete hook runs "guard
+	// release" as DefaultServiceAccount + ReleaseSuffix
+	// ("webhook-guard-release"), in the breaker's namespace.
+	ReleaseSuffix = "-release"
 )
+
+// ReleaseUsername returns the release identity's username for the
+// breaker's: breaker + ReleaseSuffix. For a ServiceAccount's username,
+// system:serviceaccount:<namespace>:<name>, that is the ServiceAccount
+// <name>-release in the same namespace, the one the Helm chart's
+// pre-delete hook runs as beside the breaker's <name>. The guard holds
+// this identity to a rule of the breaker's strength. For a breaker that is
+// not a ServiceAccount the name is one nobody need hold: the rule only
+// ever restricts whoever holds it.
+func ReleaseUsername(breaker string) string {
+	return breaker + ReleaseSuffix
+}
 
 // Mode is what the breaker does to a webhook while its circuit is open.
 type Mode string

@@ -45,10 +45,13 @@ func guardStaticName(i int) string { return fmt.Sprintf("%s%d", guardStaticPrefi
 
 // Identities of the equivalence test. The other service account is named so
 // that its username is admissiontest.OtherSAUsername, which the table's
-// expected Go messages contain.
+// expected Go messages contain. The release identity is the breaker's
+// ServiceAccount name plus circuit.ReleaseSuffix, in its namespace, as the
+// Helm chart names the pre-delete hook's.
 const (
 	guardBreakerNamespace = "webhook-guard-equivalence"
 	guardBreakerName      = "webhook-guard"
+	guardReleaserName     = guardBreakerName + circuit.ReleaseSuffix
 	guardOtherNamespace   = "webhook-guard-e2e"
 	guardOtherName        = "impostor"
 	guardClusterRole      = "webhook-guard-equivalence"
@@ -130,7 +133,7 @@ func stopGuardStatic() {
 
 // guardActors are the table's actors as real identities.
 type guardActors struct {
-	breaker, other *harness.Identity
+	breaker, other, releaser *harness.Identity
 }
 
 // user is the actor's real identity, as the apiserver sees it.
@@ -140,6 +143,8 @@ func (a guardActors) user(actor admissiontest.Actor) authenticationv1.UserInfo {
 		return authenticationv1.UserInfo{Username: a.breaker.Username}
 	case admissiontest.OtherSA:
 		return authenticationv1.UserInfo{Username: a.other.Username}
+	case admissiontest.Releaser:
+		return authenticationv1.UserInfo{Username: a.releaser.Username}
 	}
 	return authenticationv1.UserInfo{Username: harness.AdminUsername}
 }
@@ -150,13 +155,15 @@ func (a guardActors) client(actor admissiontest.Actor) client.Client {
 		return a.breaker.Client
 	case admissiontest.OtherSA:
 		return a.other.Client
+	case admissiontest.Releaser:
+		return a.releaser.Client
 	}
 	return env.Client
 }
 
-// setupGuardActors creates the breaker and the other service account with
-// the same RBAC on mutatingwebhookconfigurations, and waits until RBAC
-// lets both of them in.
+// setupGuardActors creates the breaker, the other service account and the
+// release identity with the same RBAC on mutatingwebhookconfigurations,
+// and waits until RBAC lets all of them in.
 func setupGuardActors(t *testing.T) guardActors {
 	t.Helper()
 	ctx := context.Background()
@@ -177,9 +184,13 @@ func setupGuardActors(t *testing.T) guardActors {
 	a.other, err = env.ServiceAccount(ctx, guardOtherNamespace, guardOtherName)
 	require.NoError(t, err)
 	require.Equal(t, admissiontest.OtherSAUsername, a.other.Username)
+	a.releaser, err = env.ServiceAccount(ctx, guardBreakerNamespace, guardReleaserName)
+	require.NoError(t, err)
+	require.Equal(t, circuit.ReleaseUsername(a.breaker.Username), a.releaser.Username)
 	require.NoError(t, env.Bind(ctx, guardClusterRole+"-breaker", guardClusterRole, guardBreakerNamespace, guardBreakerName))
 	require.NoError(t, env.Bind(ctx, guardClusterRole+"-other", guardClusterRole, guardOtherNamespace, guardOtherName))
-	for _, id := range []*harness.Identity{a.breaker, a.other} {
+	require.NoError(t, env.Bind(ctx, guardClusterRole+"-releaser", guardClusterRole, guardBreakerNamespace, guardReleaserName))
+	for _, id := range []*harness.Identity{a.breaker, a.other, a.releaser} {
 		require.Eventually(t, func() bool {
 			return id.Client.List(ctx, &admissionregistrationv1.MutatingWebhookConfigurationList{}, client.Limit(1)) == nil
 		}, propagation, 50*time.Millisecond, "RBAC never let %s list mutatingwebhookconfigurations", id.Username)

@@ -77,6 +77,10 @@ const (
 	Admin Actor = "admin"
 	// OtherSA is another service account with the same RBAC as the breaker.
 	OtherSA Actor = "other-sa"
+	// Releaser is the release identity, the ServiceAccount that "guard
+	// release" runs as in the Helm chart's pre-delete hook; its username
+	// is circuit.ReleaseUsername of the breaker's.
+	Releaser Actor = "releaser"
 )
 
 // Usernames for UserInfo; an e2e test uses its own real identities instead.
@@ -100,6 +104,11 @@ func UserInfo(a Actor, breakerUsername string) authenticationv1.UserInfo {
 		return authenticationv1.UserInfo{
 			Username: OtherSAUsername,
 			Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:webhook-guard-e2e", "system:authenticated"},
+		}
+	case Releaser:
+		return authenticationv1.UserInfo{
+			Username: circuit.ReleaseUsername(breakerUsername),
+			Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:webhook-guard-system", "system:authenticated"},
 		}
 	default:
 		return authenticationv1.UserInfo{
@@ -373,6 +382,30 @@ const (
 	BreakerOwns = "no metadata but its record (" + CircuitPath + ")"
 )
 
+// ReleaserOverreach starts the denial of the release identity changing
+// more than a release changes.
+const ReleaserOverreach = "webhook-guard's release identity"
+
+// NotRestored is what the denial of the release identity says of a
+// managed failurePolicy it changes to anything but the record's original.
+const NotRestored = "not back to the originalFailurePolicy of its circuit record entry"
+
+// AddedWebhook is the name of the webhook the table adds.
+const AddedWebhook = "added.mutator.webhook-guard.io"
+
+func addWebhook(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
+	obj.Webhooks = append(obj.Webhooks, webhook(AddedWebhook, "/added"))
+}
+
+// ClosedWithRecord is Healthy with the record of an Ignore circuit on
+// ManagedWebhook (originalFailurePolicy Fail) left over: a record entry
+// whose failurePolicy is already the original.
+func ClosedWithRecord(name string) *admissionregistrationv1.MutatingWebhookConfiguration {
+	obj := Healthy(name)
+	forgeRecord(obj)
+	return obj
+}
+
 func withEmptyOverride(old func(string) *admissionregistrationv1.MutatingWebhookConfiguration) func(string) *admissionregistrationv1.MutatingWebhookConfiguration {
 	return func(name string) *admissionregistrationv1.MutatingWebhookConfiguration {
 		obj := old(name)
@@ -558,26 +591,31 @@ func Cases() []Case {
 // ValidatingWebhookConfiguration: every actor, every owned field, the
 // override, and fields the breaker does not own.
 var validatingCases = map[string]bool{
-	"the breaker opens a Bypass circuit":                                            true,
-	"the breaker closes an Ignore circuit":                                          true,
-	"an admin restores Fail while the circuit is open":                              true,
-	"an admin restores Fail with an override":                                       true,
-	"an admin restores Fail while removing the override":                            true,
-	"an admin closes the circuit by hand":                                           true,
-	"another service account opens a circuit":                                       true,
-	"another service account forges a circuit record":                               true,
-	"an admin removes the circuit record":                                           true,
-	"an admin adds a bypass marker to the other webhook":                            true,
-	"an admin changes only timeoutSeconds while the circuit is open":                true,
-	"an admin changes the other webhook's failurePolicy in the same configuration":  true,
-	"an admin removes the override annotation alone":                                true,
-	"another service account forges a circuit record on an unmanaged configuration": true,
-	"the breaker adds an ownerReference":                                            true,
-	"the breaker adds a finalizer":                                                  true,
-	"the breaker changes its record and another annotation":                         true,
-	"the breaker changes only its record":                                           true,
-	"the breaker arms marking before an opening":                                    true,
-	"an admin adds an ownerReference while the circuit is open":                     true,
+	"the breaker opens a Bypass circuit":                                              true,
+	"the breaker closes an Ignore circuit":                                            true,
+	"an admin restores Fail while the circuit is open":                                true,
+	"an admin restores Fail with an override":                                         true,
+	"an admin restores Fail while removing the override":                              true,
+	"an admin closes the circuit by hand":                                             true,
+	"another service account opens a circuit":                                         true,
+	"another service account forges a circuit record":                                 true,
+	"an admin removes the circuit record":                                             true,
+	"an admin adds a bypass marker to the other webhook":                              true,
+	"an admin changes only timeoutSeconds while the circuit is open":                  true,
+	"an admin changes the other webhook's failurePolicy in the same configuration":    true,
+	"an admin removes the override annotation alone":                                  true,
+	"another service account forges a circuit record on an unmanaged configuration":   true,
+	"the breaker adds an ownerReference":                                              true,
+	"the breaker adds a finalizer":                                                    true,
+	"the breaker changes its record and another annotation":                           true,
+	"the breaker changes only its record":                                             true,
+	"the breaker arms marking before an opening":                                      true,
+	"an admin adds an ownerReference while the circuit is open":                       true,
+	"the release identity restores a Bypass circuit from the record with an override": true,
+	"the release identity repoints a webhook's clientConfig with an override":         true,
+	"the release identity adds a webhook with an override":                            true,
+	"the release identity sets a failurePolicy other than the record's original":      true,
+	"the release identity removes the override annotation alone":                      true,
 }
 
 func mutatingCases() []Case {
@@ -665,6 +703,28 @@ func mutatingCases() []Case {
 		{Name: "an admin adds the override annotation alone", Actor: Admin, Managed: true, Old: BypassOpen, Override: OverridePresent, WantAllowed: true},
 		{Name: "an admin adds an empty override annotation alone", Actor: Admin, Managed: true, Old: BypassOpen, Override: OverrideEmpty, WantAllowed: true},
 		{Name: "an admin removes the override annotation alone", Actor: Admin, Managed: true, Old: Overridden, Override: OverrideAbsent, WantAllowed: true},
+
+		// The release identity: what "guard release" writes, and nothing
+		// more, even with the override.
+		{Name: "the release identity restores a Bypass circuit from the record with an override", Actor: Releaser, Managed: true, Old: BypassOpen, Edit: all(closeCircuit, armMarking), Override: OverridePresent, WantAllowed: true},
+		{Name: "the release identity restores an Ignore circuit from the record with an override", Actor: Releaser, Managed: true, Old: IgnoreOpen, Edit: all(closeCircuit, armMarking), Override: OverridePresent, WantAllowed: true},
+		{Name: "the release identity removes the record entry of a configuration already handed over", Actor: Releaser, Managed: true, Old: Overridden, Edit: removeRecord, Override: OverridePresent, WantAllowed: true},
+		{Name: "the release identity removes the override annotation alone", Actor: Releaser, Managed: true, Old: Overridden, Override: OverrideAbsent, WantAllowed: true},
+		{Name: "the release identity removes the marking's arming entries", Actor: Releaser, Managed: true, Old: withArming(Healthy), Edit: func(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
+			delete(obj.Annotations, circuit.ArmingAnnotation)
+		}, Override: OverrideAbsent, WantAllowed: true},
+		{Name: "the release identity restores a circuit without an override", Actor: Releaser, Managed: true, Old: BypassOpen, Edit: closeCircuit, Override: OverrideAbsent, WantAllowed: false, WantMessageContains: want(FailurePolicyPath, BypassPath, CircuitPath)},
+		{Name: "the release identity repoints a webhook's clientConfig with an override", Actor: Releaser, Managed: true, Old: Healthy, Edit: repoint(OtherWebhook), Override: OverridePresent, WantAllowed: false, WantMessageContains: []string{ReleaserOverreach, "webhooks[name=" + OtherWebhook + "]"}},
+		{Name: "the release identity restores a circuit and repoints the webhook", Actor: Releaser, Managed: true, Old: BypassOpen, Edit: all(closeCircuit, repoint(ManagedWebhook)), Override: OverridePresent, WantAllowed: false, WantMessageContains: []string{ReleaserOverreach, "webhooks[name=" + ManagedWebhook + "]"}},
+		{Name: "the release identity adds a webhook with an override", Actor: Releaser, Managed: true, Old: Healthy, Edit: addWebhook, Override: OverridePresent, WantAllowed: false, WantMessageContains: []string{ReleaserOverreach, "webhooks (added, removed or reordered)"}},
+		{Name: "the release identity removes a webhook with an override", Actor: Releaser, Managed: true, Old: Healthy, Edit: removeManagedWebhook, Override: OverridePresent, WantAllowed: false, WantMessageContains: []string{ReleaserOverreach, "webhooks (added, removed or reordered)"}},
+		{Name: "the release identity changes a label", Actor: Releaser, Managed: true, Old: Healthy, Edit: changeLabel, Override: OverrideAbsent, WantAllowed: false, WantMessageContains: []string{ReleaserOverreach, "metadata.labels"}},
+		{Name: "the release identity adds another annotation with an override", Actor: Releaser, Managed: true, Old: BypassOpen, Edit: addAnnotation, Override: OverridePresent, WantAllowed: false, WantMessageContains: []string{ReleaserOverreach, "metadata.annotations"}},
+		{Name: "the release identity adds an ownerReference and a finalizer", Actor: Releaser, Managed: true, Old: Healthy, Edit: all(addOwner, addFinalizer), Override: OverrideAbsent, WantAllowed: false, WantMessageContains: []string{ReleaserOverreach, OwnerReferencesChange + ", " + FinalizersChange}},
+		{Name: "the release identity sets Ignore with no record entry", Actor: Releaser, Managed: true, Old: Healthy, Edit: setPolicy(ManagedWebhook, admissionregistrationv1.Ignore), Override: OverridePresent, WantAllowed: false, WantMessageContains: []string{ReleaserOverreach, FailurePolicyPath + " (Fail -> Ignore, " + NotRestored + ")"}},
+		{Name: "the release identity sets a failurePolicy other than the record's original", Actor: Releaser, Managed: true, Old: ClosedWithRecord, Edit: setPolicy(ManagedWebhook, admissionregistrationv1.Ignore), Override: OverridePresent, WantAllowed: false, WantMessageContains: []string{ReleaserOverreach, FailurePolicyPath + " (Fail -> Ignore, " + NotRestored + ")"}},
+		{Name: "the release identity changes the other webhook's failurePolicy", Actor: Releaser, Managed: true, Old: Healthy, Edit: setPolicy(OtherWebhook, admissionregistrationv1.Ignore), Override: OverridePresent, WantAllowed: false, WantMessageContains: []string{ReleaserOverreach, "webhooks[name=" + OtherWebhook + "]"}},
+		{Name: "the release identity changes the failurePolicy of an unmanaged configuration", Actor: Releaser, Managed: false, Old: Healthy, Edit: setPolicy(ManagedWebhook, admissionregistrationv1.Ignore), Override: OverrideAbsent, WantAllowed: true},
 
 		// Unmanaged configurations.
 		{Name: "an admin changes the failurePolicy of an unmanaged configuration", Actor: Admin, Managed: false, Old: Healthy, Edit: setPolicy(ManagedWebhook, admissionregistrationv1.Ignore), Override: OverrideAbsent, WantAllowed: true},

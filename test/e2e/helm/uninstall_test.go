@@ -16,7 +16,6 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/marking"
@@ -104,42 +103,8 @@ func TestHelm_preDeleteHookReleasesEveryCircuit(t *testing.T) {
 	require.NoError(t, mangled.Err, "kubectl annotate:\n%s%s", mangled.Stdout, mangled.Stderr)
 
 	// The hook's objects, as helm creates them before the Job.
-	tmpl := runHelm(t, append([]string{"template", "webhook-guard", chartDir, "--namespace", releaseNamespace, "--show-only", "templates/release_hook.yaml"}, exampleValues()...)...)
-	require.NoError(t, tmpl.err, "helm template:\n%s", tmpl.stderr)
-	var jobArgs []string
-	var rbac []string
-	for _, doc := range strings.Split(tmpl.stdout, "\n---\n") {
-		var obj map[string]any
-		require.NoError(t, yaml.Unmarshal([]byte(doc), &obj))
-		if obj["kind"] != "Job" {
-			rbac = append(rbac, doc)
-			continue
-		}
-		var job struct {
-			Spec struct {
-				Template struct {
-					Spec struct {
-						Containers []struct {
-							Args []string `json:"args"`
-						} `json:"containers"`
-					} `json:"spec"`
-				} `json:"template"`
-			} `json:"spec"`
-		}
-		require.NoError(t, yaml.Unmarshal([]byte(doc), &job))
-		jobArgs = job.Spec.Template.Spec.Containers[0].Args
-	}
-	require.NotEmpty(t, jobArgs, "the chart renders no hook Job")
-	r := env.Kubectl(ctx, "", []byte(strings.Join(rbac, "\n---\n")), "apply", "-f", "-")
-	require.NoError(t, r.Err, "kubectl apply of the hook's RBAC:\n%s%s", r.Stdout, r.Stderr)
-	t.Cleanup(func() {
-		env.Kubectl(context.Background(), "", []byte(strings.Join(rbac, "\n---\n")), "delete", "--ignore-not-found", "-f", "-")
-	})
-	id, err := env.ServiceAccount(ctx, releaseNamespace, hookServiceAccount)
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		return id.Client.Get(ctx, client.ObjectKey{Name: mutatingTarget}, &admissionregistrationv1.MutatingWebhookConfiguration{}) == nil
-	}, 30*time.Second, 100*time.Millisecond, "the hook's RBAC never took effect")
+	rbac, jobArgs := hookObjects(t)
+	id := applyHookRBAC(t, ctx, rbac)
 
 	// The Job's command, with the mounted configuration as a local file.
 	cfg := filepath.Join(t.TempDir(), "config.yaml")
