@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/webhook-guard/webhook-guard/internal/admission"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
@@ -69,7 +70,8 @@ policy is enforced; 3 when a target's circuit is open; 4 when the
 installation has no leader (which wins over 3: without a leader nothing
 opens or closes a circuit); 5 when the guard policy (and its binding) is
 missing or not the rule the guard renders for the breaker
-system:serviceaccount:<--namespace>:webhook-guard, which wins over both:
+it was rendered for (else system:serviceaccount:<--namespace>:webhook-guard),
+which wins over both:
 the owned fields are then unguarded. There is no leader when the
 leader-election Lease in --namespace does not exist, has no holder or has
 expired; with --endpoint, when nothing answers there. A Lease that cannot
@@ -249,9 +251,11 @@ func (o *Options) look(ctx context.Context) (statusReport, *cli.ExitError) {
 		}
 	}
 
-	enforced := o.policyEnforced(ctx)
+	breaker, enforced := o.policyEnforced(ctx)
 	if enforced != nil {
 		rep.Unavailable = append(rep.Unavailable, fmt.Sprintf("guard policy not enforced: %v", enforced))
+	} else {
+		rep.GuardPolicy = "enforced, for the breaker " + breaker
 	}
 	switch {
 	case enforced != nil:
@@ -265,15 +269,20 @@ func (o *Options) look(ctx context.Context) (statusReport, *cli.ExitError) {
 }
 
 // policyEnforced says whether the installation's guard policy and binding
-// are the rule the guard renders for its breaker, the ServiceAccount
-// webhook-guard in --namespace (admission.PolicyEnforced, the guard's own
-// readiness check).
-func (o *Options) policyEnforced(ctx context.Context) error {
-	opts := admission.Options{
-		BreakerUsername: "system:serviceaccount:" + o.Namespace + ":" + circuit.DefaultServiceAccount,
-		Instance:        o.Config.Instance,
+// are the rule the guard renders for their breaker (admission.PolicyEnforced,
+// the guard's own readiness check), and returns that breaker: the one the
+// policy was rendered for (admission.PolicyBreaker), else the ServiceAccount
+// webhook-guard in --namespace.
+func (o *Options) policyEnforced(ctx context.Context) (string, error) {
+	opts := admission.Options{Instance: o.Config.Instance}
+	opts.BreakerUsername = "system:serviceaccount:" + o.Namespace + ":" + circuit.DefaultServiceAccount
+	policy, _ := admission.RenderPolicy(opts)
+	if err := o.Client.Get(ctx, client.ObjectKeyFromObject(policy), policy); err == nil {
+		if breaker, ok := admission.PolicyBreaker(policy); ok {
+			opts.BreakerUsername = breaker
+		}
 	}
-	return admission.PolicyEnforced(ctx, o.Client, opts)
+	return opts.BreakerUsername, admission.PolicyEnforced(ctx, o.Client, opts)
 }
 
 // statusReport is what "guard status" found; -o json|yaml prints it.
@@ -293,6 +302,9 @@ type statusReport struct {
 	// OrphanedRecords are open circuits of webhooks that are no longer
 	// targets.
 	OrphanedRecords []orphanRow `json:"orphanedRecords,omitempty"`
+	// GuardPolicy says that the guard policy is enforced, and for which
+	// breaker; empty when it is not (Unavailable says why).
+	GuardPolicy string `json:"guardPolicy,omitempty"`
 	// Unavailable names what could not be read, and why.
 	Unavailable []string `json:"unavailable,omitempty"`
 }
@@ -331,6 +343,9 @@ func printStatus(stdout, stderr io.Writer, rep statusReport) error {
 	fmt.Fprintf(stdout, "Configuration: %s\n", rep.ConfigSource)
 	if rep.Lease != "" {
 		fmt.Fprintf(stdout, "Leader: %s (Lease %s)\n", cli.Dash(rep.Leader), rep.Lease)
+	}
+	if rep.GuardPolicy != "" {
+		fmt.Fprintf(stdout, "Guard policy: %s\n", rep.GuardPolicy)
 	}
 	fmt.Fprintln(stdout)
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)

@@ -149,6 +149,7 @@ func TestObjectRow_believesOnlyTheGuardsHandedOffEventForThisUID(t *testing.T) {
 // gets better, fails with the last look.
 func TestRun_exitCode(t *testing.T) {
 	policy, binding := admission.RenderPolicy(admission.Options{BreakerUsername: "system:serviceaccount:" + circuit.DefaultNamespace + ":" + circuit.DefaultServiceAccount})
+	other, _ := admission.RenderPolicy(admission.Options{BreakerUsername: "system:serviceaccount:elsewhere:guard"})
 	weakened := policy.DeepCopy()
 	weakened.Spec.Validations = weakened.Spec.Validations[:1]
 	open := func(t *testing.T) client.Object {
@@ -172,17 +173,18 @@ func TestRun_exitCode(t *testing.T) {
 		// wantErr, without --exit-code: the error.
 		wantErr string
 	}{
-		"every circuit closed and the endpoint answers":           {object: closed, endpoint: answering.URL, exitCode: true},
-		"an open circuit exits 3":                                 {object: open, endpoint: answering.URL, exitCode: true, want: ExitCircuitOpen},
-		"a missing guard policy exits 5, over no leader":          {object: open, policy: &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "unrelated", Namespace: "x"}}, exitCode: true, want: ExitPolicyNotEnforced},
-		"a weakened guard policy exits 5":                         {object: closed, endpoint: answering.URL, policy: weakened, exitCode: true, want: ExitPolicyNotEnforced},
-		"--wait with all well returns the first look":             {object: closed, endpoint: answering.URL, exitCode: true, wait: time.Hour},
-		"--wait without --exit-code fails with the last look":     {object: open, endpoint: answering.URL, wait: time.Millisecond, wantErr: "after 1ms: 1 of 1 circuits open"},
-		"--wait with --exit-code exits with the last look's code": {object: open, endpoint: answering.URL, exitCode: true, wait: time.Millisecond, want: ExitCircuitOpen},
-		"an endpoint that does not answer is no leader":           {object: closed, endpoint: gone.URL, exitCode: true, want: ExitNoLeader},
-		"no Lease is no leader":                                   {object: closed, exitCode: true, want: ExitNoLeader},
-		"no leader wins over an open circuit":                     {object: open, exitCode: true, want: ExitNoLeader},
-		"without --exit-code an open circuit and no leader are 0": {object: open},
+		"every circuit closed and the endpoint answers":            {object: closed, endpoint: answering.URL, exitCode: true},
+		"an open circuit exits 3":                                  {object: open, endpoint: answering.URL, exitCode: true, want: ExitCircuitOpen},
+		"a missing guard policy exits 5, over no leader":           {object: open, policy: &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "unrelated", Namespace: "x"}}, exitCode: true, want: ExitPolicyNotEnforced},
+		"a policy rendered for another breaker is enforced for it": {object: closed, endpoint: answering.URL, policy: other, exitCode: true},
+		"a weakened guard policy exits 5":                          {object: closed, endpoint: answering.URL, policy: weakened, exitCode: true, want: ExitPolicyNotEnforced},
+		"--wait with all well returns the first look":              {object: closed, endpoint: answering.URL, exitCode: true, wait: time.Hour},
+		"--wait without --exit-code fails with the last look":      {object: open, endpoint: answering.URL, wait: time.Millisecond, wantErr: "after 1ms: 1 of 1 circuits open"},
+		"--wait with --exit-code exits with the last look's code":  {object: open, endpoint: answering.URL, exitCode: true, wait: time.Millisecond, want: ExitCircuitOpen},
+		"an endpoint that does not answer is no leader":            {object: closed, endpoint: gone.URL, exitCode: true, want: ExitNoLeader},
+		"no Lease is no leader":                                    {object: closed, exitCode: true, want: ExitNoLeader},
+		"no leader wins over an open circuit":                      {object: open, exitCode: true, want: ExitNoLeader},
+		"without --exit-code an open circuit and no leader are 0":  {object: open},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
