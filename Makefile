@@ -25,6 +25,13 @@ IMG ?= webhook-guard:latest
 CONTAINER_TOOL ?= docker
 # IMAGE_ARCH is the architecture docker-build-equivalent builds for.
 IMAGE_ARCH ?= $(shell go env GOARCH)
+# HACK is the hack module (hack/go.mod): the bench, dashboard and demo
+# commands and the tests that need Prometheus's own code (hack/promcheck),
+# in a module of their own so that gonum/plot, golang.org/x/image and
+# github.com/prometheus/prometheus stay out of the product's go.mod. Its
+# commands run with "go run -C $(HACK)", so paths given to them are
+# absolute; make unit tests it and make lint checks it like the root.
+HACK := hack
 
 .PHONY: all
 all: build
@@ -59,11 +66,11 @@ endef
 
 .PHONY: demo
 demo: ## Start a local control plane and a slow webhook, and show what each failure policy costs (builds only kube-apiserver, etcd, kubectl and kustomize into the cache if missing).
-	KUBEBUILDER_ASSETS="$$(hack/tools/install.sh)" go run $(GOFLAGS_BUILD) ./hack/demo
+	KUBEBUILDER_ASSETS="$$(hack/tools/install.sh)" go run -C $(HACK) $(GOFLAGS_BUILD) ./demo
 
 .PHONY: dashboard-image
 dashboard-image: ## Regenerate docs/img/dashboard.png: record an outage, opening and recovery against a local control plane and the real guard, and draw the Grafana dashboard's panels from their own queries (about 1 minute).
-	KUBEBUILDER_ASSETS="$$(hack/tools/install.sh)" go run $(GOFLAGS_BUILD) ./hack/dashboard -out docs/img/dashboard.png
+	KUBEBUILDER_ASSETS="$$(hack/tools/install.sh)" go run -C $(HACK) $(GOFLAGS_BUILD) ./dashboard -out $(CURDIR)/docs/img/dashboard.png
 
 ##@ Test
 
@@ -71,16 +78,17 @@ dashboard-image: ## Regenerate docs/img/dashboard.png: record an outage, opening
 test: tools unit promtool-test e2e ## Run every test: unit, the alerts' promtool rule tests, then e2e against a real kube-apiserver (builds the binaries first if missing).
 
 .PHONY: unit
-unit: ## Run the unit tests (no cluster).
+unit: ## Run the unit tests (no cluster), of the root module and of the hack module (hack/promcheck: the alerts, dashboard and histogram against Prometheus's own code).
 	go test $(GOFLAGS_BUILD) -count=1 $$(go list ./... | grep -v /test/e2e)
+	go test -C $(HACK) $(GOFLAGS_BUILD) -count=1 ./...
 
 .PHONY: promtool-test
 promtool-test: ## Run "promtool test rules" on deploy/kustomize/components/prometheus/prometheusrule_test.yaml (builds promtool into the cache first if missing: 10 to 15 minutes the first time).
 	promtool="$$(hack/tools/promtool.sh)"; PROMTOOL="$$promtool" go test $(GOFLAGS_BUILD) -count=1 -run '^TestPrometheusRule_promtoolRuleTests$$' -v ./deploy
 
 .PHONY: e2e
-e2e: tools ## Run the e2e tests against a real kube-apiserver and etcd (test/e2e/helm also runs helm).
-	KUBEBUILDER_ASSETS="$$(hack/tools/install.sh)" HELM="$$(hack/tools/helm.sh)" go test $(GOFLAGS_BUILD) -count=1 -timeout 40m ./test/e2e/...
+e2e: tools ## Run the e2e tests against a real kube-apiserver and etcd (test/e2e/helm also runs helm, and an OCI registry on loopback that it pushes the released chart to).
+	KUBEBUILDER_ASSETS="$$(hack/tools/install.sh)" HELM="$$(hack/tools/helm.sh)" REGISTRY="$$(hack/tools/registry.sh)" go test $(GOFLAGS_BUILD) -count=1 -timeout 40m ./test/e2e/...
 
 # FUZZ lists package:target pairs for make fuzz.
 FUZZ := ./internal/config:FuzzParse ./internal/circuit:FuzzDecode ./internal/breaker:FuzzPlan ./internal/admission:FuzzHandler ./internal/admission:FuzzRule_CELAgreesWithGo
@@ -97,7 +105,7 @@ BENCH_RUNS ?= 3
 .PHONY: bench
 bench: tools ## Measure against a real control plane and print one table with the goals of docs/performance.md beside the values (BENCH_RUNS runs per case, default 3; BENCH_SAMPLES creates per latency case, default 50; about 40 minutes), also as bin/bench.json.
 	@mkdir -p $(BIN)
-	KUBEBUILDER_ASSETS="$$(hack/tools/install.sh)" go run $(GOFLAGS_BUILD) ./hack/bench -runs $(BENCH_RUNS) -samples $(BENCH_SAMPLES) -json $(BIN)/bench.json
+	KUBEBUILDER_ASSETS="$$(hack/tools/install.sh)" go run -C $(HACK) $(GOFLAGS_BUILD) ./bench -runs $(BENCH_RUNS) -samples $(BENCH_SAMPLES) -json $(CURDIR)/$(BIN)/bench.json
 
 .PHONY: microbench
 microbench: ## Run the Go benchmarks of the internal packages (no cluster).
@@ -109,12 +117,15 @@ microbench: ## Run the Go benchmarks of the internal packages (no cluster).
 STATICCHECK_MATRIX := default:\nfailpoints: -tags=failpoints\n
 
 .PHONY: lint
-lint: ## gofmt, go vet, staticcheck (default and failpoints builds) and golangci-lint with .golangci.yml (builds both linters into the cache first if missing: about 5 minutes the first time).
+lint: ## gofmt, go vet, staticcheck (default and failpoints builds) and golangci-lint with .golangci.yml, on the root module and the hack module (builds both linters into the cache first if missing: about 5 minutes the first time).
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 	go vet ./...
+	go vet -C $(HACK) ./...
 	@staticcheck="$$(hack/tools/staticcheck.sh)"; golangci_lint="$$(hack/tools/golangci-lint.sh)"; rc=0; \
-		echo "lint: staticcheck"; printf '$(STATICCHECK_MATRIX)' | "$$staticcheck" -matrix ./... || rc=1; \
-		echo "lint: golangci-lint"; "$$golangci_lint" run ./... || rc=1; \
+		for m in . $(HACK); do \
+			echo "lint: staticcheck in $$m"; (cd $$m && printf '$(STATICCHECK_MATRIX)' | "$$staticcheck" -matrix ./...) || rc=1; \
+			echo "lint: golangci-lint in $$m"; (cd $$m && "$$golangci_lint" run --config $(CURDIR)/.golangci.yml ./...) || rc=1; \
+		done; \
 		exit $$rc
 
 ##@ Build
@@ -133,9 +144,10 @@ docker-build: ## Build the container image (IMG, default webhook-guard:latest; n
 	$(CONTAINER_TOOL) build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t $(IMG) .
 
 .PHONY: tools
-tools: ## Build kube-apiserver, etcd, kubectl, kustomize, helm and the conformance suite's cert-manager webhook from source into the cache if missing (about 18 minutes the first time).
+tools: ## Build kube-apiserver, etcd, kubectl, kustomize, helm, the distribution OCI registry and the conformance suite's cert-manager webhook from source into the cache if missing (about 21 minutes the first time).
 	@hack/tools/install.sh >/dev/null
 	@hack/tools/helm.sh >/dev/null
+	@hack/tools/registry.sh >/dev/null
 	@hack/conformance/install.sh >/dev/null
 
 ##@ Release
@@ -143,16 +155,19 @@ tools: ## Build kube-apiserver, etcd, kubectl, kustomize, helm and the conforman
 # DIST is where make release writes; CHART is the Helm chart.
 DIST ?= dist
 CHART := deploy/helm/webhook-guard
-# RELEASE_IMG is the image a release installs: IMG when given, else
-# webhook-guard:$(VERSION).
-RELEASE_IMG = $(if $(filter command line environment environment override,$(origin IMG)),$(IMG),webhook-guard:$(VERSION))
+# IMAGE_REPO is the fully qualified repository a release's image is
+# published to (not REGISTRY: make e2e passes the test registry's binary
+# in that name). RELEASE_IMG is the image a release installs: IMG when
+# given, else $(IMAGE_REPO):$(VERSION).
+IMAGE_REPO ?= ghcr.io/webhook-guard/webhook-guard
+RELEASE_IMG = $(if $(filter command line environment environment override,$(origin IMG)),$(IMG),$(IMAGE_REPO):$(VERSION))
 # KUSTOMIZE and HELM default to the pinned builds in the cache (built if
 # missing: hack/tools/install.sh, hack/tools/helm.sh).
 KUSTOMIZE ?= $$(hack/tools/install.sh)/kustomize
 HELM ?= $$(hack/tools/helm.sh)
 
 .PHONY: release
-release: ## Write dist/install.yaml (overlays/default with the image RELEASE_IMG) and dist/webhook-guard-<X.Y.Z>.tgz (the chart, image RELEASE_IMG) for VERSION=vX.Y.Z; RELEASE_IMG is IMG when given, else webhook-guard:VERSION.
+release: ## Write dist/install.yaml (overlays/default with the image RELEASE_IMG), dist/webhook-guard-<X.Y.Z>.tgz (the chart, image RELEASE_IMG; what "helm push" pushes) and dist/SHA256SUMS over both, and print their sha256, for VERSION=vX.Y.Z; RELEASE_IMG is IMG when given, else IMAGE_REPO:VERSION (IMAGE_REPO default ghcr.io/webhook-guard/webhook-guard).
 	@[[ "$(VERSION)" =~ ^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$$ ]] || { echo "release: VERSION must be vMAJOR.MINOR.PATCH[-PRERELEASE], not \"$(VERSION)\": make release VERSION=v0.2.0" >&2; exit 1; }
 	hack/release.sh "$(VERSION)" "$(RELEASE_IMG)" "$(DIST)" "$(KUSTOMIZE)" "$(HELM)"
 

@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
-# release.sh writes the two artifacts of a release into DIST ("make
-# release" runs it):
+# release.sh writes the two artifacts of a release into DIST, and their
+# checksums ("make release" runs it):
 #   install.yaml                   kustomize build of overlays/default, its
 #                                  image set to IMAGE ("kustomize edit set
 #                                  image" in a temporary copy)
 #   webhook-guard-<X.Y.Z>.tgz      the chart deploy/helm/webhook-guard,
 #                                  "helm package"d with version X.Y.Z,
-#                                  appVersion VERSION and IMAGE in its values
+#                                  appVersion VERSION and IMAGE in its values;
+#                                  "helm push" pushes this file as it is (the
+#                                  chart layer of the OCI artifact), so
+#                                  "helm pull oci://..." gives it back byte
+#                                  for byte
+#   SHA256SUMS                     the sha256 of both, in sha256sum format
+#                                  ("cd DIST && sha256sum -c SHA256SUMS")
+# It prints the sha256 of each artifact on stdout, one "sha256:<hex>  <file>"
+# line each.
 #
 # Usage: hack/release.sh VERSION IMAGE DIST KUSTOMIZE HELM
 #   VERSION  vX.Y.Z[-PRERELEASE]; the chart's version drops the v
@@ -53,6 +61,20 @@ awk -v repository="$repository" -v tag="$tag" -v digest="$digest" '
 ' "$root/deploy/helm/webhook-guard/values.yaml" > "$tmp/webhook-guard/values.yaml"
 "$helm" package "$tmp/webhook-guard" --version "${version#v}" --app-version "$version" --destination "$tmp" >/dev/null
 
-mv "$tmp/install.yaml" "$dist/install.yaml"
-mv "$tmp/webhook-guard-${version#v}.tgz" "$dist/webhook-guard-${version#v}.tgz"
-echo "release: wrote $dist/install.yaml and $dist/webhook-guard-${version#v}.tgz (image $image)" >&2
+# SHA256SUMS covers the artifacts of this release (an older release's
+# chart left in DIST is not one of them), by their names in DIST.
+artifacts=(install.yaml "webhook-guard-${version#v}.tgz")
+if command -v sha256sum >/dev/null; then
+  sha256=(sha256sum)
+else
+  sha256=(shasum -a 256)
+fi
+(cd "$tmp" && "${sha256[@]}" "${artifacts[@]}") > "$tmp/SHA256SUMS"
+
+for f in "${artifacts[@]}" SHA256SUMS; do
+  mv "$tmp/$f" "$dist/$f"
+done
+echo "release: wrote $dist/install.yaml, $dist/webhook-guard-${version#v}.tgz and $dist/SHA256SUMS (image $image)" >&2
+while read -r sum file; do
+  echo "sha256:$sum  $dist/$file"
+done < "$dist/SHA256SUMS"

@@ -35,8 +35,9 @@ func latency(ctx context.Context, b *Bench) ([]Row, error) {
 	}
 	defer os.RemoveAll(dir)
 	bin := filepath.Join(dir, "demo")
-	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, "./hack/demo")
-	build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
+	// hack/demo is in the hack module (hack/go.mod), so it builds from there.
+	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, "./demo")
+	build.Dir, build.Stdout, build.Stderr = filepath.Join(root, "hack"), os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		return nil, fmt.Errorf("building the demo: %w", err)
 	}

@@ -238,106 +238,150 @@ type probeCPUResult struct {
 	conns          int64   // connections the server accepted while measured
 }
 
+// The modes of probeCPUClients.modes, in order.
+const (
+	modeProber = iota
+	modeRedial
+	modeKeepAlive
+	modeFresh
+)
+
 func probeCPU(ctx context.Context, b *Bench) ([]Row, error) {
 	srv, err := startProbeCPUServer()
 	if err != nil {
 		return nil, fmt.Errorf("starting the webhook process: %w", err)
 	}
 	defer srv.stop()
+	c, err := newProbeCPUClients(srv)
+	if err != nil {
+		return nil, err
+	}
+	modes := c.modes()
+	results, err := measureProbeCPUModes(ctx, srv, modes, b.Runs)
+	if err != nil {
+		return nil, err
+	}
+	return probeCPURows(modes, results), nil
+}
 
-	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM(srv.caPEM) {
+// probeCPUClients is what every mode sends: the prober's own request to
+// each of the server's ports, and the webhooks that name them.
+type probeCPUClients struct {
+	srv    *probeCPUServer
+	roots  *x509.CertPool
+	mapper deploymentsOnly
+	hooks  []admissionregistrationv1.MutatingWebhook
+	// uri and body are the prober's request, captured.
+	uri  string
+	body []byte
+}
+
+func newProbeCPUClients(srv *probeCPUServer) (*probeCPUClients, error) {
+	c := &probeCPUClients{srv: srv, roots: x509.NewCertPool(), hooks: make([]admissionregistrationv1.MutatingWebhook, probeCPUWorkers)}
+	if !c.roots.AppendCertsFromPEM(srv.caPEM) {
 		return nil, errors.New("the server's CA is not PEM")
 	}
-	mapper := deploymentsOnly{}
-	hooks := make([]admissionregistrationv1.MutatingWebhook, probeCPUWorkers)
 	for i, addr := range srv.addrs {
-		hooks[i] = probeCPUWebhook(i, "https://"+addr+"/mutate", srv.caPEM)
+		c.hooks[i] = probeCPUWebhook(i, "https://"+addr+"/mutate", srv.caPEM)
 	}
-	uri, body, err := capturedProbe(mapper)
-	if err != nil {
+	var err error
+	if c.uri, c.body, err = capturedProbe(c.mapper); err != nil {
 		return nil, fmt.Errorf("capturing the prober's request: %w", err)
 	}
+	return c, nil
+}
 
-	newProber := func(pool *probe.ConnectionPool) *probe.Prober {
-		return &probe.Prober{Discovery: mapper, Username: "system:serviceaccount:webhook-guard:webhook-guard", Pool: pool}
+func (c *probeCPUClients) newProber(pool *probe.ConnectionPool) *probe.Prober {
+	return &probe.Prober{Discovery: c.mapper, Username: "system:serviceaccount:webhook-guard:webhook-guard", Pool: pool}
+}
+
+// probeWorker probes worker i's webhook with p, which must find it healthy.
+func (c *probeCPUClients) probeWorker(ctx context.Context, p *probe.Prober, i int) error {
+	if res := p.Probe(ctx, c.hooks[i], probe.Spec{}); res.Outcome != probe.OutcomeHealthy {
+		return fmt.Errorf("probe %s: %v", res.Outcome, res.Err)
 	}
-	probeWith := func(ctx context.Context, p *probe.Prober, wh admissionregistrationv1.MutatingWebhook) error {
-		if res := p.Probe(ctx, wh, probe.Spec{}); res.Outcome != probe.OutcomeHealthy {
-			return fmt.Errorf("probe %s: %v", res.Outcome, res.Err)
-		}
-		return nil
-	}
-	post := func(ctx context.Context, c *http.Client, i int) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+srv.addrs[i]+uri, bytes.NewReader(body))
-		if err != nil {
-			return err
-		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, */*")
-		resp, err := c.Do(req)
-		if err != nil {
-			return err
-		}
-		_, err = io.Copy(io.Discard, resp.Body)
-		_ = resp.Body.Close()
-		if err == nil && resp.StatusCode != http.StatusOK {
-			err = fmt.Errorf("HTTP %d", resp.StatusCode)
-		}
+	return nil
+}
+
+// post sends the prober's request to worker i's port with a bare client.
+func (c *probeCPUClients) post(ctx context.Context, client *http.Client, i int) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+c.srv.addrs[i]+c.uri, bytes.NewReader(c.body))
+	if err != nil {
 		return err
 	}
-	bare := func(disableKeepAlives bool) func() (func(context.Context, int, int) error, func()) {
-		return func() (func(context.Context, int, int) error, func()) {
-			tr := &http.Transport{
-				Proxy:             nil,
-				TLSClientConfig:   &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
-				DisableKeepAlives: disableKeepAlives,
-			}
-			c := &http.Client{Transport: tr}
-			return func(ctx context.Context, i, _ int) error { return post(ctx, c, i) }, tr.CloseIdleConnections
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, */*")
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("HTTP %d", resp.StatusCode)
+	}
+	return err
+}
+
+// bare is a mode's start with one net/http client for every worker.
+func (c *probeCPUClients) bare(disableKeepAlives bool) func() (func(context.Context, int, int) error, func()) {
+	return func() (func(context.Context, int, int) error, func()) {
+		tr := &http.Transport{
+			Proxy:             nil,
+			TLSClientConfig:   &tls.Config{RootCAs: c.roots, MinVersion: tls.VersionTLS12},
+			DisableKeepAlives: disableKeepAlives,
 		}
+		client := &http.Client{Transport: tr}
+		return func(ctx context.Context, i, _ int) error { return c.post(ctx, client, i) }, tr.CloseIdleConnections
 	}
+}
 
-	const (
-		modeProber = iota
-		modeRedial
-		modeKeepAlive
-		modeFresh
-	)
-	modes := []probeCPUMode{
-		modeProber: {"prober (ConnectionPool)", func() (func(context.Context, int, int) error, func()) {
-			pool := &probe.ConnectionPool{}
-			p := newProber(pool)
-			return func(ctx context.Context, i, _ int) error { return probeWith(ctx, p, hooks[i]) }, pool.Close
-		}},
-		modeRedial: {fmt.Sprintf("prober, re-dial every %d probes", probeCPURedialEvery), func() (func(context.Context, int, int) error, func()) {
-			// One pool per worker, so that a worker's re-dial closes its
-			// own connection only, as Redial does for one target.
-			pools := make([]*probe.ConnectionPool, probeCPUWorkers)
-			probers := make([]*probe.Prober, probeCPUWorkers)
-			for i := range pools {
-				pools[i] = &probe.ConnectionPool{}
-				probers[i] = newProber(pools[i])
+// pooled is the prober mode's start: one ConnectionPool, as the guard has.
+func (c *probeCPUClients) pooled() (func(context.Context, int, int) error, func()) {
+	pool := &probe.ConnectionPool{}
+	p := c.newProber(pool)
+	return func(ctx context.Context, i, _ int) error { return c.probeWorker(ctx, p, i) }, pool.Close
+}
+
+// redialling is the re-dial mode's start: one pool per worker, so that a
+// worker's re-dial closes its own connection only, as Redial does for one
+// target.
+func (c *probeCPUClients) redialling() (func(context.Context, int, int) error, func()) {
+	pools := make([]*probe.ConnectionPool, probeCPUWorkers)
+	probers := make([]*probe.Prober, probeCPUWorkers)
+	for i := range pools {
+		pools[i] = &probe.ConnectionPool{}
+		probers[i] = c.newProber(pools[i])
+	}
+	return func(ctx context.Context, i, n int) error {
+			// The warm-up (n = -1) dials: it is probe 0 of the
+			// connection's probeCPURedialEvery.
+			if (n+1)%probeCPURedialEvery == 0 && n >= 0 {
+				pools[i].Close()
 			}
-			return func(ctx context.Context, i, n int) error {
-					// The warm-up (n = -1) dials: it is probe 0 of the
-					// connection's probeCPURedialEvery.
-					if (n+1)%probeCPURedialEvery == 0 && n >= 0 {
-						pools[i].Close()
-					}
-					return probeWith(ctx, probers[i], hooks[i])
-				}, func() {
-					for _, p := range pools {
-						p.Close()
-					}
-				}
-		}},
-		modeKeepAlive: {"bare keep-alive POST", bare(false)},
-		modeFresh:     {"fresh TCP+TLS per POST", bare(true)},
-	}
+			return c.probeWorker(ctx, probers[i], i)
+		}, func() {
+			for _, p := range pools {
+				p.Close()
+			}
+		}
+}
 
+// modes are the ways compared, indexed by modeProber and the rest.
+func (c *probeCPUClients) modes() []probeCPUMode {
+	return []probeCPUMode{
+		modeProber:    {"prober (ConnectionPool)", c.pooled},
+		modeRedial:    {fmt.Sprintf("prober, re-dial every %d probes", probeCPURedialEvery), c.redialling},
+		modeKeepAlive: {"bare keep-alive POST", c.bare(false)},
+		modeFresh:     {"fresh TCP+TLS per POST", c.bare(true)},
+	}
+}
+
+// measureProbeCPUModes measures every mode in each of runs runs;
+// results[m] are mode m's, by run.
+func measureProbeCPUModes(ctx context.Context, srv *probeCPUServer, modes []probeCPUMode, runs int) ([][]probeCPUResult, error) {
 	results := make([][]probeCPUResult, len(modes))
-	for run := range b.Runs {
+	for run := range runs {
 		// Interleave, and rotate the order, so that noise and warm caches
 		// hit every mode alike.
 		for k := range modes {
@@ -353,9 +397,15 @@ func probeCPU(ctx context.Context, b *Bench) ([]Row, error) {
 			results[m] = append(results[m], r)
 		}
 	}
+	return results, nil
+}
 
-	total := probeCPUWorkers * probeCPUPerWorker
-	const section = "probe CPU"
+// probeCPUSection is the table section of the probecpu rows.
+const probeCPUSection = "probe CPU"
+
+// probeCPURows is the section's rows: client, then server, CPU per
+// request of each mode, and the client's ratios to bare keep-alive.
+func probeCPURows(modes []probeCPUMode, results [][]probeCPUResult) []Row {
 	var rows []Row
 	for m, mode := range modes {
 		var client []float64
@@ -364,29 +414,15 @@ func probeCPU(ctx context.Context, b *Bench) ([]Row, error) {
 			client = append(client, r.client)
 			conns = append(conns, strconv.FormatInt(r.conns, 10))
 		}
-		note := fmt.Sprintf("server accepted %s connections while measured (per run)", strings.Join(conns, ", "))
-		switch m {
-		case modeProber:
-			note = fmt.Sprintf("probe.Prober.Probe with the guard's ConnectionPool, connections warm (no re-dial while measured); %s. "+
-				"Each mode: %d workers × %d requests after one warm-up request each, each worker to its own port (its own pooled connection, as one target); "+
-				"CPU is getrusage(RUSAGE_SELF) user+sys of the bench process / %d; modes interleaved, order rotated per run. "+
-				"The webhook (HTTP/1.1, ECDSA P-256, JSON decode and encode of the review) is another process; its rows are its own getrusage, read over a pipe before and after",
-				note, probeCPUWorkers, probeCPUPerWorker, total)
-		case modeRedial:
-			note = fmt.Sprintf("as the guard pays it at a 1 s interval: the pool's DefaultRedial (%s) dials once every %d probes; %s", probe.DefaultRedial, probeCPURedialEvery, note)
-		case modeKeepAlive:
-			note = "net/http POST of the prober's AdmissionReview body, connection reused; " + note
-		case modeFresh:
-			note = "net/http POST with DisableKeepAlives, default curve preferences; " + note
-		}
-		rows = append(rows, Row{Section: section, Case: mode.name, Metric: "client CPU per request", Runs: client, Unit: "ms", Note: note})
+		note := probeCPUNote(m, fmt.Sprintf("server accepted %s connections while measured (per run)", strings.Join(conns, ", ")))
+		rows = append(rows, Row{Section: probeCPUSection, Case: mode.name, Metric: "client CPU per request", Runs: client, Unit: "ms", Note: note})
 	}
 	for m, mode := range modes {
 		var server []float64
 		for _, r := range results[m] {
 			server = append(server, r.server)
 		}
-		rows = append(rows, Row{Section: section, Case: mode.name, Metric: "server CPU per request", Runs: server, Unit: "ms"})
+		rows = append(rows, Row{Section: probeCPUSection, Case: mode.name, Metric: "server CPU per request", Runs: server, Unit: "ms"})
 	}
 	ratio := func(num int) []float64 {
 		var out []float64
@@ -395,14 +431,33 @@ func probeCPU(ctx context.Context, b *Bench) ([]Row, error) {
 		}
 		return out
 	}
-	rows = append(rows,
-		Row{Section: section, Case: "prober / keep-alive", Metric: "client CPU ratio", Runs: ratio(modeProber), Unit: "×",
+	return append(rows,
+		Row{Section: probeCPUSection, Case: "prober / keep-alive", Metric: "client CPU ratio", Runs: ratio(modeProber), Unit: "×",
 			Note: "per run, prober (ConnectionPool) over bare keep-alive POST, same run"}.AtMost(2),
-		Row{Section: section, Case: fmt.Sprintf("prober re-dialling every %d / keep-alive", probeCPURedialEvery), Metric: "client CPU ratio", Runs: ratio(modeRedial), Unit: "×",
+		Row{Section: probeCPUSection, Case: fmt.Sprintf("prober re-dialling every %d / keep-alive", probeCPURedialEvery), Metric: "client CPU ratio", Runs: ratio(modeRedial), Unit: "×",
 			Note: "per run, the prober with its re-dial at a 1 s interval over bare keep-alive POST, same run"}.AtMost(2),
-		Row{Section: section, Case: "fresh TCP+TLS / keep-alive", Metric: "client CPU ratio", Runs: ratio(modeFresh), Unit: "×"},
+		Row{Section: probeCPUSection, Case: "fresh TCP+TLS / keep-alive", Metric: "client CPU ratio", Runs: ratio(modeFresh), Unit: "×"},
 	)
-	return rows, nil
+}
+
+// probeCPUNote is mode m's note in the table, ending with conns (the
+// connections the server accepted).
+func probeCPUNote(m int, conns string) string {
+	switch m {
+	case modeProber:
+		return fmt.Sprintf("probe.Prober.Probe with the guard's ConnectionPool, connections warm (no re-dial while measured); %s. "+
+			"Each mode: %d workers × %d requests after one warm-up request each, each worker to its own port (its own pooled connection, as one target); "+
+			"CPU is getrusage(RUSAGE_SELF) user+sys of the bench process / %d; modes interleaved, order rotated per run. "+
+			"The webhook (HTTP/1.1, ECDSA P-256, JSON decode and encode of the review) is another process; its rows are its own getrusage, read over a pipe before and after",
+			conns, probeCPUWorkers, probeCPUPerWorker, probeCPUWorkers*probeCPUPerWorker)
+	case modeRedial:
+		return fmt.Sprintf("as the guard pays it at a 1 s interval: the pool's DefaultRedial (%s) dials once every %d probes; %s", probe.DefaultRedial, probeCPURedialEvery, conns)
+	case modeKeepAlive:
+		return "net/http POST of the prober's AdmissionReview body, connection reused; " + conns
+	case modeFresh:
+		return "net/http POST with DisableKeepAlives, default curve preferences; " + conns
+	}
+	return conns
 }
 
 // measureProbeCPU warms mode up (one request per worker), then sends

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
 )
 
 // sizes are the fleet sizes of the scale table (-sizes).
@@ -111,12 +113,41 @@ func scale(ctx context.Context, b *Bench) ([]Row, error) {
 	if err != nil {
 		return nil, err
 	}
-	type cell struct {
-		kind string
-		n    int
-		load bool
+	cells, err := scaleCells()
+	if err != nil {
+		return nil, err
 	}
-	var cells []cell
+	var rows []Row
+	for _, c := range cells {
+		say("scale: %s", c.name())
+		runs, err := measureScaleCell(ctx, env, c, limit, b.Runs)
+		if err != nil {
+			return rows, err
+		}
+		rows = append(rows, scaleRows(c, runs, limit)...)
+	}
+	return rows, nil
+}
+
+// scaleCell is one fleet of the scale table.
+type scaleCell struct {
+	kind string
+	n    int
+	// load is one core busy elsewhere while measured.
+	load bool
+}
+
+func (c scaleCell) name() string {
+	name := fmt.Sprintf("%d %s targets", c.n, c.kind)
+	if c.load {
+		name += ", 1 core busy elsewhere"
+	}
+	return name
+}
+
+// scaleCells are the cells -kinds, -sizes and -load ask for.
+func scaleCells() ([]scaleCell, error) {
+	var cells []scaleCell
 	for _, kind := range strings.Split(*kinds, ",") {
 		if kind != "url" && kind != "service" {
 			return nil, fmt.Errorf("-kinds: %q is neither url nor service", kind)
@@ -126,74 +157,78 @@ func scale(ctx context.Context, b *Bench) ([]Row, error) {
 			if err != nil || n <= 0 {
 				return nil, fmt.Errorf("-sizes: %q is not a number of targets", v)
 			}
-			cells = append(cells, cell{kind, n, false})
+			cells = append(cells, scaleCell{kind, n, false})
 			if kind == "url" && n >= 1000 && *withLoad {
-				cells = append(cells, cell{kind, n, true})
+				cells = append(cells, scaleCell{kind, n, true})
 			}
 		}
 	}
-	var rows []Row
-	for _, c := range cells {
-		name := fmt.Sprintf("%d %s targets", c.n, c.kind)
+	return cells, nil
+}
+
+// measureScaleCell creates c's fleet, measures a guard over it runs
+// times (a fresh guard each time) and deletes the fleet.
+func measureScaleCell(ctx context.Context, env *harness.Env, c scaleCell, limit float64, runs int) ([]steady, error) {
+	f, err := newFleet(ctx, env, c.kind, c.n)
+	if err != nil {
+		return nil, err
+	}
+	defer f.delete(ctx, env)
+	var out []steady
+	for range runs {
+		var stopLoad func()
 		if c.load {
-			name += ", 1 core busy elsewhere"
+			stopLoad = busyCore()
 		}
-		say("scale: %s", name)
-		f, err := newFleet(ctx, env, c.kind, c.n)
+		r, err := startGuard(ctx, env, f, "Ignore", 3, limit, true)
 		if err != nil {
-			return rows, err
-		}
-		var runs []steady
-		for range b.Runs {
-			var stopLoad func()
-			if c.load {
-				stopLoad = busyCore()
-			}
-			r, err := startGuard(ctx, env, f, "Ignore", 3, limit, true)
-			if err != nil {
-				f.delete(ctx, env)
-				return rows, err
-			}
-			s, err := measureWindow(ctx, r)
-			r.stop()
 			if stopLoad != nil {
 				stopLoad()
 			}
-			if err != nil {
-				f.delete(ctx, env)
-				return rows, err
-			}
-			runs = append(runs, s)
+			return nil, err
 		}
-		f.delete(ctx, env)
-		col := func(get func(steady) float64) []float64 {
-			var out []float64
-			for _, s := range runs {
-				out = append(out, get(s))
-			}
-			return out
+		s, err := measureWindow(ctx, r)
+		r.stop()
+		if stopLoad != nil {
+			stopLoad()
 		}
-		row := func(metric, unit string, get func(steady) float64) Row {
-			return Row{Section: "scale", Case: name, Metric: metric, Unit: unit, Runs: col(get)}
+		if err != nil {
+			return nil, err
 		}
-		cores := row("guard CPU (cores)", "", func(s steady) float64 { return s.cores })
-		rss := row("guard RSS (MiB)", "", func(s steady) float64 { return s.rss })
-		if c.n == 1000 {
-			cores = cores.AtMost(0.1)
-			rss = rss.AtMost(100)
-		}
-		cores.Note = fmt.Sprintf("inside a %.2g-core CFS quota (the Deployment's limit); throttled in %s%% of periods", limit, format(median(col(func(s steady) float64 { return s.throttled }))))
-		rows = append(rows,
-			cores,
-			row("CPU per probe (ms)", "", func(s steady) float64 { return s.cpuPerProbeMs }),
-			rss,
-			row("probes on time (%, ≤ 100 ms late)", "", func(s steady) float64 { return s.onTime }).AtLeast(99),
-			row("failed or unknown probes, circuits opened", "", func(s steady) float64 { return s.failures + s.unknown + s.openings }).AtMost(0),
-			Row{Section: "scale", Case: name, Metric: "apiserver requests/s from the guard, all targets", Runs: col(func(s steady) float64 { return s.requests }),
-				Note: "Lease renewals and one read of kube-apiserver's /metrics per interval; none per probe (one GET per service-backed probe would add the probe rate)"}.AtMost(2),
-		)
+		out = append(out, s)
 	}
-	return rows, nil
+	return out, nil
+}
+
+// scaleRows are c's rows, one value per run.
+func scaleRows(c scaleCell, runs []steady, limit float64) []Row {
+	name := c.name()
+	col := func(get func(steady) float64) []float64 {
+		var out []float64
+		for _, s := range runs {
+			out = append(out, get(s))
+		}
+		return out
+	}
+	row := func(metric, unit string, get func(steady) float64) Row {
+		return Row{Section: "scale", Case: name, Metric: metric, Unit: unit, Runs: col(get)}
+	}
+	cores := row("guard CPU (cores)", "", func(s steady) float64 { return s.cores })
+	rss := row("guard RSS (MiB)", "", func(s steady) float64 { return s.rss })
+	if c.n == 1000 {
+		cores = cores.AtMost(0.1)
+		rss = rss.AtMost(100)
+	}
+	cores.Note = fmt.Sprintf("inside a %.2g-core CFS quota (the Deployment's limit); throttled in %s%% of periods", limit, format(median(col(func(s steady) float64 { return s.throttled }))))
+	return []Row{
+		cores,
+		row("CPU per probe (ms)", "", func(s steady) float64 { return s.cpuPerProbeMs }),
+		rss,
+		row("probes on time (%, ≤ 100 ms late)", "", func(s steady) float64 { return s.onTime }).AtLeast(99),
+		row("failed or unknown probes, circuits opened", "", func(s steady) float64 { return s.failures + s.unknown + s.openings }).AtMost(0),
+		Row{Section: "scale", Case: name, Metric: "apiserver requests/s from the guard, all targets", Runs: col(func(s steady) float64 { return s.requests }),
+			Note: "Lease renewals and one read of kube-apiserver's /metrics per interval; none per probe (one GET per service-backed probe would add the probe rate)"}.AtMost(2),
+	}
 }
 
 // starvation runs 1,000 healthy webhooks with a 1 s probe timeout inside a

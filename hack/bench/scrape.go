@@ -93,92 +93,143 @@ type scrapeResult struct {
 	wallMs []float64
 }
 
+// The ways of scrapeBench.ways the table compares as before and after.
+const (
+	scrapeWayBefore = 0
+	scrapeWayAfter  = 4
+)
+
 func scrapeCost(ctx context.Context, b *Bench) ([]Row, error) {
+	s, err := setupScrape(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	defer s.populated.cleanup()
+	results, err := s.measure(ctx, b.Runs)
+	if err != nil {
+		return nil, err
+	}
+	return s.report(results), nil
+}
+
+// scrapeBench is the scrape section's setup: a populated control plane,
+// its kube-apiserver's process, and the ways of reading its /metrics.
+type scrapeBench struct {
+	pid       int
+	rc        rest.Interface
+	populated *populated
+	// counters are the families apimetrics parses, for name[].
+	counters []string
+	scraper  *apimetrics.Scraper
+	ways     []scrapeWay
+	sizes    scrapeSizeSet
+}
+
+// setupScrape populates the control plane (the caller cleans it up) and
+// measures /metrics's sizes.
+func setupScrape(ctx context.Context, b *Bench) (_ *scrapeBench, err error) {
 	env, err := b.Env()
 	if err != nil {
 		return nil, err
 	}
-	pid, err := apiserverPid(env)
-	if err != nil {
+	s := &scrapeBench{counters: apimetrics.Families(apimetrics.ParseOptions{})}
+	if s.pid, err = apiserverPid(env); err != nil {
 		return nil, err
 	}
-	populated, err := populateControlPlane(ctx, env)
-	if err != nil {
-		return nil, fmt.Errorf("populating the control plane: %w", err)
-	}
-	defer populated.cleanup()
-
 	cs, err := kubernetes.NewForConfig(env.Config)
 	if err != nil {
 		return nil, err
 	}
-	rc := cs.Discovery().RESTClient()
-	want := populated.want
-	counters := apimetrics.Families(apimetrics.ParseOptions{})
-
-	// raw asks for /metrics and returns the answer as sent: setting
-	// Accept-Encoding keeps net/http from decompressing.
-	raw := func(ctx context.Context, accept, encoding string, names []string) (io.ReadCloser, error) {
-		req := rc.Get().AbsPath("/metrics").SetHeader("Accept", accept)
-		if encoding != "" {
-			req = req.SetHeader("Accept-Encoding", encoding)
-		}
-		for _, n := range names {
-			req = req.Param("name[]", n)
-		}
-		return req.Stream(ctx)
+	s.rc = cs.Discovery().RESTClient()
+	if s.populated, err = populateControlPlane(ctx, env); err != nil {
+		return nil, fmt.Errorf("populating the control plane: %w", err)
 	}
-	parse := func(body io.ReadCloser, err error) error {
+	defer func() {
 		if err != nil {
-			return err
+			s.populated.cleanup()
 		}
-		defer body.Close()
-		s, err := apimetrics.Read(body, want, apimetrics.ParseOptions{})
-		if err == nil && len(s.Webhooks) != len(want) {
-			err = fmt.Errorf("%d of the %d webhooks asked for in the metrics", len(s.Webhooks), len(want))
-		}
-		return err
-	}
+	}()
 	// A scrape of a loaded 2-core control plane this size can take longer
 	// than DefaultScrapeTimeout: the section measures its cost, not its
 	// deadline (the wall-clock rows give the time).
-	scraper := &apimetrics.Scraper{Client: rc, Timeout: time.Minute}
-	ways := []scrapeWay{
+	s.scraper = &apimetrics.Scraper{Client: s.rc, Timeout: time.Minute}
+	s.ways = s.scrapeWays()
+	if s.sizes, err = scrapeSizes(ctx, s.raw, s.counters); err != nil {
+		return nil, err
+	}
+	say("scrape: /metrics is %.2f MB as text (%d lines), %.2f MB gzip, %.2f MB protobuf, %.3f MB with name[]; %d webhook names counted",
+		s.sizes.text/1e6, s.sizes.lines, s.sizes.gzip/1e6, s.sizes.proto/1e6, s.sizes.named/1e6, s.sizes.webhooks)
+	return s, nil
+}
+
+// raw asks for /metrics and returns the answer as sent: setting
+// Accept-Encoding keeps net/http from decompressing.
+func (s *scrapeBench) raw(ctx context.Context, accept, encoding string, names []string) (io.ReadCloser, error) {
+	req := s.rc.Get().AbsPath("/metrics").SetHeader("Accept", accept)
+	if encoding != "" {
+		req = req.SetHeader("Accept-Encoding", encoding)
+	}
+	for _, n := range names {
+		req = req.Param("name[]", n)
+	}
+	return req.Stream(ctx)
+}
+
+// parse reads an answer of raw with apimetrics.Read, as the guard does.
+func (s *scrapeBench) parse(body io.ReadCloser, err error) error {
+	if err != nil {
+		return err
+	}
+	defer body.Close()
+	sample, err := apimetrics.Read(body, s.populated.want, apimetrics.ParseOptions{})
+	return s.allWanted(sample, err)
+}
+
+// allWanted fails unless sample has every webhook asked for.
+func (s *scrapeBench) allWanted(sample apimetrics.Sample, err error) error {
+	if err == nil && len(sample.Webhooks) != len(s.populated.want) {
+		err = fmt.Errorf("%d of the %d webhooks asked for in the metrics", len(sample.Webhooks), len(s.populated.want))
+	}
+	return err
+}
+
+// decodeProto asks for every family as delimited protobuf and decodes
+// them all with expfmt's decoder.
+func (s *scrapeBench) decodeProto(ctx context.Context) error {
+	body, err := s.raw(ctx, protoAccept, "identity", nil)
+	if err != nil {
+		return err
+	}
+	defer body.Close()
+	dec := expfmt.NewDecoder(body, expfmt.NewFormat(expfmt.TypeProtoDelim))
+	for {
+		var mf dto.MetricFamily
+		if err := dec.Decode(&mf); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+// scrapeWays are the ways compared; scrapeWayBefore and scrapeWayAfter
+// index them.
+func (s *scrapeBench) scrapeWays() []scrapeWay {
+	return []scrapeWay{
 		{"text, gzip, everything (before)", "what the guard asked before: text, net/http's own Accept-Encoding: gzip, every family; today's apimetrics.Read on all of it (the parser before this change cost more: see the apimetrics benchmarks)",
-			func(ctx context.Context) error { return parse(raw(ctx, textAccept, "", nil)) }},
+			func(ctx context.Context) error { return s.parse(s.raw(ctx, textAccept, "", nil)) }},
 		{"text, identity, everything", "Accept-Encoding: identity, every family; apimetrics.Read on all of it",
-			func(ctx context.Context) error { return parse(raw(ctx, textAccept, "identity", nil)) }},
+			func(ctx context.Context) error { return s.parse(s.raw(ctx, textAccept, "identity", nil)) }},
 		{"protobuf, identity, everything", "delimited protobuf, identity, every family; expfmt's decoder on every family (the guard would have to decode them to skip them)",
-			func(ctx context.Context) error {
-				body, err := raw(ctx, protoAccept, "identity", nil)
-				if err != nil {
-					return err
-				}
-				defer body.Close()
-				dec := expfmt.NewDecoder(body, expfmt.NewFormat(expfmt.TypeProtoDelim))
-				for {
-					var mf dto.MetricFamily
-					if err := dec.Decode(&mf); err != nil {
-						if errors.Is(err, io.EOF) {
-							return nil
-						}
-						return err
-					}
-				}
-			}},
+			s.decodeProto},
 		{"text, identity, name[] of 6 families", "Accept-Encoding: identity, name[] of the families apimetrics parses; apimetrics.Read",
-			func(ctx context.Context) error { return parse(raw(ctx, textAccept, "identity", counters)) }},
+			func(ctx context.Context) error { return s.parse(s.raw(ctx, textAccept, "identity", s.counters)) }},
 		{"text, gzip, name[] of 6 families (after)", "apimetrics.Scraper.Scrape as it is now: name[] of the families it parses, net/http's own gzip",
-			func(ctx context.Context) error {
-				s, err := scraper.Scrape(ctx, want)
-				if err == nil && len(s.Webhooks) != len(want) {
-					err = fmt.Errorf("%d of the %d webhooks asked for in the metrics", len(s.Webhooks), len(want))
-				}
-				return err
-			}},
+			func(ctx context.Context) error { return s.allWanted(s.scraper.Scrape(ctx, s.populated.want)) }},
 		{"floor: name[] of no family", "name[]=none: the apiserver gathers every metric and writes none; no way of reading /metrics costs it less",
 			func(ctx context.Context) error {
-				body, err := raw(ctx, textAccept, "identity", []string{"webhook_guard_bench_no_such_family"})
+				body, err := s.raw(ctx, textAccept, "identity", []string{"webhook_guard_bench_no_such_family"})
 				if err != nil {
 					return err
 				}
@@ -187,90 +238,64 @@ func scrapeCost(ctx context.Context, b *Bench) ([]Row, error) {
 				return err
 			}},
 	}
-	const (
-		wayBefore = 0
-		wayAfter  = 4
-	)
+}
 
-	sizes, err := scrapeSizes(ctx, raw, counters)
-	if err != nil {
-		return nil, err
-	}
-	say("scrape: /metrics is %.2f MB as text (%d lines), %.2f MB gzip, %.2f MB protobuf, %.3f MB with name[]; %d webhook names counted",
-		sizes.text/1e6, sizes.lines, sizes.gzip/1e6, sizes.proto/1e6, sizes.named/1e6, sizes.webhooks)
-
-	for _, w := range ways { // warm up every way: connections, pools
+// measure warms every way up, then measures each in each of runs runs,
+// interleaved and rotated; results[i] are way i's, by run. With
+// -scrape-profile it then profiles kube-apiserver.
+func (s *scrapeBench) measure(ctx context.Context, runs int) ([][]scrapeResult, error) {
+	for _, w := range s.ways { // warm up every way: connections, pools
 		if err := w.read(ctx); err != nil {
 			return nil, fmt.Errorf("%s: %w", w.name, err)
 		}
 	}
-	results := make([][]scrapeResult, len(ways))
-	for run := range b.Runs {
-		for k := range ways {
-			i := (run + k) % len(ways)
-			r, err := measureScrape(ctx, pid, ways[i])
+	results := make([][]scrapeResult, len(s.ways))
+	for run := range runs {
+		for k := range s.ways {
+			i := (run + k) % len(s.ways)
+			r, err := measureScrape(ctx, s.pid, s.ways[i])
 			if err != nil {
-				return nil, fmt.Errorf("%s: %w", ways[i].name, err)
+				return nil, fmt.Errorf("%s: %w", s.ways[i].name, err)
 			}
-			say("scrape run %d: %s: apiserver %.1f ms, guard %.2f ms per scrape; %.0f ms median, %.0f ms longest", run+1, ways[i].name, r.apiserverMs, r.guardMs, median(r.wallMs), slices.Max(r.wallMs))
+			say("scrape run %d: %s: apiserver %.1f ms, guard %.2f ms per scrape; %.0f ms median, %.0f ms longest", run+1, s.ways[i].name, r.apiserverMs, r.guardMs, median(r.wallMs), slices.Max(r.wallMs))
 			results[i] = append(results[i], r)
 		}
 	}
-
 	if *scrapeProfile != "" {
-		if err := profileScrapes(ctx, rc, ways[wayAfter]); err != nil {
+		if err := profileScrapes(ctx, s.rc, s.ways[scrapeWayAfter]); err != nil {
 			return nil, fmt.Errorf("profiling kube-apiserver: %w", err)
 		}
 	}
+	return results, nil
+}
 
-	const section = "apiserver signal"
+// scrapeSection is the table section of the scrape rows.
+const scrapeSection = "apiserver signal"
+
+// report is the section's rows: the sizes, each way's costs, and the
+// before / after ratios.
+func (s *scrapeBench) report(results [][]scrapeResult) []Row {
 	setup := fmt.Sprintf("%d CRDs (%d objects each, created, read, updated, listed, watched), %d webhook names called once (%d MutatingWebhookConfigurations, then deleted), %d of them asked for",
-		*scrapeCRDs, scrapeObjects, sizes.webhooks, (*scrapeWebhooks+scrapeHooksPerMWC-1)/scrapeHooksPerMWC, scrapeTargets)
+		*scrapeCRDs, scrapeObjects, s.sizes.webhooks, (*scrapeWebhooks+scrapeHooksPerMWC-1)/scrapeHooksPerMWC, scrapeTargets)
 	mode := fmt.Sprintf("%d scrapes back to back", *scrapeBurst)
 	if *scrapePaced {
 		mode = fmt.Sprintf("%d scrapes, one a second", *scrapeBurst)
 	}
 	rows := []Row{
-		{Section: section, Case: "/metrics, text", Metric: "size", Runs: []float64{sizes.text / 1e6}, Unit: " MB",
-			Note: fmt.Sprintf("%s; %d lines", setup, sizes.lines)},
-		{Section: section, Case: "/metrics, text, gzip", Metric: "size", Runs: []float64{sizes.gzip / 1e6}, Unit: " MB"},
-		{Section: section, Case: "/metrics, protobuf", Metric: "size", Runs: []float64{sizes.proto / 1e6}, Unit: " MB"},
-		{Section: section, Case: "/metrics?name[]=… (6 families)", Metric: "size", Runs: []float64{sizes.named / 1e6}, Unit: " MB"},
+		{Section: scrapeSection, Case: "/metrics, text", Metric: "size", Runs: []float64{s.sizes.text / 1e6}, Unit: " MB",
+			Note: fmt.Sprintf("%s; %d lines", setup, s.sizes.lines)},
+		{Section: scrapeSection, Case: "/metrics, text, gzip", Metric: "size", Runs: []float64{s.sizes.gzip / 1e6}, Unit: " MB"},
+		{Section: scrapeSection, Case: "/metrics, protobuf", Metric: "size", Runs: []float64{s.sizes.proto / 1e6}, Unit: " MB"},
+		{Section: scrapeSection, Case: "/metrics?name[]=… (6 families)", Metric: "size", Runs: []float64{s.sizes.named / 1e6}, Unit: " MB"},
 	}
-	for i, w := range ways {
-		var api, guard, wallMed, wallMax []float64
-		for _, r := range results[i] {
-			wallMed = append(wallMed, median(r.wallMs))
-			wallMax = append(wallMax, slices.Max(r.wallMs))
-			api = append(api, r.apiserverMs)
-			guard = append(guard, r.guardMs)
-		}
+	for i, w := range s.ways {
 		note := w.note
 		if i == 0 {
 			note = fmt.Sprintf("%s. Each way: %s after a %s idle window; CPU per scrape is kube-apiserver's /proc/<pid>/stat, or this process's getrusage, over the burst, less its rate in the idle window; ways interleaved, order rotated per run", note, mode, *scrapeIdle)
 		}
-		rows = append(rows,
-			Row{Section: section, Case: w.name, Metric: "kube-apiserver CPU per scrape", Runs: api, Unit: " ms", Note: note},
-			Row{Section: section, Case: w.name, Metric: "guard CPU per scrape", Runs: guard, Unit: " ms"},
-			Row{Section: section, Case: w.name, Metric: "scrape duration, median", Runs: wallMed, Unit: " ms"},
-			Row{Section: section, Case: w.name, Metric: "scrape duration, longest", Runs: wallMax, Unit: " ms"},
-		)
-		if i == wayBefore || i == wayAfter {
-			for _, every := range []time.Duration{breaker.MinScrapeInterval, *scrapeAt} {
-				at := "at " + every.String()
-				if every == breaker.MinScrapeInterval {
-					at += " (breaker.MinScrapeInterval)"
-				}
-				apiCores, guardCores := []float64{}, []float64{}
-				for _, r := range results[i] {
-					apiCores = append(apiCores, r.apiserverMs/1000/every.Seconds())
-					guardCores = append(guardCores, r.guardMs/1000/every.Seconds())
-				}
-				rows = append(rows,
-					Row{Section: section, Case: w.name, Metric: "kube-apiserver cores " + at, Runs: apiCores, Unit: " cores"}.AtMost(0.01),
-					Row{Section: section, Case: w.name, Metric: "guard cores " + at, Runs: guardCores, Unit: " cores"}.AtMost(0.01),
-				)
-			}
+		rows = append(rows, scrapeWayRows(w.name, note, results[i])...)
+		if i == scrapeWayBefore || i == scrapeWayAfter {
+			rows = append(rows, scrapeCoreRows(w.name, results[i])...)
 		}
 	}
 	ratio := func(num, den int, apiserver bool) []float64 {
@@ -284,11 +309,49 @@ func scrapeCost(ctx context.Context, b *Bench) ([]Row, error) {
 		}
 		return out
 	}
-	rows = append(rows,
-		Row{Section: section, Case: "before / after", Metric: "kube-apiserver CPU ratio", Runs: ratio(wayBefore, wayAfter, true), Unit: "×", Note: "per run, same run"},
-		Row{Section: section, Case: "before / after", Metric: "guard CPU ratio", Runs: ratio(wayBefore, wayAfter, false), Unit: "×"},
+	return append(rows,
+		Row{Section: scrapeSection, Case: "before / after", Metric: "kube-apiserver CPU ratio", Runs: ratio(scrapeWayBefore, scrapeWayAfter, true), Unit: "×", Note: "per run, same run"},
+		Row{Section: scrapeSection, Case: "before / after", Metric: "guard CPU ratio", Runs: ratio(scrapeWayBefore, scrapeWayAfter, false), Unit: "×"},
 	)
-	return rows, nil
+}
+
+// scrapeWayRows are one way's CPU per scrape and durations, by run.
+func scrapeWayRows(name, note string, results []scrapeResult) []Row {
+	var api, guard, wallMed, wallMax []float64
+	for _, r := range results {
+		wallMed = append(wallMed, median(r.wallMs))
+		wallMax = append(wallMax, slices.Max(r.wallMs))
+		api = append(api, r.apiserverMs)
+		guard = append(guard, r.guardMs)
+	}
+	return []Row{
+		{Section: scrapeSection, Case: name, Metric: "kube-apiserver CPU per scrape", Runs: api, Unit: " ms", Note: note},
+		{Section: scrapeSection, Case: name, Metric: "guard CPU per scrape", Runs: guard, Unit: " ms"},
+		{Section: scrapeSection, Case: name, Metric: "scrape duration, median", Runs: wallMed, Unit: " ms"},
+		{Section: scrapeSection, Case: name, Metric: "scrape duration, longest", Runs: wallMax, Unit: " ms"},
+	}
+}
+
+// scrapeCoreRows are the cores one way costs kube-apiserver and the guard
+// at breaker.MinScrapeInterval and at -scrape-at, by run.
+func scrapeCoreRows(name string, results []scrapeResult) []Row {
+	var rows []Row
+	for _, every := range []time.Duration{breaker.MinScrapeInterval, *scrapeAt} {
+		at := "at " + every.String()
+		if every == breaker.MinScrapeInterval {
+			at += " (breaker.MinScrapeInterval)"
+		}
+		apiCores, guardCores := []float64{}, []float64{}
+		for _, r := range results {
+			apiCores = append(apiCores, r.apiserverMs/1000/every.Seconds())
+			guardCores = append(guardCores, r.guardMs/1000/every.Seconds())
+		}
+		rows = append(rows,
+			Row{Section: scrapeSection, Case: name, Metric: "kube-apiserver cores " + at, Runs: apiCores, Unit: " cores"}.AtMost(0.01),
+			Row{Section: scrapeSection, Case: name, Metric: "guard cores " + at, Runs: guardCores, Unit: " cores"}.AtMost(0.01),
+		)
+	}
+	return rows
 }
 
 // measureScrape reads w *scrapeBurst times after an idle window and
@@ -507,31 +570,7 @@ func useCRD(ctx context.Context, dyn dynamic.Interface, i int) error {
 	group := fmt.Sprintf("g%03d.%s", i, scrapeGroupSuffix)
 	kind := fmt.Sprintf("Widget%03d", i)
 	plural := strings.ToLower(kind) + "s"
-	crd := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "apiextensions.k8s.io/v1",
-		"kind":       "CustomResourceDefinition",
-		"metadata": map[string]any{
-			"name":   plural + "." + group,
-			"labels": map[string]any{"bench.webhook-guard.io/section": "scrape"},
-		},
-		"spec": map[string]any{
-			"group": group,
-			"scope": "Namespaced",
-			"names": map[string]any{"plural": plural, "singular": strings.ToLower(kind), "kind": kind, "listKind": kind + "List"},
-			"versions": []any{map[string]any{
-				"name": "v1", "served": true, "storage": true,
-				"schema": map[string]any{"openAPIV3Schema": map[string]any{
-					"type": "object",
-					"properties": map[string]any{
-						"spec": map[string]any{"type": "object", "properties": map[string]any{
-							"size":  map[string]any{"type": "integer"},
-							"color": map[string]any{"type": "string"},
-						}},
-					},
-				}},
-			}},
-		},
-	}}
+	crd := scrapeCRD(group, kind, plural)
 	if _, err := dyn.Resource(crdGVR).Create(ctx, crd, metav1.CreateOptions{}); err != nil {
 		return err
 	}
@@ -585,6 +624,36 @@ func useCRD(ctx context.Context, dyn dynamic.Interface, i int) error {
 	for range w.ResultChan() { // until the apiserver ends it
 	}
 	return nil
+}
+
+// scrapeCRD is a namespaced CustomResourceDefinition of kind in group,
+// served and stored as v1, with a small schema (spec.size, spec.color).
+func scrapeCRD(group, kind, plural string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apiextensions.k8s.io/v1",
+		"kind":       "CustomResourceDefinition",
+		"metadata": map[string]any{
+			"name":   plural + "." + group,
+			"labels": map[string]any{"bench.webhook-guard.io/section": "scrape"},
+		},
+		"spec": map[string]any{
+			"group": group,
+			"scope": "Namespaced",
+			"names": map[string]any{"plural": plural, "singular": strings.ToLower(kind), "kind": kind, "listKind": kind + "List"},
+			"versions": []any{map[string]any{
+				"name": "v1", "served": true, "storage": true,
+				"schema": map[string]any{"openAPIV3Schema": map[string]any{
+					"type": "object",
+					"properties": map[string]any{
+						"spec": map[string]any{"type": "object", "properties": map[string]any{
+							"size":  map[string]any{"type": "integer"},
+							"color": map[string]any{"type": "string"},
+						}},
+					},
+				}},
+			}},
+		},
+	}}
 }
 
 // callWebhooks has the apiserver call *scrapeWebhooks mutating webhooks,

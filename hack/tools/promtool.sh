@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # promtool.sh builds promtool, Prometheus's rule tester, from source through
 # the Go module proxy at the github.com/prometheus/prometheus version pinned
-# in hack/tools/promtool/go.mod (the same version as the main go.mod; a test
-# in deploy/ checks that they agree), into a cache folder outside the
+# in hack/tools/promtool/go.mod (the same version as hack/go.mod, whose
+# hack/promcheck tests parse the rules with Prometheus's own code; a test
+# there checks that they agree), into a cache folder outside the
 # repository keyed by that version. It builds only when the binary is
 # missing, and prints a line while it builds.
 #

@@ -4,6 +4,9 @@
 // the objects the kustomize overlays install, refuses what the guard
 // refuses, and installs and upgrades into a real kube-apiserver, where the
 // real guard then runs as the chart's ServiceAccount with the chart's RBAC.
+// The released chart is pushed to, and installed and pulled from, a real
+// OCI registry on loopback (the distribution registry;
+// hack/tools/registry.sh builds it; make e2e passes its path in REGISTRY).
 // It has a control plane of its own, started in TestMain: the chart
 // installs the same cluster-wide names as the kustomize overlays that
 // package e2e applies.
@@ -26,12 +29,13 @@ import (
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
 )
 
-// env is this package's control plane; helmBin the helm binary; root the
-// repository.
+// env is this package's control plane; helmBin the helm binary;
+// registryBin the OCI registry's; root the repository.
 var (
-	env     *harness.Env
-	helmBin string
-	root    string
+	env         *harness.Env
+	helmBin     string
+	registryBin string
+	root        string
 )
 
 func TestMain(m *testing.M) {
@@ -43,6 +47,11 @@ func TestMain(m *testing.M) {
 	helmBin = os.Getenv("HELM")
 	if helmBin == "" {
 		fmt.Fprintln(os.Stderr, "e2e/helm: HELM is not set: run make e2e, or HELM=\"$(hack/tools/helm.sh)\" go test ./test/e2e/helm")
+		os.Exit(1)
+	}
+	registryBin = os.Getenv("REGISTRY")
+	if registryBin == "" {
+		fmt.Fprintln(os.Stderr, "e2e/helm: REGISTRY is not set: run make e2e, or REGISTRY=\"$(hack/tools/registry.sh)\" go test ./test/e2e/helm")
 		os.Exit(1)
 	}
 	var err error

@@ -14,8 +14,8 @@ import (
 
 // TestRelease_writesInstallYAMLAndTheChart runs "make release" as a
 // maintainer does, with the pinned kustomize and helm: install.yaml is the
-// default overlay with the image pinned, and the packaged chart carries the
-// version and the same image.
+// default overlay with the image pinned, the packaged chart carries the
+// version and the same image, and SHA256SUMS holds the sha256 of both.
 func TestRelease_writesInstallYAMLAndTheChart(t *testing.T) {
 	const (
 		version = "v9.8.7-rc.1"
@@ -24,6 +24,11 @@ func TestRelease_writesInstallYAMLAndTheChart(t *testing.T) {
 	dist := t.TempDir()
 	out, err := makeRelease(t, "VERSION="+version, "IMG="+image, "DIST="+dist)
 	require.NoError(t, err, "make release:\n%s", out)
+	sums := readSHA256SUMS(t, dist)
+	for _, name := range []string{"install.yaml", "webhook-guard-9.8.7-rc.1.tgz"} {
+		require.Contains(t, sums, name, "SHA256SUMS")
+		assert.Contains(t, out, "sha256:"+sums[name]+"  "+filepath.Join(dist, name), "make release prints the sha256 of %s", name)
+	}
 
 	install, err := os.ReadFile(filepath.Join(dist, "install.yaml"))
 	require.NoError(t, err)
@@ -59,15 +64,21 @@ func TestRelease_writesInstallYAMLAndTheChart(t *testing.T) {
 		require.Error(t, err)
 		assert.Contains(t, out, "VERSION must be vMAJOR.MINOR.PATCH")
 	})
-	t.Run("without IMG the image is webhook-guard:VERSION", func(t *testing.T) {
-		dist := t.TempDir()
-		out, err := makeRelease(t, "VERSION=v1.2.3", "DIST="+dist)
-		require.NoError(t, err, out)
-		install, err := os.ReadFile(filepath.Join(dist, "install.yaml"))
-		require.NoError(t, err)
-		assert.Contains(t, string(install), "image: webhook-guard:v1.2.3\n")
-		_, err = os.Stat(filepath.Join(dist, "webhook-guard-1.2.3.tgz"))
-		assert.NoError(t, err)
+	t.Run("without IMG the image is IMAGE_REPO:VERSION, fully qualified by default", func(t *testing.T) {
+		for repo, args := range map[string][]string{
+			"ghcr.io/webhook-guard/webhook-guard": nil,
+			"registry.example.com/mirror/guard":   {"IMAGE_REPO=registry.example.com/mirror/guard"},
+		} {
+			dist := t.TempDir()
+			out, err := makeRelease(t, append([]string{"VERSION=v1.2.3", "DIST=" + dist}, args...)...)
+			require.NoError(t, err, out)
+			install, err := os.ReadFile(filepath.Join(dist, "install.yaml"))
+			require.NoError(t, err)
+			assert.Contains(t, string(install), "image: "+repo+":v1.2.3\n")
+			values := runHelm(t, "show", "values", filepath.Join(dist, "webhook-guard-1.2.3.tgz"))
+			require.NoError(t, values.err, values.stderr)
+			assert.Contains(t, values.stdout, "  repository: "+repo+"\n  tag: \"v1.2.3\"\n")
+		}
 	})
 }
 
@@ -83,7 +94,7 @@ func makeRelease(t *testing.T, args ...string) (string, error) {
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
 		switch name {
-		case "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "IMG", "VERSION", "DIST":
+		case "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "IMG", "IMAGE_REPO", "VERSION", "DIST":
 			continue
 		}
 		environ = append(environ, kv)

@@ -1,4 +1,4 @@
-package deploy_test
+package promcheck_test
 
 import (
 	"encoding/json"
@@ -35,7 +35,11 @@ import (
 
 // prometheusComponent is the kustomize Component for Prometheus, relative
 // to this package.
-const prometheusComponent = "kustomize/components/prometheus"
+const prometheusComponent = "../../deploy/kustomize/components/prometheus"
+
+// runbookBase is the start of every alert's runbook_url; the alert's
+// lowercase name is its section's anchor in docs/runbooks.md.
+const runbookBase = "https://github.com/webhook-guard/webhook-guard/blob/main/docs/runbooks.md#"
 
 // promqlParser is Prometheus's own PromQL parser with its default options,
 // as a Prometheus server without feature flags uses it.
@@ -173,7 +177,8 @@ func metricNames(t *testing.T, expr parser.Expr, where string) []string {
 }
 
 // prometheusRuleGroups reads the PrometheusRule's spec, which is a
-// Prometheus rule file ("groups:").
+// Prometheus rule file ("groups:"). deploy's promtool test has the same
+// reader: test code cannot be shared across modules.
 func prometheusRuleGroups(t *testing.T) []byte {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(prometheusComponent, "prometheusrule.yaml"))
