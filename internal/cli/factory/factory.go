@@ -2,8 +2,11 @@ package factory
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"strconv"
+	"time"
 
 	certmanagerv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	"github.com/spf13/pflag"
@@ -18,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
+	"github.com/webhook-guard/webhook-guard/internal/cli"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 )
 
@@ -85,6 +89,15 @@ type Factory struct {
 	KubeClient kubernetes.Interface
 	Client     client.Client
 
+	// connection holds the connection flags kubectl has (k8s.io/cli-runtime's
+	// ConfigFlags), with kubectl's names and meanings, applied on top of the
+	// loaded configuration (AddKubeconfigFlags). "guard release" and
+	// "unmutated --clear" run as an administrator, which --as makes easy.
+	// cli-runtime itself is not imported: its genericclioptions package
+	// brings kustomize's API and kubectl's printers into the service's
+	// binary.
+	connection connectionFlags
+
 	load Loader
 }
 
@@ -94,13 +107,19 @@ func New(load Loader) *Factory {
 	if load == nil {
 		load = LoadRESTConfig
 	}
-	return &Factory{Namespace: circuit.DefaultNamespace, Deployment: DefaultDeployment, load: load}
+	f := &Factory{Namespace: circuit.DefaultNamespace, Deployment: DefaultDeployment, load: load}
+	return f
 }
 
 // AddKubeconfigFlags adds --kubeconfig and --context to fs.
 func (f *Factory) AddKubeconfigFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.Kubeconfig, "kubeconfig", "", "Kubeconfig file; default: $KUBECONFIG, else the pod's ServiceAccount in a cluster, else ~/.kube/config.")
 	fs.StringVar(&f.Context, "context", "", "Kubeconfig context; default: its current context.")
+	fs.StringVar(&f.connection.as, "as", "", "Username to impersonate for the operation (kubectl's --as).")
+	fs.StringArrayVar(&f.connection.asGroups, "as-group", nil, "Group to impersonate for the operation; repeat for several (kubectl's --as-group).")
+	fs.StringVar(&f.connection.token, "token", "", "Bearer token for authentication to the API server (kubectl's --token).")
+	fs.StringVar(&f.connection.server, "server", "", "The address and port of the Kubernetes API server (kubectl's --server).")
+	fs.StringVar(&f.connection.timeout, "request-timeout", "0", "How long to wait for a single request to the API server: a duration with a unit (30s, 1m) or whole seconds; 0 waits as long as it takes (kubectl's --request-timeout).")
 }
 
 // AddInstallationFlags adds -n/--namespace and --deployment to fs.
@@ -151,6 +170,9 @@ func (f *Factory) Complete() error {
 	if err != nil {
 		return fmt.Errorf("loading kubeconfig: %w", err)
 	}
+	if err := f.applyConnectionFlags(rc); err != nil {
+		return err
+	}
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return fmt.Errorf("creating a clientset: %w", err)
@@ -161,6 +183,60 @@ func (f *Factory) Complete() error {
 	}
 	f.RESTConfig, f.KubeClient, f.Client = rc, cs, c
 	return nil
+}
+
+// connectionFlags are kubectl's connection flags the Factory binds.
+type connectionFlags struct {
+	as       string
+	asGroups []string
+	token    string
+	server   string
+	timeout  string
+}
+
+// applyConnectionFlags sets what --as, --as-group, --token, --server and
+// --request-timeout say on rc, as kubectl's overrides do.
+func (f *Factory) applyConnectionFlags(rc *rest.Config) error {
+	c := f.connection
+	if c.as != "" || len(c.asGroups) > 0 {
+		rc.Impersonate = rest.ImpersonationConfig{UserName: c.as, Groups: c.asGroups}
+	}
+	if c.token != "" {
+		rc.BearerToken, rc.BearerTokenFile = c.token, ""
+		rc.Username, rc.Password = "", ""
+		rc.CertFile, rc.KeyFile, rc.CertData, rc.KeyData = "", "", nil, nil
+		rc.ExecProvider, rc.AuthProvider = nil, nil
+	}
+	if c.server != "" {
+		rc.Host = c.server
+	}
+	if c.timeout == "" {
+		c.timeout = "0"
+	}
+	timeout, err := requestTimeout(c.timeout)
+	if err != nil {
+		return cli.Usagef("--request-timeout %q: %v", c.timeout, err)
+	}
+	if timeout > 0 {
+		rc.Timeout = timeout
+	}
+	return nil
+}
+
+// requestTimeout parses --request-timeout as kubectl does: a duration
+// with a unit (1s, 2m, 3h), or a bare integer of seconds; 0 means none.
+func requestTimeout(s string) (time.Duration, error) {
+	if n, err := strconv.Atoi(s); err == nil {
+		s = strconv.Itoa(n) + "s"
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, errors.New("want a duration with a unit (30s, 1m) or whole seconds")
+	}
+	if d < 0 {
+		return 0, errors.New("must not be negative")
+	}
+	return d, nil
 }
 
 // ReadInstalledConfig reads, unless Config is already set, the

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/assert"
@@ -18,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
+	"github.com/webhook-guard/webhook-guard/internal/cli"
 )
 
 const kubeconfig = `apiVersion: v1
@@ -133,4 +135,51 @@ func TestFactory_ReadInstalledConfig(t *testing.T) {
 		require.NoError(t, f.ReadInstalledConfig(context.Background()), "no client is needed")
 		assert.Equal(t, "file "+path, f.ConfigSource)
 	})
+}
+
+// kubectl's connection flags apply on top of the kubeconfig: --as and
+// --as-group impersonate, --token replaces the credentials, --server the
+// address, --request-timeout bounds each request; a malformed timeout is a
+// usage error before any request.
+func TestFactory_connectionFlagsAsKubectlHasThem(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, os.WriteFile(path, []byte(kubeconfig), 0o600))
+	for name, tc := range map[string]struct {
+		args    []string
+		check   func(*testing.T, *rest.Config)
+		wantErr string
+	}{
+		"none: the kubeconfig's": {check: func(t *testing.T, rc *rest.Config) {
+			assert.Equal(t, "https://a.example.com", rc.Host)
+			assert.Equal(t, "t", rc.BearerToken)
+			assert.Empty(t, rc.Impersonate.UserName)
+			assert.Zero(t, rc.Timeout)
+		}},
+		"--as and --as-group": {args: []string{"--as", "admin@example.com", "--as-group", "platform", "--as-group", "system:masters"}, check: func(t *testing.T, rc *rest.Config) {
+			assert.Equal(t, rest.ImpersonationConfig{UserName: "admin@example.com", Groups: []string{"platform", "system:masters"}}, rc.Impersonate)
+		}},
+		"--token and --server": {args: []string{"--token", "other", "--server", "https://127.0.0.1:6443"}, check: func(t *testing.T, rc *rest.Config) {
+			assert.Equal(t, "other", rc.BearerToken)
+			assert.Equal(t, "https://127.0.0.1:6443", rc.Host)
+		}},
+		"--request-timeout with a unit":         {args: []string{"--request-timeout", "1m"}, check: func(t *testing.T, rc *rest.Config) { assert.Equal(t, time.Minute, rc.Timeout) }},
+		"--request-timeout in seconds":          {args: []string{"--request-timeout", "5"}, check: func(t *testing.T, rc *rest.Config) { assert.Equal(t, 5*time.Second, rc.Timeout) }},
+		"--request-timeout that is no duration": {args: []string{"--request-timeout", "soon"}, wantErr: `--request-timeout "soon": want a duration`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := New(nil)
+			fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+			fs.SetOutput(io.Discard)
+			f.AddKubeconfigFlags(fs)
+			require.NoError(t, fs.Parse(append([]string{"--kubeconfig", path}, tc.args...)))
+			err := f.Complete()
+			if tc.wantErr != "" {
+				require.ErrorContains(t, err, tc.wantErr)
+				assert.ErrorAs(t, err, new(cli.UsageError))
+				return
+			}
+			require.NoError(t, err)
+			tc.check(t, f.RESTConfig)
+		})
+	}
 }
