@@ -90,7 +90,7 @@ func readSHA256SUMS(t *testing.T, dist string) map[string]string {
 	t.Helper()
 	f, err := os.Open(filepath.Join(dist, "SHA256SUMS"))
 	require.NoError(t, err)
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	sums := map[string]string{}
 	lines := bufio.NewScanner(f)
 	for lines.Scan() {
