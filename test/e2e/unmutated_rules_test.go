@@ -29,7 +29,8 @@ import (
 // says the webhook's rules reach: a "*/*" webhook's marks on namespaced
 // and cluster-scoped objects, a "pods/*" webhook's on pods, a Cluster-scoped
 // webhook's on cluster-scoped objects and not on namespaced ones of the
-// same group. -o json lists them for scripts, --exit-code exits 3 while
+// same group, a Namespaced-scoped webhook's on Roles and not on
+// ClusterRoles. -o json lists them for scripts, --exit-code exits 3 while
 // any is marked and 0 once they are cleared. The marks are set by hand,
 // as a marking policy sets them: listing reads only the label, and the
 // webhooks never answer (an objectSelector that selects nothing keeps
@@ -59,6 +60,8 @@ func TestUnmutated_findsMarksUnderEveryRuleShape(t *testing.T) {
 		Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods/*"}}})
 	cluster := newTarget("unmutated-cluster", admissionregistrationv1.RuleWithOperations{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.OperationAll},
 		Rule: admissionregistrationv1.Rule{APIGroups: []string{rbacv1.GroupName}, APIVersions: []string{"*"}, Resources: []string{"*"}, Scope: ptr.To(admissionregistrationv1.ClusterScope)}})
+	namespaced := newTarget("unmutated-namespaced", admissionregistrationv1.RuleWithOperations{Operations: writes,
+		Rule: admissionregistrationv1.Rule{APIGroups: []string{rbacv1.GroupName}, APIVersions: []string{"*"}, Resources: []string{"*"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)}})
 	mark := func(t target) map[string]string {
 		return map[string]string{circuit.UnmutatedLabel: marking.ID(t.configuration, t.webhook)}
 	}
@@ -75,7 +78,9 @@ func TestUnmutated_findsMarksUnderEveryRuleShape(t *testing.T) {
 	byPodsCM := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "by-pods", Labels: mark(pods), Annotations: note(pods)}}
 	byClusterCR := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: uniqueName(t, "by-cluster"), Labels: mark(cluster), Annotations: note(cluster)}}
 	byClusterRole := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "by-cluster", Labels: mark(cluster), Annotations: note(cluster)}}
-	for _, o := range []client.Object{byAllCM, byAllCR, byPodsPod, byPodsCM, byClusterCR, byClusterRole} {
+	byNamespacedRole := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "by-namespaced", Labels: mark(namespaced), Annotations: note(namespaced)}}
+	byNamespacedCR := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: uniqueName(t, "by-namespaced"), Labels: mark(namespaced), Annotations: note(namespaced)}}
+	for _, o := range []client.Object{byAllCM, byAllCR, byPodsPod, byPodsCM, byClusterCR, byClusterRole, byNamespacedRole, byNamespacedCR} {
 		require.NoError(t, env.Client.Create(ctx, o))
 		if o.GetNamespace() == "" {
 			t.Cleanup(func() { _ = env.Client.Delete(context.Background(), o) })
@@ -137,9 +142,16 @@ func TestUnmutated_findsMarksUnderEveryRuleShape(t *testing.T) {
 		{rbacv1.GroupName, "v1", "ClusterRole", "", byClusterCR.Name, id(cluster)},
 	}, listed(out))
 
+	// Namespaced reaches Roles (not ClusterRoles) of the same group.
+	out, code = guard([]target{namespaced}, "-o", "json", "--exit-code")
+	assert.Equal(t, unmutated.ExitMarked, code)
+	assert.Equal(t, []row{
+		{rbacv1.GroupName, "v1", "Role", ns, "by-namespaced", id(namespaced)},
+	}, listed(out), "its ClusterRole is out of the rule's scope")
+
 	// */* reaches every kind, namespaced or not: each object once, with
 	// whichever of the targets' marks it carries.
-	all := []target{everything, pods, cluster}
+	all := []target{everything, pods, cluster, namespaced}
 	out, code = guard(all, "-o", "json")
 	assert.Equal(t, 0, code, "without --exit-code, finding marks is a success")
 	got := listed(out)
@@ -150,20 +162,22 @@ func TestUnmutated_findsMarksUnderEveryRuleShape(t *testing.T) {
 		{rbacv1.GroupName, "v1", "ClusterRole", "", byAllCR.Name, id(everything)},
 		{rbacv1.GroupName, "v1", "ClusterRole", "", byClusterCR.Name, id(cluster)},
 		{rbacv1.GroupName, "v1", "Role", ns, "by-cluster", id(cluster)},
+		{rbacv1.GroupName, "v1", "Role", ns, "by-namespaced", id(namespaced)},
+		{rbacv1.GroupName, "v1", "ClusterRole", "", byNamespacedCR.Name, id(namespaced)},
 	} {
 		assert.Contains(t, got, want)
 	}
-	assert.Len(t, got, 6)
+	assert.Len(t, got, 8)
 
 	// The table for people, then --clear; afterwards --exit-code says 0.
 	out, code = guard(all)
 	assert.Equal(t, 0, code)
-	assert.Contains(t, out, "6 objects were admitted without a webhook's mutation")
+	assert.Contains(t, out, "8 objects were admitted without a webhook's mutation")
 	assert.Contains(t, out, "ClusterRole "+byAllCR.Name+"  skipped "+everything.configuration+"/"+everything.webhook+" since ")
 	assert.Contains(t, out, "Pod "+ns+"/by-pods  skipped ")
 	out, code = guard(all, "--clear")
 	assert.Equal(t, 0, code)
-	assert.Contains(t, out, "Cleared the marks of 6 objects.")
+	assert.Contains(t, out, "Cleared the marks of 8 objects.")
 	out, code = guard(all, "-o", "json", "--exit-code")
 	assert.Equal(t, 0, code, "--exit-code with nothing marked")
 	assert.Empty(t, listed(out))
