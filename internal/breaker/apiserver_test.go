@@ -239,8 +239,8 @@ func TestPlan_apiserverSignalOpensAndSaysWhy(t *testing.T) {
 }
 
 func isBypassed(mwc *admissionregistrationv1.MutatingWebhookConfiguration, name string) bool {
-	wh := webhook(mwc, name)
-	return wh != nil && bypassIndex(wh) >= 0 && *wh.FailurePolicy == admissionregistrationv1.Ignore
+	wh := circuit.FindWebhook(mwc, name)
+	return wh != nil && circuit.BypassIndex(wh) >= 0 && *wh.FailurePolicy == admissionregistrationv1.Ignore
 }
 
 func TestPlan_closingEventCountsWhatWasAdmittedWithoutTheWebhook(t *testing.T) {
@@ -489,7 +489,7 @@ func TestPlan_closesAnUnknownProbesCircuitOnTheApiserversWord(t *testing.T) {
 	require.Len(t, changes, 1)
 	assert.Equal(t, Closed, changes[0].Kind)
 	assert.Contains(t, changes[0].Message, "after 2 intervals in which the probe could not run (last: no resource kube-apiserver serves matches) while the apiserver's own calls to the webhook succeeded for 2 intervals")
-	assert.Equal(t, policyFail, webhook(closed, whA).FailurePolicy)
+	assert.Equal(t, policyFail, circuit.FindWebhook(closed, whA).FailurePolicy)
 }
 
 // A circuit the road opened closes on the path probe, with no minimum to
@@ -517,7 +517,7 @@ func TestPlan_aCircuitTheRoadOpenedClosesOnThePathProbeWithoutMinOpen(t *testing
 	assert.Equal(t, Closed, changes[0].Kind)
 	assert.Contains(t, changes[0].Message, "after 2 consecutive healthy probes through kube-apiserver's service proxy: its road to the webhook works again")
 	assert.NotContains(t, changes[0].Message, "opens again", "not a trial")
-	assert.Equal(t, policyFail, webhook(next, whA).FailurePolicy)
+	assert.Equal(t, policyFail, circuit.FindWebhook(next, whA).FailurePolicy)
 
 	t.Run("one failed path probe keeps it open, however healthy the direct probe", func(t *testing.T) {
 		s.ObservePath(tgt.Key(), RoadService, "", probe.Result{Outcome: probe.OutcomeFailed, Reason: probe.ReasonTimeout, Err: errors.New("no answer")})

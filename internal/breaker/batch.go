@@ -108,7 +108,7 @@ func dueSiblings(view *admissionregistrationv1.MutatingWebhookConfiguration, in 
 			continue
 		}
 		c, probed := in.Counts[t.Webhook]
-		wh := webhook(view, t.Webhook)
+		wh := circuit.FindWebhook(view, t.Webhook)
 		if !probed || wh == nil {
 			continue
 		}
@@ -127,7 +127,7 @@ func dueSiblings(view *admissionregistrationv1.MutatingWebhookConfiguration, in 
 // an Ignore that is the administrator's baseline in Ignore mode does not.
 func wouldOpen(wh *admissionregistrationv1.MutatingWebhook, mode circuit.Mode) bool {
 	return wh.FailurePolicy == nil || *wh.FailurePolicy != admissionregistrationv1.Ignore ||
-		mode == circuit.ModeBypass && bypassIndex(wh) < 0
+		mode == circuit.ModeBypass && circuit.BypassIndex(wh) < 0
 }
 
 // ArmAheadAt is the number of consecutive failures at which t's marking
@@ -154,7 +154,7 @@ func ArmsAhead(view *admissionregistrationv1.MutatingWebhookConfiguration, in In
 	for _, t := range in.Targets {
 		c := in.Counts[t.Webhook]
 		if t.Kind == circuit.KindMutating && !t.Observes() && c.Failures >= ArmAheadAt(t) && c.Failures < t.OpenAfter {
-			if wh := webhook(view, t.Webhook); wh != nil && wouldOpen(wh, t.Mode) {
+			if wh := circuit.FindWebhook(view, t.Webhook); wh != nil && wouldOpen(wh, t.Mode) {
 				due = append(due, t.Webhook)
 			}
 		}

@@ -58,16 +58,16 @@ func FuzzPlan(f *testing.F) {
 			if err != nil {
 				t.Fatalf("Plan wrote an unreadable record: %v", err)
 			}
-			if !equalJSON(webhook(cur, whOther), webhook(orig, whOther)) || len(cur.Webhooks) != 3 || cur.Webhooks[1].Name != whOther {
+			if !equalJSON(circuit.FindWebhook(cur, whOther), circuit.FindWebhook(orig, whOther)) || len(cur.Webhooks) != 3 || cur.Webhooks[1].Name != whOther {
 				t.Fatal("the non-target webhook or the order changed")
 			}
 			for _, tg := range tgts {
-				wh := webhook(cur, tg.Webhook)
+				wh := circuit.FindWebhook(cur, tg.Webhook)
 				e, open := rec[tg.Webhook]
 				switch {
-				case open && !inPlace(wh, e):
+				case open && !circuit.InPlace(wh, e):
 					t.Fatalf("%s has an entry but the changes are not in place", tg.Webhook)
-				case !open && bypassIndex(wh) >= 0:
+				case !open && circuit.BypassIndex(wh) >= 0:
 					t.Fatalf("%s carries the marker without an entry", tg.Webhook)
 				}
 			}
@@ -93,7 +93,7 @@ func FuzzPlan(f *testing.F) {
 					delete(cur.Annotations, circuit.OverrideAnnotation)
 				}
 			case 6: // someone removes the marker of whA despite the guard
-				removeBypass(webhook(cur, whA))
+				circuit.RemoveBypass(circuit.FindWebhook(cur, whA))
 			case 7: // an Unknown result moves nothing
 				c := counts[whA]
 				c.Observe(unknownResult())

@@ -127,8 +127,8 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 				continue
 			}
 			stays := "the webhook no longer exists"
-			if wh := webhook(next, name); wh != nil {
-				removeBypass(wh)
+			if wh := circuit.FindWebhook(next, name); wh != nil {
+				circuit.RemoveBypass(wh)
 				stays = fmt.Sprintf("failurePolicy stays %s as it is now (the original was %s: set it back yourself if you want it)",
 					circuit.PolicyString(wh.FailurePolicy), circuit.PolicyString(entry.OriginalFailurePolicy))
 			}
@@ -149,13 +149,13 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 	}
 	for _, name := range rec.Webhooks() {
 		entry := rec[name]
-		wh := webhook(next, name)
+		wh := circuit.FindWebhook(next, name)
 		switch {
 		case !entry.Mine(in.Signer):
 			// Another installation's circuit: not ours to judge.
 		case entry.UID != cur.UID:
 			if wh != nil {
-				removeBypass(wh)
+				circuit.RemoveBypass(wh)
 			}
 			delete(rec, name)
 			changes = append(changes, Change{Webhook: name, Kind: DroppedStale, Message: fmt.Sprintf(
@@ -164,14 +164,14 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 			delete(rec, name)
 			changes = append(changes, Change{Webhook: name, Kind: DroppedStale, Message: fmt.Sprintf(
 				"dropped the circuit record for %s: the webhook no longer exists in this configuration", name)})
-		case !inPlace(wh, entry):
+		case !circuit.InPlace(wh, entry):
 			// Someone changed the breaker's fields despite the guard (while
 			// its policy was missing, or before the apiserver enforced it).
 			// Only what they changed stands; the breaker's own leftovers go.
 			delete(rec, name)
 			msg := ""
 			if wh.FailurePolicy == nil || *wh.FailurePolicy != admissionregistrationv1.Ignore {
-				removeBypass(wh)
+				circuit.RemoveBypass(wh)
 				msg = fmt.Sprintf("the failurePolicy of %s was changed to %s by someone else while its circuit was open; that value is the new baseline; "+
 					"webhook-guard removed its bypass marker and its record", name, circuit.PolicyString(wh.FailurePolicy))
 			} else {
@@ -184,13 +184,13 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 			t, ok := targets[name]
 			switch {
 			case !ok:
-				restore(wh, entry)
+				circuit.Restore(wh, entry)
 				delete(rec, name)
 				changes = append(changes, Change{Webhook: name, Kind: Closed, Message: fmt.Sprintf(
 					"closed the circuit on %s because it is no longer a target; restored failurePolicy %s", name, circuit.PolicyString(entry.OriginalFailurePolicy))})
 			case t.Observes():
 				// Observe writes nothing, so nothing would ever close it.
-				restore(wh, entry)
+				circuit.Restore(wh, entry)
 				delete(rec, name)
 				changes = append(changes, Change{Webhook: name, Kind: Closed, Message: fmt.Sprintf(
 					"closed the circuit on %s because its target is now in Observe mode, which changes nothing; restored failurePolicy %s (open since %s)",
@@ -205,7 +205,7 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 			// nothing is written for them.
 			continue
 		}
-		wh := webhook(next, t.Webhook)
+		wh := circuit.FindWebhook(next, t.Webhook)
 		c, probed := in.Counts[t.Webhook]
 		_, unprobeable := in.Unprobeable[t.Webhook]
 		if wh == nil || (!probed && !unprobeable) {
@@ -217,7 +217,7 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 		}
 		if why, unprobeable := in.Unprobeable[t.Webhook]; unprobeable {
 			if open {
-				restore(wh, entry)
+				circuit.Restore(wh, entry)
 				delete(rec, t.Webhook)
 				changes = append(changes, Change{Webhook: t.Webhook, Kind: Closed, Message: fmt.Sprintf(
 					"closed the circuit on %s because it can no longer be probed (%s), so no probe could ever close it; restored failurePolicy %s (open since %s)",
@@ -234,10 +234,10 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 			if in.Wait[t.Webhook] {
 				continue
 			}
-			if !openWebhook(wh, t.Mode) {
+			if !circuit.OpenWebhook(wh, t.Mode) {
 				continue // Ignore is already the administrator's baseline.
 			}
-			original := cur.Webhooks[index(cur, t.Webhook)].FailurePolicy
+			original := cur.Webhooks[circuit.WebhookIndex(cur, t.Webhook)].FailurePolicy
 			reason, why := openedBecause(signal, c, in.APIServer[t.Webhook])
 			why += pathNote(signal, in.Path[t.Webhook])
 			rec[t.Webhook] = circuit.Entry{
@@ -246,7 +246,7 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 				OpenedAt:              metav1.NewTime(in.Now.UTC().Truncate(time.Second)),
 				Reason:                reason,
 				Signal:                signal,
-				OriginalFailurePolicy: cur.DeepCopy().Webhooks[index(cur, t.Webhook)].FailurePolicy,
+				OriginalFailurePolicy: cur.DeepCopy().Webhooks[circuit.WebhookIndex(cur, t.Webhook)].FailurePolicy,
 				By:                    in.Signer,
 			}
 			changes = append(changes, Change{Webhook: t.Webhook, Kind: Opened, Signal: signal, Message: fmt.Sprintf(
@@ -257,7 +257,7 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 			if t.Mode == circuit.ModeBypass && openedByAPIServer(entry) && in.Now.Sub(entry.OpenedAt.Time) < hold {
 				continue // the probe cannot see the apiserver's path; wait
 			}
-			restore(wh, entry)
+			circuit.Restore(wh, entry)
 			delete(rec, t.Webhook)
 			because, trial := fmt.Sprintf("after %d consecutive healthy probes", c.Successes), trialNote(t, entry)
 			if signal == SignalPath {
@@ -318,7 +318,7 @@ func TakeOver(cur *admissionregistrationv1.MutatingWebhookConfiguration, identit
 func handOffUnreadable(cur *admissionregistrationv1.MutatingWebhookConfiguration, reason string) (*admissionregistrationv1.MutatingWebhookConfiguration, []Change, error) {
 	next := cur.DeepCopy()
 	for i := range next.Webhooks {
-		removeBypass(&next.Webhooks[i])
+		circuit.RemoveBypass(&next.Webhooks[i])
 	}
 	delete(next.Annotations, circuit.Annotation)
 	return next, []Change{{Kind: HandedOff, Message: circuit.EventNote(

@@ -117,7 +117,7 @@ func withEntries(t *testing.T, cfg *admissionregistrationv1.MutatingWebhookConfi
 	t.Helper()
 	out := cfg.DeepCopy()
 	for name, e := range rec {
-		wh := webhook(out, name)
+		wh := circuit.FindWebhook(out, name)
 		if wh == nil {
 			continue
 		}
@@ -230,7 +230,7 @@ func TestPlan_open_bypassThenClose_restoresExactly(t *testing.T) {
 
 			opened, changes := plan(t, cur, Inputs{Targets: tgt, Counts: map[string]Counts{whA: failing(2, probe.ReasonTLS)}})
 			require.Equal(t, map[string]ChangeKind{whA: Opened}, kinds(changes))
-			wh := webhook(opened, whA)
+			wh := circuit.FindWebhook(opened, whA)
 			require.NotNil(t, wh)
 			assert.Equal(t, policyIgnore, wh.FailurePolicy)
 			require.Len(t, wh.MatchConditions, len(tc.conds)+1)
@@ -449,7 +449,7 @@ func TestPlan_staleAndOrphanEntries(t *testing.T) {
 		})
 		next, changes := plan(t, cur, Inputs{Targets: tgts})
 		require.Equal(t, map[string]ChangeKind{whOther: Closed}, kinds(changes))
-		assert.Nil(t, webhook(next, whOther).FailurePolicy, "the original nil policy is restored")
+		assert.Nil(t, circuit.FindWebhook(next, whOther).FailurePolicy, "the original nil policy is restored")
 		rec := mustRecord(t, next)
 		assert.Equal(t, []string{whA}, rec.Webhooks(), "the target's entry stays")
 		assert.Equal(t, cur.Webhooks[0], next.Webhooks[0], "the open target is untouched")
@@ -629,7 +629,7 @@ func TestPlan_property_randomSequences(t *testing.T) {
 				}
 				counts[n] = c
 				tg := tgts[i]
-				ow := webhook(orig, n)
+				ow := circuit.FindWebhook(orig, n)
 				adminIgnore := tg.Mode == config.ModeIgnore && ow.FailurePolicy != nil && *ow.FailurePolicy == admissionregistrationv1.Ignore
 				switch {
 				case !modelOpen[n] && c.Failures >= tg.OpenAfter && !adminIgnore:
@@ -661,15 +661,15 @@ func TestPlan_property_randomSequences(t *testing.T) {
 			require.Equal(t, orig.Labels, cur.Labels, msg)
 			require.Equal(t, "me", cur.Annotations["keep"], msg)
 			require.Equal(t, orig.ObjectMeta.ResourceVersion, cur.ResourceVersion, msg)
-			require.Equal(t, *webhook(orig, whOther), *webhook(cur, whOther), "non-target untouched; %s", msg)
+			require.Equal(t, *circuit.FindWebhook(orig, whOther), *circuit.FindWebhook(cur, whOther), "non-target untouched; %s", msg)
 			require.Len(t, cur.Webhooks, len(orig.Webhooks), msg)
 			for i, wh := range cur.Webhooks {
 				require.Equal(t, orig.Webhooks[i].Name, wh.Name, "webhook order kept; %s", msg)
 			}
 			for i, n := range names {
 				tg := tgts[i]
-				ow := webhook(orig, n)
-				wh := webhook(cur, n)
+				ow := circuit.FindWebhook(orig, n)
+				wh := circuit.FindWebhook(cur, n)
 				e, has := rec[n]
 				require.Equal(t, modelOpen[n], has, "entry for %s exists iff the circuit is open; %s", n, msg)
 				if !has {
@@ -728,12 +728,12 @@ func TestPlan_overwrittenChanges_onlyWhatOthersChangedStands(t *testing.T) {
 			wantPolicy: policyFail,
 		},
 		"only the bypass marker removed: the breaker's Ignore goes, the original Fail is back": {
-			overwrite:  func(m *admissionregistrationv1.MutatingWebhookConfiguration) { removeBypass(&m.Webhooks[0]) },
+			overwrite:  func(m *admissionregistrationv1.MutatingWebhookConfiguration) { circuit.RemoveBypass(&m.Webhooks[0]) },
 			original:   policyFail,
 			wantPolicy: policyFail,
 		},
 		"only the bypass marker removed: an unset original stays unset": {
-			overwrite:  func(m *admissionregistrationv1.MutatingWebhookConfiguration) { removeBypass(&m.Webhooks[0]) },
+			overwrite:  func(m *admissionregistrationv1.MutatingWebhookConfiguration) { circuit.RemoveBypass(&m.Webhooks[0]) },
 			original:   nil,
 			wantPolicy: nil,
 		},
@@ -743,7 +743,7 @@ func TestPlan_overwrittenChanges_onlyWhatOthersChangedStands(t *testing.T) {
 			cur := withEntries(t, base, circuit.Record{whA: entryFor(config.ModeBypass, tc.original)})
 			tc.overwrite(cur)
 			want := cur.DeepCopy()
-			removeBypass(&want.Webhooks[0])
+			circuit.RemoveBypass(&want.Webhooks[0])
 			want.Webhooks[0].FailurePolicy = tc.wantPolicy
 
 			next, changes := plan(t, cur, Inputs{Targets: tgts, Counts: map[string]Counts{whA: failing(1, probe.ReasonTimeout)}})

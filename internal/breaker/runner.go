@@ -217,7 +217,7 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 		log.Error(err, "Reading the target configuration failed; nothing counted")
 		return
 	}
-	wh := webhook(view, t.Webhook)
+	wh := circuit.FindWebhook(view, t.Webhook)
 	if wh == nil {
 		r.problem(ctx, t, obj, false, "webhook not found in the configuration; it will be picked up when it appears")
 		return

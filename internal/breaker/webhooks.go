@@ -37,69 +37,6 @@ func finish(cur, next *admissionregistrationv1.MutatingWebhookConfiguration, rec
 	return next.DeepCopy(), changes, nil
 }
 
-// openWebhook applies mode to wh and reports whether anything changed.
-func openWebhook(wh *admissionregistrationv1.MutatingWebhook, mode circuit.Mode) bool {
-	changed := false
-	if wh.FailurePolicy == nil || *wh.FailurePolicy != admissionregistrationv1.Ignore {
-		wh.FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
-		changed = true
-	}
-	if mode == circuit.ModeBypass && bypassIndex(wh) < 0 {
-		wh.MatchConditions = append(slices.Clip(wh.MatchConditions), admissionregistrationv1.MatchCondition{Name: circuit.BypassCondition, Expression: circuit.BypassExpression})
-		changed = true
-	}
-	return changed
-}
-
-// inPlace reports whether the changes entry records are still on wh.
-func inPlace(wh *admissionregistrationv1.MutatingWebhook, entry circuit.Entry) bool {
-	if wh.FailurePolicy == nil || *wh.FailurePolicy != admissionregistrationv1.Ignore {
-		return false
-	}
-	return entry.Mode != circuit.ModeBypass || bypassIndex(wh) >= 0
-}
-
-// restore puts back what entry says was there, and removes the bypass
-// marker. The guard forbids anyone else to touch either while open.
-func restore(wh *admissionregistrationv1.MutatingWebhook, entry circuit.Entry) {
-	wh.FailurePolicy = entry.OriginalFailurePolicy
-	removeBypass(wh)
-}
-
-func removeBypass(wh *admissionregistrationv1.MutatingWebhook) {
-	if i := bypassIndex(wh); i >= 0 {
-		wh.MatchConditions = append(wh.MatchConditions[:i:i], wh.MatchConditions[i+1:]...)
-		if len(wh.MatchConditions) == 0 {
-			wh.MatchConditions = nil
-		}
-	}
-}
-
-func bypassIndex(wh *admissionregistrationv1.MutatingWebhook) int {
-	for i, mc := range wh.MatchConditions {
-		if mc.Name == circuit.BypassCondition {
-			return i
-		}
-	}
-	return -1
-}
-
-func webhook(mwc *admissionregistrationv1.MutatingWebhookConfiguration, name string) *admissionregistrationv1.MutatingWebhook {
-	if i := index(mwc, name); i >= 0 {
-		return &mwc.Webhooks[i]
-	}
-	return nil
-}
-
-func index(mwc *admissionregistrationv1.MutatingWebhookConfiguration, name string) int {
-	for i := range mwc.Webhooks {
-		if mwc.Webhooks[i].Name == name {
-			return i
-		}
-	}
-	return -1
-}
-
 // Backend names what serves wh, so that webhooks served by one backend
 // can be counted as one: "service:<namespace>/<name>:<port>", or
 // "url:<host>" (with its port) for a url webhook.

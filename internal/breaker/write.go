@@ -80,8 +80,8 @@ func (r *TargetReconciler) syncGauges(targets []config.Target, view *admissionre
 	for _, t := range targets {
 		_, open := rec[t.Webhook]
 		if unreadable {
-			wh := webhook(view, t.Webhook)
-			open = wh != nil && (wh.FailurePolicy == nil || *wh.FailurePolicy != admissionregistrationv1.Fail || bypassIndex(wh) >= 0)
+			wh := circuit.FindWebhook(view, t.Webhook)
+			open = wh != nil && (wh.FailurePolicy == nil || *wh.FailurePolicy != admissionregistrationv1.Fail || circuit.BypassIndex(wh) >= 0)
 		}
 		r.Metrics.CircuitOpen.WithLabelValues(string(t.Kind), t.Configuration, t.Webhook).Set(boolGauge(open))
 	}

@@ -46,6 +46,13 @@ type Entry struct {
 // Mine reports whether the entry was written by identity.
 func (e Entry) Mine(identity string) bool { return e.By == "" || e.By == identity }
 
+// Mine returns hook's entry when identity wrote it (Entry.Mine), and
+// whether it did.
+func (r Record) Mine(hook, identity string) (Entry, bool) {
+	e, ok := r[hook]
+	return e, ok && e.Mine(identity)
+}
+
 // Decode reads the record from a configuration's annotations. A missing
 // annotation is an empty record. A malformed one is an error: nobody may
 // guess what the breaker changed.

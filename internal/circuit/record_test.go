@@ -214,3 +214,16 @@ func TestRecord_Webhooks_sorted(t *testing.T) {
 	assert.Empty(t, Record{}.Webhooks())
 	assert.Empty(t, Record(nil).Webhooks())
 }
+
+func TestRecord_Mine(t *testing.T) {
+	rec := Record{"a": {By: "sa"}, "b": {By: "other"}, "c": {}}
+	for hook, want := range map[string]bool{"a": true, "b": false, "c": true, "gone": false} {
+		e, ok := rec.Mine(hook, "sa")
+		if ok != want {
+			t.Errorf("%s: Mine = %v, want %v", hook, ok, want)
+		}
+		if ok && e != rec[hook] {
+			t.Errorf("%s: the entry is not the record's", hook)
+		}
+	}
+}

@@ -106,10 +106,7 @@ func PlanRelease(kind circuit.Kind, view *admissionregistrationv1.MutatingWebhoo
 	override := view.Annotations[circuit.OverrideAnnotation]
 	next := view.DeepCopy()
 
-	mine := func(r circuit.Record, hook string) (circuit.Entry, bool) {
-		e, ok := r[hook]
-		return e, ok && e.Mine(signer)
-	}
+	mine := func(r circuit.Record, hook string) (circuit.Entry, bool) { return r.Mine(hook, signer) }
 	selected := webhooks
 	if selected == nil {
 		for _, r := range []circuit.Record{rec, armed} {
@@ -120,9 +117,7 @@ func PlanRelease(kind circuit.Kind, view *admissionregistrationv1.MutatingWebhoo
 			}
 		}
 	}
-	index := func(hook string) int {
-		return slices.IndexFunc(next.Webhooks, func(w admissionregistrationv1.MutatingWebhook) bool { return w.Name == hook })
-	}
+	index := func(hook string) int { return circuit.WebhookIndex(next, hook) }
 	ordered := slices.Clone(selected)
 	slices.SortStableFunc(ordered, func(a, b string) int {
 		ia, ib := index(a), index(b)
@@ -156,17 +151,13 @@ func PlanRelease(kind circuit.Kind, view *admissionregistrationv1.MutatingWebhoo
 			if was, want := circuit.PolicyString(w.FailurePolicy), circuit.PolicyString(entry.OriginalFailurePolicy); was != want {
 				line.Changes = append(line.Changes, fmt.Sprintf("failurePolicy %s -> %s", was, want))
 			}
-			w.FailurePolicy = entry.OriginalFailurePolicy
-			kept := slices.DeleteFunc(slices.Clone(w.MatchConditions), func(c admissionregistrationv1.MatchCondition) bool {
-				return c.Name == circuit.BypassCondition
-			})
-			if len(kept) != len(w.MatchConditions) {
+			bypassed := circuit.BypassIndex(w) >= 0
+			// next is a deep copy of view: restoring writes through
+			// nothing view holds.
+			circuit.Restore(w, entry)
+			if bypassed {
 				line.Changes = append(line.Changes, "bypass matchCondition removed")
 			}
-			if len(kept) == 0 {
-				kept = nil
-			}
-			w.MatchConditions = kept
 			line.Changes = append(line.Changes, "record entry removed")
 		}
 		if open {

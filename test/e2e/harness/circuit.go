@@ -35,12 +35,7 @@ func ConfigMapWebhook(name, namespace, url string, caBundle []byte, policy admis
 
 // FindWebhook returns the webhook called name in mwc, or nil.
 func FindWebhook(mwc *admissionregistrationv1.MutatingWebhookConfiguration, name string) *admissionregistrationv1.MutatingWebhook {
-	for i := range mwc.Webhooks {
-		if mwc.Webhooks[i].Name == name {
-			return &mwc.Webhooks[i]
-		}
-	}
-	return nil
+	return circuit.FindWebhook(mwc, name)
 }
 
 // HasBypassMarker reports whether w carries the breaker's bypass marker:
