@@ -73,7 +73,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, load fact
 func newRootCommand(streams cli.IOStreams, load factory.Loader) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "guard",
-		Short: "guard keeps admission working when an approved mutating webhook goes down.",
+		Short: "guard keeps admission working when an approved admission webhook goes down.",
 		// Without a subcommand: a command that is not one, or none.
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {

@@ -1,7 +1,7 @@
 // Package admission owns webhook-guard's "guard": the rule that gives the
 // breaker unambiguous ownership of the fields it writes when it opens a
-// circuit on a failing mutating webhook, and the two ways that rule is
-// enforced in front of kube-apiserver.
+// circuit on a failing admission webhook (mutating or validating), and the
+// two ways that rule is enforced in front of kube-apiserver.
 //
 // The owned fields of a managed MutatingWebhookConfiguration are:
 //

@@ -104,8 +104,9 @@ type Inputs struct {
 // and closes one left open from an earlier mode.
 // It returns a modified deep copy and the changes it made; no changes
 // means no write, and then the result is cur itself (Plan runs on every
-// probe, so it copies in full only what it changes). Plan is pure: the reconciler writes its result in one
-// Update, so the record and the policy change together or not at all.
+// probe, so it copies in full only what it changes). Plan is pure: the
+// reconciler writes its result in one JSON patch, so the record and the
+// policy change together or not at all.
 func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) (*admissionregistrationv1.MutatingWebhookConfiguration, []Change, error) {
 	rec, err := circuit.Decode(cur.Annotations)
 	if err != nil {
