@@ -14,4 +14,29 @@
 // It must not change any field it does not own, and it must not decide
 // whether a webhook may be skipped: that is the operator's approval in the
 // configuration.
+//
+// # Glossary
+//
+// "Hold" has meant five things here. Each is written below as the one
+// name the code gives it (TestGlossary_termsAreTheCodes checks that each
+// still exists), and a comment that says "hold" alone should say which:
+//
+//   - all-fail hold (State.HoldOpen, Inputs.HoldOpen): every probed target
+//     fails at once, so openings wait, for at most a bound, as the guard's
+//     own network is the likelier culprit (State.HoldWhenAllFail).
+//   - coalescing (TargetReconciler.coalesce, holdTransitions): transitions
+//     that become due within moments of each other are written together,
+//     in one patch.
+//   - decision time (TargetReconciler.decisionTime, holdDecision): one
+//     opening time for every reconcile of an opening that waits for its
+//     marking, the time its marking policies already carry.
+//   - marking wait (armingStep.pending, markingWait): an opening whose
+//     marking policy kube-apiserver has not yet shown armed, for at most
+//     markingBound.
+//   - arming hold (Inputs.Wait, armingStep.hold): the openings a write
+//     leaves out, because the same write arms their marking.
+//
+// "Observe" is two things: State.Observe records one probe result;
+// config.ModeObserve is the mode in which a target's circuit never opens
+// and the guard says what it would have done.
 package breaker
