@@ -300,18 +300,7 @@ func TestTargetReconciler_aHandoffDisarmsInALaterWriteAndThenWritesNothing(t *te
 	mwc.Annotations, err = circuit.EncodeArming(mwc.Annotations, circuit.Record{whA: entry})
 	require.NoError(t, err)
 	mwc.Annotations[circuit.OverrideAnnotation] = "the platform team takes over"
-	scheme := runtime.NewScheme()
-	require.NoError(t, clientgoscheme.AddToScheme(scheme))
-	cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(policy, binding, mwc).Build()
-	tgt := target(whA, config.ModeBypass, 3, 2)
-	state := NewState()
-	state.Register(tgt.Key())
-	clock := clocktesting.NewFakeClock(time.Now())
-	r := &TargetReconciler{
-		Kind: circuit.KindMutating, Client: cl, Targets: []config.Target{tgt}, State: state,
-		Recorder: events.NewFakeRecorder(10), Metrics: NewMetrics(), Signer: testIdentity, Clock: clock,
-		Marker: &marking.Keeper{Reader: cl, Canary: &canary{reader: cl}},
-	}
+	r, cl, clock := armedReconciler(t, policy, binding, mwc)
 	ctx := context.Background()
 	req := ctrl.Request{}
 	req.Name = cfgName
@@ -524,18 +513,7 @@ func TestTargetReconciler_anArmingEntryStrippedInItsGraceStaysStripped(t *testin
 	var err error
 	mwc.Annotations, err = circuit.EncodeArming(mwc.Annotations, circuit.Record{whA: entry}) // just closed
 	require.NoError(t, err)
-	scheme := runtime.NewScheme()
-	require.NoError(t, clientgoscheme.AddToScheme(scheme))
-	cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(policy, binding, mwc).Build()
-	tgt := target(whA, config.ModeBypass, 3, 2)
-	state := NewState()
-	state.Register(tgt.Key())
-	clock := clocktesting.NewFakeClock(time.Now())
-	r := &TargetReconciler{
-		Kind: circuit.KindMutating, Client: cl, Targets: []config.Target{tgt}, State: state,
-		Recorder: events.NewFakeRecorder(10), Metrics: NewMetrics(), Signer: testIdentity, Clock: clock,
-		Marker: &marking.Keeper{Reader: cl, Canary: &canary{reader: cl}},
-	}
+	r, cl, clock := armedReconciler(t, policy, binding, mwc)
 	ctx := context.Background()
 	req := ctrl.Request{}
 	req.Name = cfgName
@@ -555,4 +533,22 @@ func TestTargetReconciler_anArmingEntryStrippedInItsGraceStaysStripped(t *testin
 	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: cfgName}, got))
 	assert.Equal(t, stripped.ResourceVersion, got.ResourceVersion, "the breaker wrote the stripped entry back")
 	assert.NotContains(t, got.Annotations, circuit.ArmingAnnotation)
+}
+
+// armedReconciler is a reconciler of one Bypass target (whA) over a fake
+// client holding its marking policy, binding and mwc, on a fake clock.
+func armedReconciler(t *testing.T, objs ...client.Object) (*TargetReconciler, client.Client, *clocktesting.FakeClock) {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	require.NoError(t, clientgoscheme.AddToScheme(scheme))
+	cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build()
+	tgt := target(whA, config.ModeBypass, 3, 2)
+	state := NewState()
+	state.Register(tgt.Key())
+	clock := clocktesting.NewFakeClock(time.Now())
+	return &TargetReconciler{
+		Kind: circuit.KindMutating, Client: cl, Targets: []config.Target{tgt}, State: state,
+		Recorder: events.NewFakeRecorder(10), Metrics: NewMetrics(), Signer: testIdentity, Clock: clock,
+		Marker: &marking.Keeper{Reader: cl, Canary: &canary{reader: cl}},
+	}, cl, clock
 }
