@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -114,12 +115,22 @@ func installCRDs(t *testing.T, ctx context.Context, src crdSource) {
 	}
 	r := env.Kubectl(ctx, "", nil, args...)
 	require.NoError(t, r.Err, "installing the CRDs of %s@%s:\n%s%s", src.module, version, r.Stdout, r.Stderr)
-	wait := []string{"wait", "--for=condition=Established", "--timeout=60s"}
+	// kubectl wait fails at once ("status.conditions accessor error")
+	// when it reads a CRD before the apiserver has written its first
+	// status, so the wait is retried until it sees Established.
+	wait := []string{"wait", "--for=condition=Established", "--timeout=10s"}
 	for _, name := range src.crds {
 		wait = append(wait, "crd/"+name)
 	}
-	r = env.Kubectl(ctx, "", nil, wait...)
-	require.NoError(t, r.Err, "waiting for the CRDs of %s@%s:\n%s%s", src.module, version, r.Stdout, r.Stderr)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		r = env.Kubectl(ctx, "", nil, wait...)
+		if r.Err == nil {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "waiting for the CRDs of %s@%s:\n%s%s", src.module, version, r.Stdout, r.Stderr)
+		time.Sleep(500 * time.Millisecond)
+	}
 }
 
 // installCertManagerCRDs installs cert-manager's Issuer and Certificate
