@@ -449,11 +449,11 @@ func TestState_minOpenDoublesPerReopeningUntilTheApiserverIsHealthy(t *testing.T
 	}
 	s.Observe(tgt.Key(), healthyResult(), testNow)
 	assert.Equal(t, time.Second, minOpenNow())
-	s.NoteOpening(tgt.Key(), SignalProbe)
+	s.NoteOpening(tgt, SignalProbe, testNow)
 	assert.Equal(t, time.Second, minOpenNow(), "probe openings do not count")
 	var got []time.Duration
 	for range 8 {
-		s.NoteOpening(tgt.Key(), SignalAPIServer)
+		s.NoteOpening(tgt, SignalAPIServer, testNow)
 		got = append(got, minOpenNow())
 	}
 	assert.Equal(t, []time.Duration{1, 2, 4, 8, 16, 32, 32, 32}, func() []time.Duration {
@@ -501,7 +501,7 @@ func TestPlan_aCircuitTheRoadOpenedClosesOnThePathProbeWithoutMinOpen(t *testing
 	tgt.APIServerSignal.MinOpen = time.Hour
 	s.Observe(tgt.Key(), healthyResult(), testNow)
 	s.Observe(tgt.Key(), healthyResult(), testNow)
-	s.NoteOpening(tgt.Key(), SignalAPIServer)
+	s.NoteOpening(tgt, SignalAPIServer, testNow)
 	s.ObservePath(tgt.Key(), RoadService, "", healthyResult())
 	s.ObservePath(tgt.Key(), RoadService, "", healthyResult())
 

@@ -36,6 +36,10 @@
 //   - arming hold (Inputs.Wait, armingStep.hold): the openings a write
 //     leaves out, because the same write arms their marking.
 //
+// Neither is flap damping (Damp, Inputs.Damp), which holds nothing back
+// from opening: a circuit that re-opens soon after its last close stays
+// open longer before it may close again.
+//
 // "Observe" is two things: State.Observe records one probe result;
 // config.ModeObserve is the mode in which a target's circuit never opens
 // and the guard says what it would have done.

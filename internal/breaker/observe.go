@@ -30,6 +30,10 @@ type Observed struct {
 	WouldOpenSignal string
 	// WouldClosedAt is when it last would have closed; zero if never.
 	WouldClosedAt time.Time
+	// WouldReopenings counts its re-openings in a row, each within
+	// FlapWindow of the last close, as Reopenings does for a written
+	// circuit: it would close no sooner than Damp after opening.
+	WouldReopenings int
 }
 
 // WouldBeOpen reports whether the circuit would be open now.

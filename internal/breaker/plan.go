@@ -78,6 +78,9 @@ type Inputs struct {
 	// apiserver signal stays open at least (config MinOpen, doubled per
 	// reopening while the apiserver's calls keep failing).
 	MinOpen map[string]time.Duration
+	// Damp is, by webhook name, how long a circuit that re-opened soon
+	// after its last close stays open at least (flap damping, Damp).
+	Damp map[string]time.Duration
 	// Unprobeable holds, by webhook name, why a target can no longer be
 	// probed (for example sideEffects changed to Some). An open circuit on
 	// such a target is closed: nothing could ever close it otherwise.
@@ -257,6 +260,9 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 			hold := in.MinOpen[t.Webhook]
 			if t.Mode == circuit.ModeBypass && openedByAPIServer(entry) && in.Now.Sub(entry.OpenedAt.Time) < hold {
 				continue // the probe cannot see the apiserver's path; wait
+			}
+			if in.Now.Sub(entry.OpenedAt.Time) < in.Damp[t.Webhook] {
+				continue // it re-opened soon after its last close: damped
 			}
 			circuit.Restore(wh, entry)
 			delete(rec, t.Webhook)

@@ -35,6 +35,11 @@ type TargetStatus struct {
 	// APIServerOpenings counts the apiserver signal's openings since its
 	// last Healthy observation; each doubles the next minimum open time.
 	APIServerOpenings int
+	// Reopenings counts the circuit's re-openings in a row, each within
+	// FlapWindow of its last close (flap damping: Damp); ClosedAt is when
+	// the breaker last closed it.
+	Reopenings int
+	ClosedAt   time.Time
 	// LastProbe is when the last probe finished.
 	LastProbe time.Time
 	// TrafficAt is when the last scrape of the apiserver's metrics showed
@@ -196,15 +201,26 @@ func (s *State) AddAdmitted(key string, admitted, marked float64) {
 	s.targets[key] = st
 }
 
-// NoteOpening records that the breaker opened key's circuit on signal.
-func (s *State) NoteOpening(key, signal string) {
-	if signal != SignalAPIServer && signal != SignalBoth {
-		return
+// NoteOpening records that the breaker opened t's circuit on signal at
+// now: a re-opening soon after its last close (Reopenings), and an
+// opening by the apiserver signal.
+func (s *State) NoteOpening(t config.Target, signal string, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.targets[t.Key()]
+	st.Reopenings = Reopenings(t, st.Reopenings, st.ClosedAt, now)
+	if signal == SignalAPIServer || signal == SignalBoth {
+		st.APIServerOpenings++
 	}
+	s.targets[t.Key()] = st
+}
+
+// NoteClosing records that the breaker closed key's circuit at now.
+func (s *State) NoteClosing(key string, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.targets[key]
-	st.APIServerOpenings++
+	st.ClosedAt = now
 	s.targets[key] = st
 }
 
@@ -261,12 +277,16 @@ func (s *State) JudgeObserved(t config.Target, now time.Time) (Change, bool) {
 	default:
 		action, signal = JudgeObserved(st.WouldBeOpen(), st.WouldOpenSignal, st.Counts, st.APIServer, st.Path, t, s.heldLocked(now))
 	}
+	if action == Close && !st.Unprobeable && now.Sub(st.WouldOpenSince) < Damp(t, st.WouldReopenings) {
+		return Change{}, false // flap damping, as for a written circuit
+	}
 	if action != Open && action != Close {
 		return Change{}, false
 	}
 	c := observedChange(t, st, action, signal, now)
 	if action == Open {
 		st.WouldOpenSince, st.WouldOpenSignal = now, signal
+		st.WouldReopenings = Reopenings(t, st.WouldReopenings, st.WouldClosedAt, now)
 	} else {
 		st.WouldOpenSince, st.WouldOpenSignal, st.WouldClosedAt = time.Time{}, "", now
 	}
@@ -291,7 +311,7 @@ func (s *State) Get(key string) (TargetStatus, bool) {
 // generation, stamped now, for the signer.
 func (s *State) Inputs(targets []config.Target, now time.Time, signer, generation string) Inputs {
 	in := Inputs{Targets: targets, Counts: map[string]Counts{}, APIServer: map[string]Counts{}, Path: map[string]Path{}, Admitted: map[string]float64{}, Marked: map[string]float64{}, MinOpen: map[string]time.Duration{},
-		Unprobeable: map[string]string{}, Now: now, Signer: signer}
+		Damp: map[string]time.Duration{}, Unprobeable: map[string]string{}, Now: now, Signer: signer}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	in.HoldOpen = s.heldLocked(now)
@@ -307,6 +327,9 @@ func (s *State) Inputs(targets []config.Target, now time.Time, signer, generatio
 			in.Path[t.Webhook] = st.Path
 			in.Admitted[t.Webhook] = st.Admitted
 			in.Marked[t.Webhook] = st.Marked
+			if d := Damp(t, st.Reopenings); d > 0 {
+				in.Damp[t.Webhook] = d
+			}
 			if st.Path.Road != RoadService {
 				// Only a circuit no path probe can close waits out a
 				// minimum: the path probe closes the others.

@@ -43,12 +43,16 @@ func (r *TargetReconciler) write(ctx context.Context, cur client.Object, view, n
 			}
 		}
 		r.Metrics.Transitions.WithLabelValues(string(r.Kind), string(c.Kind)).Inc()
-		if c.Kind == Opened {
-			for _, t := range targets {
-				if t.Webhook == c.Webhook {
-					r.State.NoteOpening(t.Key(), c.Signal)
-				}
+		for _, t := range targets {
+			switch {
+			case t.Webhook != c.Webhook:
+			case c.Kind == Opened:
+				r.State.NoteOpening(t, c.Signal, now(r.Clock))
+			case c.Kind == Closed:
+				r.State.NoteClosing(t.Key(), now(r.Clock))
 			}
+		}
+		if c.Kind == Opened {
 			r.Metrics.Openings.WithLabelValues(string(r.Kind), view.Name, c.Webhook, c.Signal).Inc()
 		}
 		r.Recorder.Eventf(written, nil, eventType(c.Kind), string(c.Kind), "Update", "%s", c.Message)

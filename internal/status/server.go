@@ -109,6 +109,13 @@ func probeRow(t config.Target, state *breaker.State) Row {
 	case st.Path.Last.Outcome != "":
 		row.PathLast = string(st.Path.Last.Outcome)
 	}
+	reopenings := st.Reopenings
+	if t.Observes() {
+		reopenings = st.WouldReopenings
+	}
+	if d := breaker.Damp(t, reopenings); d > 0 {
+		row.Reopenings, row.DampedFor = reopenings, d.String()
+	}
 	if st.DisagreeFor >= breaker.DisagreeAfter {
 		row.Disagree = st.Disagree + " failing, the other healthy"
 	}

@@ -44,3 +44,25 @@ func TestProbeRow_observeCarriesTheWouldBeState(t *testing.T) {
 	assert.Empty(t, row.WouldOpenSince)
 	assert.Equal(t, "2026-12-01T12:01:00Z", row.WouldClosedAt)
 }
+
+// The leader's row says when a circuit is damped: how often it re-opened
+// soon after closing, and how long it then stays open at least.
+func TestProbeRow_showsTheFlapDamping(t *testing.T) {
+	tgt := config.Target{Kind: circuit.KindMutating, Configuration: "c", Webhook: "w.example.com", Mode: config.ModeBypass, OpenAfter: 3, CloseAfter: 5}
+	tgt.Probe.Interval = time.Second
+	state := breaker.NewState()
+	at := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	state.Observe(tgt.Key(), probe.Result{Outcome: probe.OutcomeHealthy}, at)
+	state.NoteOpening(tgt, breaker.SignalProbe, at)
+	row := probeRow(tgt, state)
+	assert.Zero(t, row.Reopenings)
+	assert.Empty(t, row.DampedFor, "a first opening is not damped")
+
+	state.NoteClosing(tgt.Key(), at.Add(20*time.Second))
+	state.NoteOpening(tgt, breaker.SignalProbe, at.Add(60*time.Second))
+	state.NoteClosing(tgt.Key(), at.Add(80*time.Second))
+	state.NoteOpening(tgt, breaker.SignalProbe, at.Add(100*time.Second))
+	row = probeRow(tgt, state)
+	assert.Equal(t, 2, row.Reopenings)
+	assert.Equal(t, "20s", row.DampedFor)
+}

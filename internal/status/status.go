@@ -101,6 +101,12 @@ type Row struct {
 	// Marking says why objects admitted while the circuit is open are not
 	// marked, when they are not.
 	Marking string `json:"marking,omitempty"`
+	// Flap damping, from the leader's memory: the circuit's re-openings in
+	// a row, each soon after its last close, and how long after its last
+	// opening it stays open at least because of them (a Go duration;
+	// empty when it is not damped).
+	Reopenings int    `json:"reopenings,omitempty"`
+	DampedFor  string `json:"dampedFor,omitempty"`
 	// For a target in Observe mode, from the leader's memory (there is no
 	// record): since when its circuit would be open (RFC 3339; empty while
 	// it would be closed), the signal that would have opened it, and when
