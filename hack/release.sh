@@ -11,14 +11,31 @@
 #                                  chart layer of the OCI artifact), so
 #                                  "helm pull oci://..." gives it back byte
 #                                  for byte
-#   SHA256SUMS                     the sha256 of both, in sha256sum format
-#                                  ("cd DIST && sha256sum -c SHA256SUMS")
+#   kubectl-guard_<VERSION>_<os>_<arch>.tar.gz
+#                                  the guard binary as the kubectl plugin
+#                                  kubectl-guard, and LICENSE, for each
+#                                  platform of RELEASE_PLATFORMS
+#                                  (CGO_ENABLED=0 go build -trimpath, the
+#                                  Makefile's -ldflags)
+#   guard.yaml                     the krew plugin manifest: the template
+#                                  deploy/krew/guard.yaml with the version,
+#                                  and one platform per archive with its
+#                                  download URI (the GitHub release
+#                                  VERSION) and sha256
+#   SHA256SUMS                     the sha256 of all of them, in sha256sum
+#                                  format ("cd DIST && sha256sum -c SHA256SUMS")
 # It prints the sha256 of each artifact on stdout, one "sha256:<hex>  <file>"
 # line each.
 #
 # Usage: hack/release.sh VERSION IMAGE DIST KUSTOMIZE HELM
 #   VERSION  vX.Y.Z[-PRERELEASE]; the chart's version drops the v
 #   IMAGE    repository:tag or repository@sha256:digest
+# Environment:
+#   RELEASE_PLATFORMS  the os/arch pairs of the kubectl-guard archives,
+#                      separated by spaces; default linux/amd64 linux/arm64
+#                      darwin/amd64 darwin/arm64 (a test builds only its own)
+#   COMMIT             the commit in "guard version"; default: git's HEAD,
+#                      "unknown" outside a checkout
 set -euo pipefail
 
 if [ $# -ne 5 ]; then
@@ -27,6 +44,10 @@ if [ $# -ne 5 ]; then
 fi
 version=$1 image=$2 dist=$3 kustomize=$4 helm=$5
 root=$(cd "$(dirname "$0")/.." && pwd)
+platforms=${RELEASE_PLATFORMS:-linux/amd64 linux/arm64 darwin/amd64 darwin/arm64}
+commit=${COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}
+# The GitHub release the krew manifest downloads the archives from.
+downloads=https://github.com/webhook-guard/webhook-guard/releases/download/$version
 
 # The image's repository and its tag or digest. A colon in the last path
 # segment starts the tag (registry.example.com:5000/guard has none).
@@ -61,20 +82,41 @@ awk -v repository="$repository" -v tag="$tag" -v digest="$digest" '
 ' "$root/deploy/helm/webhook-guard/values.yaml" > "$tmp/webhook-guard/values.yaml"
 "$helm" package "$tmp/webhook-guard" --version "${version#v}" --app-version "$version" --destination "$tmp" >/dev/null
 
-# SHA256SUMS covers the artifacts of this release (an older release's
-# chart left in DIST is not one of them), by their names in DIST.
-artifacts=(install.yaml "webhook-guard-${version#v}.tgz")
 if command -v sha256sum >/dev/null; then
   sha256=(sha256sum)
 else
   sha256=(shasum -a 256)
 fi
+
+# The kubectl plugin: an archive per platform, and the krew manifest that
+# names them. Its platform entry (the lines after "  platforms:") is
+# written once per archive.
+archives=()
+awk '/^#/ { next } { print } /^  platforms:$/ { exit }' "$root/deploy/krew/guard.yaml" |
+  sed "s|@VERSION@|$version|g" > "$tmp/guard.yaml"
+entry=$(awk 'found { print } /^  platforms:$/ { found = 1 }' "$root/deploy/krew/guard.yaml")
+for platform in $platforms; do
+  os=${platform%/*} arch=${platform#*/}
+  archive="kubectl-guard_${version}_${os}_${arch}.tar.gz"
+  mkdir -p "$tmp/$os-$arch"
+  (cd "$root" && CGO_ENABLED=0 GOOS=$os GOARCH=$arch go build -trimpath \
+    -ldflags "-s -w -X main.version=$version -X main.commit=$commit" -o "$tmp/$os-$arch/kubectl-guard" ./cmd/guard)
+  cp "$root/LICENSE" "$tmp/$os-$arch/LICENSE"
+  tar -czf "$tmp/$archive" -C "$tmp/$os-$arch" kubectl-guard LICENSE
+  sum=$(cd "$tmp" && "${sha256[@]}" "$archive" | cut -d' ' -f1)
+  sed -e "s|@OS@|$os|g" -e "s|@ARCH@|$arch|g" -e "s|@URI@|$downloads/$archive|g" -e "s|@SHA256@|$sum|g" <<<"$entry" >> "$tmp/guard.yaml"
+  archives+=("$archive")
+done
+
+# SHA256SUMS covers the artifacts of this release (an older release's
+# chart left in DIST is not one of them), by their names in DIST.
+artifacts=(install.yaml "webhook-guard-${version#v}.tgz" "${archives[@]}" guard.yaml)
 (cd "$tmp" && "${sha256[@]}" "${artifacts[@]}") > "$tmp/SHA256SUMS"
 
 for f in "${artifacts[@]}" SHA256SUMS; do
   mv "$tmp/$f" "$dist/$f"
 done
-echo "release: wrote $dist/install.yaml, $dist/webhook-guard-${version#v}.tgz and $dist/SHA256SUMS (image $image)" >&2
+echo "release: wrote $dist/install.yaml, $dist/webhook-guard-${version#v}.tgz, the kubectl-guard archives for $platforms, $dist/guard.yaml and $dist/SHA256SUMS (image $image)" >&2
 while read -r sum file; do
   echo "sha256:$sum  $dist/$file"
 done < "$dist/SHA256SUMS"

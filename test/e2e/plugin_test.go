@@ -58,4 +58,18 @@ targets:
 	require.ErrorAs(t, err, &exit, out)
 	assert.Contains(t, []int{4, 5}, exit.ExitCode(), "no leader (4) or, with no guard policy of this instance, 5: not a usage error's 2")
 	assert.False(t, strings.Contains(out, "Usage:"), "a finding is no usage error")
+
+	// kubectl's -o jsonpath, through kubectl: stdout is the template's
+	// output alone (what could not be read goes to stderr).
+	status := exec.CommandContext(ctx, filepath.Join(env.BinDir, "kubectl"), "guard", "status", "--config", cfg, "-n", ns,
+		"-o", `jsonpath={range .targets[*]}{.webhook} {.state}{"\n"}{end}`)
+	status.Env = append(os.Environ(), "PATH="+dir+string(os.PathListSeparator)+os.Getenv("PATH"), "KUBECONFIG="+env.KubeconfigPath)
+	stdout, err := status.Output()
+	require.NoError(t, err, "%s", stdout)
+	assert.Equal(t, "a.plugin-test.example.com Missing\n", string(stdout), "kubectl guard status -o jsonpath")
+
+	out, err = kubectl("guard", "status", "--config", cfg, "-n", ns, "-o", "jsonpath={.targets[")
+	require.ErrorAs(t, err, &exit, out)
+	assert.Equal(t, 2, exit.ExitCode(), "a template that does not parse is a usage error")
+	assert.Contains(t, out, "does not parse")
 }

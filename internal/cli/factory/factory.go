@@ -124,7 +124,7 @@ func (f *Factory) AddKubeconfigFlags(fs *pflag.FlagSet) {
 
 // AddInstallationFlags adds -n/--namespace and --deployment to fs.
 func (f *Factory) AddInstallationFlags(fs *pflag.FlagSet) {
-	fs.StringVarP(&f.Namespace, "namespace", "n", f.Namespace, "Namespace of the installation (not the kubeconfig context's).")
+	fs.StringVarP(&f.Namespace, "namespace", "n", f.Namespace, "Namespace of the guard's installation (its Deployment, Lease and installed configuration): where the guard runs, not where your objects are, so unlike kubectl's -n it does not default to the kubeconfig context's namespace.")
 	fs.StringVar(&f.Deployment, "deployment", f.Deployment, "The guard's Deployment, whose volume \"config\" names the installed ConfigMap.")
 }
 

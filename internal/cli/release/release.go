@@ -30,6 +30,9 @@ import (
 // FieldManager is the field manager of the writes "guard release" makes.
 const FieldManager = "webhook-guard-release"
 
+// notFoundNote is the note of a webhook whose configuration is not found.
+const notFoundNote = "nothing to release (configuration not found)"
+
 const long = `Hands back what this installation of webhook-guard owns, before it is
 uninstalled: for every target (--all) or one configuration or webhook, it
 closes each open circuit, restoring the webhook exactly as its record says
@@ -42,7 +45,15 @@ without the webhook is still marked. It then deletes the marking policies
 (and bindings) of the mutating targets it released and, with --all, the
 guard policy and its binding. Circuits, entries and policies of other installations are left
 alone. It prints one line per webhook and per deleted object; --dry-run
-prints the same and writes nothing.
+prints the same and writes nothing. With --dry-run, -o json|yaml prints
+the plan for scripts, {configurations, deletions}: per configuration
+whether it would be written and, per webhook, the changes or why none;
+per policy or binding whether it would be deleted. -o jsonpath=TEMPLATE
+runs a template on it, as kubectl's -o jsonpath does
+(-o jsonpath='{.configurations[?(@.write==true)].name}'), and -o name
+prints the objects it would write or delete, as kubectl's -o name does
+(mutatingwebhookconfiguration.admissionregistration.k8s.io/NAME,
+mutatingadmissionpolicy.admissionregistration.k8s.io/NAME).
 
 It refuses while the installation has a leader (its leader-election Lease
 in --namespace has a holder and has not expired): the leader would open
@@ -95,6 +106,15 @@ type Options struct {
 	ScaleDown bool
 	// Timeout bounds the wait of ScaleDown (--timeout). Default 2m.
 	Timeout time.Duration
+	// Output is the format of a dry run (-o, --output): table (its
+	// lines), json, yaml, name, jsonpath=TEMPLATE or
+	// jsonpath-as-json=TEMPLATE (cli.AddOutputFlag); only table without
+	// DryRun. Default table.
+	Output string
+
+	// report collects a dry run's plan for an Output other than table;
+	// nil otherwise.
+	report *dryRunReport
 
 	// poll is how often ScaleDown reads the Lease; tests shorten it.
 	poll time.Duration
@@ -125,6 +145,8 @@ func NewCmd(streams cli.IOStreams, f *factory.Factory) *cobra.Command {
 	fs.BoolVar(&o.DryRun, "dry-run", false, "Print what would be done; write nothing.")
 	fs.BoolVar(&o.ScaleDown, "scale-down", false, "Scale --deployment to 0 replicas first, and wait up to --timeout until nobody leads.")
 	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "How long --scale-down waits for the leader to go.")
+	cli.AddOutputFlag(fs, &o.Output)
+	fs.Lookup("output").Usage += " Other than table only with --dry-run."
 	return cmd
 }
 
@@ -138,6 +160,12 @@ func (o *Options) Validate() error {
 		return cli.Usagef("give --all, or the CONFIGURATION[/WEBHOOK] to release")
 	case o.Timeout <= 0:
 		return cli.Usagef("--timeout %s: must be positive", o.Timeout)
+	}
+	if err := cli.ValidateOutput(o.Output); err != nil {
+		return err
+	}
+	if o.Output != cli.OutputTable && !o.DryRun {
+		return cli.Usagef("-o %s: only with --dry-run; a release prints what it does as it does it, line by line", o.Output)
 	}
 	if conf, hook, _ := strings.Cut(o.Target, "/"); !o.All && (conf == "" || strings.HasSuffix(o.Target, "/") && hook == "") {
 		return cli.Usagef("%q: want CONFIGURATION or CONFIGURATION/WEBHOOK", o.Target)
@@ -181,12 +209,19 @@ func (o *Options) Run(ctx context.Context) error {
 	}
 	signer := startcheck.Signer(o.Breaker, cfg.Instance)
 	groups := groupByConfiguration(targets)
+	if o.DryRun && o.Output != cli.OutputTable {
+		o.report = &dryRunReport{Configurations: []configurationPlan{}, Deletions: []deletion{}}
+	}
 	var unplanned []string
 	var disarmed []string
 	for _, c := range groups {
 		_, plan, err := o.plan(ctx, c, signer, o.DryRun)
 		if err != nil {
-			fmt.Fprintf(o.Out, "%s/%s: cannot be released: %v\n", c.kind.Singular(), c.name, err)
+			out := o.Out
+			if o.report != nil {
+				out = o.ErrOut // nothing on stdout but the report
+			}
+			fmt.Fprintf(out, "%s/%s: cannot be released: %v\n", c.kind.Singular(), c.name, err)
 			unplanned = append(unplanned, c.kind.Singular()+"/"+c.name)
 		}
 		if len(plan.Disarm) > 0 {
@@ -197,13 +232,23 @@ func (o *Options) Run(ctx context.Context) error {
 		return fmt.Errorf("cannot be released: %s; nothing was stopped or written", strings.Join(unplanned, ", "))
 	}
 	if o.DryRun {
-		for _, l := range disarmed {
-			fmt.Fprintln(o.Out, l)
+		if o.report == nil {
+			for _, l := range disarmed {
+				fmt.Fprintln(o.Out, l)
+			}
 		}
 		if err := o.stopLeader(ctx, statusapi.LeaseName(cfg.Instance)); err != nil {
 			return err
 		}
-		return o.deleteAll(ctx, cfg, targets)
+		err := o.deleteAll(ctx, cfg, targets)
+		if o.report != nil {
+			// Printed also when a deletion could not be planned, as the
+			// table's lines are; the error says which.
+			if perr := cli.PrintObject(o.Out, o.Output, *o.report); perr != nil {
+				return perr
+			}
+		}
+		return err
 	}
 	replicas, err := o.replicas(ctx)
 	if err != nil {
@@ -412,9 +457,12 @@ func (o *Options) plan(ctx context.Context, c configuration, signer string, prin
 		if !apierrors.IsNotFound(err) {
 			return nil, Plan{}, err
 		}
-		if print {
+		switch {
+		case print && o.report != nil:
+			o.report.Configurations = append(o.report.Configurations, planned(c, false, Plan{}))
+		case print:
 			for _, hook := range c.webhooks {
-				fmt.Fprintln(o.Out, Line{Kind: c.kind, Configuration: c.name, Webhook: hook, Note: "nothing to release (configuration not found)"})
+				fmt.Fprintln(o.Out, Line{Kind: c.kind, Configuration: c.name, Webhook: hook, Note: notFoundNote})
 			}
 		}
 		return nil, Plan{}, nil
@@ -438,6 +486,10 @@ func (o *Options) plan(ctx context.Context, c configuration, signer string, prin
 	plan, err := PlanRelease(c.kind, cur, signer, webhooks)
 	if err != nil {
 		return nil, Plan{}, err
+	}
+	if print && o.report != nil {
+		o.report.Configurations = append(o.report.Configurations, planned(c, true, plan))
+		return cur, plan, nil
 	}
 	if print {
 		suffix := ""
@@ -537,6 +589,9 @@ func (o *Options) delete(ctx context.Context, d owned) error {
 	}
 	got := d.obj.DeepCopyObject().(client.Object)
 	err := o.Client.Get(ctx, client.ObjectKeyFromObject(d.obj), got)
+	if o.report != nil {
+		return o.planDeletion(d, got, err)
+	}
 	switch {
 	case apierrors.IsNotFound(err) || apimeta.IsNoMatchError(err):
 		fmt.Fprintln(o.Out, line+" not found"+suffix)
@@ -562,6 +617,26 @@ func (o *Options) delete(ctx context.Context, d owned) error {
 	default:
 		fmt.Fprintf(o.Out, "%s not deleted: %v\n", line, err)
 		return fmt.Errorf("deleting %s: %w", line, err)
+	}
+	return nil
+}
+
+// planDeletion adds to the dry run's report what delete would do to d,
+// read as got with err: the same decisions as delete's lines.
+func (o *Options) planDeletion(d owned, got client.Object, err error) error {
+	del := deletion{Resource: d.kind, Name: d.obj.GetName(), Action: actionDelete}
+	switch {
+	case apierrors.IsNotFound(err) || apimeta.IsNoMatchError(err):
+		del.Action = actionNotFound
+	case err != nil:
+		del.Action, del.Reason = actionUnread, err.Error()
+		err = fmt.Errorf("reading %s/%s: %w", d.kind, d.obj.GetName(), err)
+	case d.marks != "" && got.GetAnnotations()[circuit.MarksAnnotation] != d.marks:
+		del.Action, del.Reason = actionLeftAlone, fmt.Sprintf("it marks %q, not %s", got.GetAnnotations()[circuit.MarksAnnotation], d.marks)
+	}
+	o.report.Deletions = append(o.report.Deletions, del)
+	if del.Action == actionUnread {
+		return err
 	}
 	return nil
 }

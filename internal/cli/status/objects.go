@@ -25,7 +25,7 @@ func objectRow(ctx context.Context, c client.Reader, t config.Target) statusapi.
 	if err := c.Get(ctx, client.ObjectKey{Name: t.Configuration}, obj); err != nil {
 		row.State = "Unknown"
 		if apierrors.IsNotFound(err) {
-			row.State, row.Problem = "Missing", "configuration not found"
+			row.State, row.Problem = stateMissing, "configuration not found"
 		} else {
 			row.Problem = err.Error()
 		}

@@ -11,11 +11,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/webhook-guard/webhook-guard/internal/admission"
@@ -55,6 +57,8 @@ const waitPoll = 2 * time.Second
 const (
 	stateOpen   = "Open"
 	stateClosed = "Closed"
+	// stateMissing is the State of a row whose configuration is not found.
+	stateMissing = "Missing"
 )
 
 const long = `Prints every configured target: its circuit state from the webhook
@@ -84,7 +88,15 @@ without --exit-code.
 --wait D looks again every 2s, for up to D, until the status would exit
 0, and prints the last look (as cmctl check api --wait does); with
 --exit-code, its status is the last look's. The chart's helm test runs
-"guard status --exit-code --wait 60s".`
+"guard status --exit-code --wait 60s".
+
+-o json|yaml prints the report for scripts: {namespace, configSource,
+instance, lease, leader, targets, orphanedRecords, guardPolicy,
+unavailable}, a row per target; -o jsonpath=TEMPLATE runs a template on it, as kubectl's -o
+jsonpath does (-o jsonpath='{.targets[*].state}'), and -o name prints the
+webhook configuration of each target that exists, and of each orphaned
+record, as kubectl's -o name does
+(mutatingwebhookconfiguration.admissionregistration.k8s.io/NAME).`
 
 // Options are the flags of "guard status".
 type Options struct {
@@ -100,8 +112,9 @@ type Options struct {
 	// http://127.0.0.1:... (a guard run by hand). Default empty: the
 	// leader's pod through the apiserver.
 	Endpoint string
-	// Output is the format (-o, --output): table, json or yaml. Default
-	// table.
+	// Output is the format (-o, --output): table, json, yaml, name,
+	// jsonpath=TEMPLATE or jsonpath-as-json=TEMPLATE (cli.AddOutputFlag).
+	// Default table.
 	Output string
 	// ExitCode makes the exit status say whether a circuit is open
 	// (ExitCircuitOpen) or the installation has no leader (ExitNoLeader)
@@ -167,10 +180,16 @@ func (o *Options) Run(ctx context.Context) error {
 		rep, found = o.look(ctx)
 	}
 	var err error
-	if o.Output == cli.OutputTable {
+	switch cli.OutputFormat(o.Output) {
+	case cli.OutputTable:
 		err = printStatus(o.Out, o.ErrOut, rep)
-	} else {
+	case cli.OutputJSON, cli.OutputYAML:
 		err = cli.PrintObject(o.Out, o.Output, rep)
+	default:
+		// The report's unavailable may not be in what -o name or a
+		// template prints: on stderr, as with the table.
+		err = cli.PrintObject(o.Out, o.Output, rep)
+		printUnavailable(o.ErrOut, rep.Unavailable)
 	}
 	switch {
 	case err != nil:
@@ -229,6 +248,7 @@ func (o *Options) look(ctx context.Context) (statusReport, *cli.ExitError) {
 			row.Failures, row.Successes, row.LastResult, row.LastProbe = cr.Failures, cr.Successes, cr.LastResult, cr.LastProbe
 			row.APIServerLast, row.APIServerFailures, row.Admitted, row.Disagree = cr.APIServerLast, cr.APIServerFailures, cr.Admitted, cr.Disagree
 			row.Marking, row.Marked = cr.Marking, cr.Marked
+			row.Reopenings, row.DampedFor = cr.Reopenings, cr.DampedFor
 			row.WouldOpenSince, row.WouldOpenSignal, row.WouldClosedAt = cr.WouldOpenSince, cr.WouldOpenSignal, cr.WouldClosedAt
 			if t.Observes() && row.State == stateClosed && cr.WouldOpenSince != "" {
 				row.State = statusapi.StateWouldOpen
@@ -285,7 +305,8 @@ func (o *Options) policyEnforced(ctx context.Context) (string, error) {
 	return opts.BreakerUsername, admission.PolicyEnforced(ctx, o.Client, opts)
 }
 
-// statusReport is what "guard status" found; -o json|yaml prints it.
+// statusReport is what "guard status" found; -o json|yaml|jsonpath prints
+// it, and -o name its ObjectNames.
 type statusReport struct {
 	// Namespace is the installation's namespace.
 	Namespace string `json:"namespace"`
@@ -307,6 +328,30 @@ type statusReport struct {
 	GuardPolicy string `json:"guardPolicy,omitempty"`
 	// Unavailable names what could not be read, and why.
 	Unavailable []string `json:"unavailable,omitempty"`
+}
+
+var _ cli.Named = statusReport{}
+
+// ObjectNames are the webhook configurations of the targets that exist,
+// then of the orphaned records, each once, as kubectl's -o name prints
+// them.
+func (r statusReport) ObjectNames() []string {
+	var names []string
+	add := func(kind, name string) {
+		n := cli.ObjectName(admissionregistrationv1.SchemeGroupVersion.WithKind(circuit.Kind(kind).ObjectKind()).GroupKind(), name)
+		if !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	for _, row := range r.Targets {
+		if row.State != stateMissing {
+			add(row.Kind, row.Configuration)
+		}
+	}
+	for _, o := range r.OrphanedRecords {
+		add(o.Kind, o.Configuration)
+	}
+	return names
 }
 
 // orphanRow is an open circuit of a webhook that is no longer a target.
@@ -393,8 +438,19 @@ func printStatus(stdout, stderr io.Writer, rep statusReport) error {
 			break
 		}
 	}
-	for _, u := range rep.Unavailable {
+	for _, row := range rep.Targets {
+		if row.DampedFor != "" {
+			fmt.Fprintf(stdout, "\nDamped: %s re-opened %d time(s) in a row soon after closing; it stays open at least %s after opening before it may close\n",
+				row.Webhook, row.Reopenings, row.DampedFor)
+		}
+	}
+	printUnavailable(stderr, rep.Unavailable)
+	return nil
+}
+
+// printUnavailable names on stderr what could not be read.
+func printUnavailable(stderr io.Writer, unavailable []string) {
+	for _, u := range unavailable {
 		fmt.Fprintf(stderr, "unavailable: %s\n", u)
 	}
-	return nil
 }

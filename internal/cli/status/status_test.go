@@ -305,3 +305,31 @@ func TestRun_observeShowsWhatWouldHaveHappened(t *testing.T) {
 		})
 	}
 }
+
+// The leader's flap damping reaches both outputs: a Damped line under the
+// table, and reopenings and dampedFor in -o json.
+func TestRun_showsTheLeadersFlapDamping(t *testing.T) {
+	leaderRow := statusapi.Row{Kind: string(circuit.KindMutating), Configuration: clitest.Conf, Webhook: clitest.Hook, Reopenings: 2, DampedFor: "20s"}
+	leader := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_ = json.NewEncoder(w).Encode([]statusapi.Row{leaderRow})
+	}))
+	defer leader.Close()
+	for _, output := range []string{cli.OutputTable, "json"} {
+		f := factory.New(nil)
+		f.Config = &config.Configuration{Targets: []config.Target{{Kind: circuit.KindMutating, Configuration: clitest.Conf, Webhook: clitest.Hook, Mode: config.ModeBypass}}}
+		policy, binding := admission.RenderPolicy(admission.Options{BreakerUsername: "system:serviceaccount:" + circuit.DefaultNamespace + ":" + circuit.DefaultServiceAccount})
+		f.RESTConfig, f.KubeClient, f.Client = &rest.Config{}, kubefake.NewClientset(), clitest.FakeReader(clitest.OpenConfiguration(t, nil, nil), policy, binding)
+		var stdout strings.Builder
+		o := &Options{Factory: f, IOStreams: cli.IOStreams{Out: &stdout, ErrOut: &strings.Builder{}}, Endpoint: leader.URL, Output: output}
+		require.NoError(t, o.Run(context.Background()))
+		if output == "json" {
+			var rep statusReport
+			require.NoError(t, json.Unmarshal([]byte(stdout.String()), &rep))
+			require.Len(t, rep.Targets, 1)
+			assert.Equal(t, 2, rep.Targets[0].Reopenings)
+			assert.Equal(t, "20s", rep.Targets[0].DampedFor)
+			continue
+		}
+		assert.Contains(t, stdout.String(), "Damped: "+clitest.Hook+" re-opened 2 time(s) in a row soon after closing; it stays open at least 20s after opening before it may close")
+	}
+}

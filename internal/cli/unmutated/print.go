@@ -6,11 +6,15 @@ import (
 	"sort"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/webhook-guard/webhook-guard/internal/cli"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 	"github.com/webhook-guard/webhook-guard/internal/marking"
 )
 
-// report is what "guard unmutated" found; -o json|yaml prints it.
+// report is what "guard unmutated" found; -o json|yaml|jsonpath prints it,
+// and -o name its ObjectNames.
 type report struct {
 	// Objects are the objects carrying a mark, sorted by group, kind,
 	// namespace and name; empty, not null, when there are none.
@@ -20,6 +24,18 @@ type report struct {
 	// Unavailable names what could not be read, and why: marks there are
 	// not listed.
 	Unavailable []string `json:"unavailable,omitempty"`
+}
+
+var _ cli.Named = report{}
+
+// ObjectNames are the marked objects, in the report's order, as kubectl's
+// -o name prints them (without the namespace).
+func (r report) ObjectNames() []string {
+	names := make([]string, 0, len(r.Objects))
+	for _, o := range r.Objects {
+		names = append(names, cli.ObjectName(schema.GroupKind{Group: o.Group, Kind: o.Kind}, o.Name))
+	}
+	return names
 }
 
 // objectRow is one marked object.
@@ -49,8 +65,8 @@ type ownerRow struct {
 	Name      string `json:"name"`
 }
 
-// newReport is res as -o json|yaml prints it, with the target of each
-// mark from cfg.
+// newReport is res as -o json|yaml|name|jsonpath prints it, with the
+// target of each mark from cfg.
 func newReport(res found, cfg *config.Configuration) report {
 	targets := map[string]config.Target{}
 	for _, t := range cfg.Targets {

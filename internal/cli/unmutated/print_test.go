@@ -11,6 +11,7 @@ import (
 
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/cli"
+	"github.com/webhook-guard/webhook-guard/internal/cli/factory"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 	"github.com/webhook-guard/webhook-guard/internal/marking"
 )
@@ -66,6 +67,36 @@ func TestReport_nothingMarkedIsAnEmptyList(t *testing.T) {
 	var out bytes.Buffer
 	require.NoError(t, cli.PrintObject(&out, cli.OutputJSON, newReport(found{}, reportConfig)))
 	assert.JSONEq(t, `{"objects": [], "cleared": false}`, out.String())
+}
+
+func TestReport_nameAndJSONPath(t *testing.T) {
+	rep := newReport(found{objects: []markedObject{pod, clusterRole}}, reportConfig)
+	for name, tc := range map[string]struct {
+		output, want string
+	}{
+		"name is kind.group/name, without the namespace, as kubectl's": {"name", "pod/web-1-a\nclusterrole.rbac.authorization.k8s.io/viewer\n"},
+		"jsonpath with the namespace":                                  {`jsonpath={range .objects[*]}{.namespace}/{.name}{"\n"}{end}`, "team/web-1-a\n/viewer\n"},
+		"jsonpath of the owners":                                       {"jsonpath={.objects[*].owner.name}", "web viewer"},
+		"a relaxed jsonpath":                                           {"jsonpath=.objects[0].circuitID", pod.id},
+		"jsonpath-as-json":                                             {"jsonpath-as-json={.cleared}", "[\n    false\n]\n"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var out bytes.Buffer
+			require.NoError(t, cli.PrintObject(&out, tc.output, rep))
+			assert.Equal(t, tc.want, out.String())
+		})
+	}
+	var out bytes.Buffer
+	require.NoError(t, cli.PrintObject(&out, cli.OutputName, newReport(found{}, reportConfig)))
+	assert.Empty(t, out.String(), "nothing marked, no names")
+}
+
+func TestValidate_refusesABadOutputAsAUsageError(t *testing.T) {
+	for _, output := range []string{"wide", "jsonpath", "jsonpath={.objects[*}", "custom-columns=NAME:.name"} {
+		err := (&Options{Factory: factory.New(nil), Output: output}).Validate()
+		var usage cli.UsageError
+		require.ErrorAs(t, err, &usage, output)
+	}
 }
 
 func TestExitStatus(t *testing.T) {

@@ -58,6 +58,10 @@ object its group, version, kind, namespace, name, circuitID (the value of
 the label webhook-guard.io/unmutated), configuration and webhook, note (the
 annotation webhook-guard.io/unmutated-by) and owner (the top of its
 controller chain); cleared is true once --clear removed their marks.
+-o jsonpath=TEMPLATE runs a template on it, as kubectl's -o jsonpath does
+(-o jsonpath='{range .objects[*]}{.namespace}/{.name}{"\n"}{end}'), and
+-o name prints one line per marked object as kubectl's -o name does, kind
+and group without the namespace (pod/web-1-a, deployment.apps/web).
 
 With --exit-code, the exit status says what it found: 0 when no object
 carries a mark (with --clear: once their marks are removed), 3 when some
@@ -77,8 +81,9 @@ type Options struct {
 	// Clear removes the mark from every listed object, once they are
 	// repaired (--clear). Default false: list only.
 	Clear bool
-	// Output is the format (-o, --output): table, json or yaml. Default
-	// table.
+	// Output is the format (-o, --output): table, json, yaml, name,
+	// jsonpath=TEMPLATE or jsonpath-as-json=TEMPLATE (cli.AddOutputFlag).
+	// Default table.
 	Output string
 	// ExitCode makes the exit status ExitMarked when objects carry a mark
 	// after the command (--exit-code). Default false: 0 whenever the
@@ -97,7 +102,7 @@ type Options struct {
 func NewCmd(streams cli.IOStreams, f *factory.Factory) *cobra.Command {
 	o := &Options{Factory: f, IOStreams: streams}
 	cmd := &cobra.Command{
-		Use:   "unmutated [--clear] [-o json|yaml] [--exit-code]",
+		Use:   "unmutated [--clear] [-o json|yaml|name|jsonpath=TEMPLATE] [--exit-code]",
 		Short: "List the objects admitted without a webhook's mutation while its circuit was open",
 		Long:  long,
 		Args:  cli.NoArgs,
@@ -206,8 +211,8 @@ func (o *Options) writeTable(ctx context.Context, res found) error {
 	return nil
 }
 
-// writeReport removes the marks with Clear, then prints res as JSON or
-// YAML.
+// writeReport removes the marks with Clear, then prints res in the
+// format -o names.
 func (o *Options) writeReport(ctx context.Context, cfg *config.Configuration, res found) error {
 	rep := newReport(res, cfg)
 	if o.Clear {

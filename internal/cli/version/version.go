@@ -4,6 +4,7 @@
 package version
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"runtime/debug"
@@ -49,28 +50,71 @@ func (b Build) Revision() string {
 	return rev
 }
 
+// Info is what "guard version -o json|yaml" prints, as kubectl version -o
+// json prints its clientVersion.
+type Info struct {
+	// Version is Build.Version.
+	Version string `json:"version"`
+	// Revision is Build.Revision().
+	Revision string `json:"revision"`
+	// GoVersion is the Go release the binary was built with.
+	GoVersion string `json:"goVersion"`
+}
+
+// Info is b as -o json|yaml prints it.
+func (b Build) Info() Info {
+	return Info{Version: b.Version, Revision: b.Revision(), GoVersion: runtime.Version()}
+}
+
 // Options are the inputs of "guard version".
 type Options struct {
 	cli.IOStreams
 	// Build is what it prints.
 	Build Build
+	// Output is the format (-o, --output): json, yaml, jsonpath=TEMPLATE
+	// or jsonpath-as-json=TEMPLATE; not name, for there is no object.
+	// Default table: Build's one line.
+	Output string
 }
 
-// NewCmd returns "guard version".
+var _ cli.Command = &Options{}
+
+// NewCmd returns "guard version". It only binds flags.
 func NewCmd(streams cli.IOStreams, build Build) *cobra.Command {
 	o := &Options{IOStreams: streams, Build: build}
-	return &cobra.Command{
-		Use:   "version",
+	cmd := &cobra.Command{
+		Use:   "version [-o json|yaml|jsonpath=TEMPLATE]",
 		Short: "Print the version",
-		Args:  cli.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
-			return o.Run()
-		},
+		Long: `Prints the version, the revision and the Go version, on one line; -o json or
+-o yaml prints them as {version, revision, goVersion}, as kubectl version
+-o json does for its client, and -o jsonpath=TEMPLATE runs a template on
+that (-o jsonpath='{.version}').`,
+		Args: cli.NoArgs,
+		RunE: cli.RunE(o),
 	}
+	cmd.Flags().StringVarP(&o.Output, "output", "o", cli.OutputTable, "Output format: json or yaml, or kubectl's jsonpath=TEMPLATE or jsonpath-as-json=TEMPLATE; default: one line.")
+	return cmd
 }
 
+// Validate refuses an output format it does not print.
+func (o *Options) Validate() error {
+	if err := cli.ValidateOutput(o.Output); err != nil {
+		return err
+	}
+	if o.Output == cli.OutputName {
+		return cli.Usagef("-o name: the version is no Kubernetes object; want json, yaml, jsonpath=TEMPLATE or jsonpath-as-json=TEMPLATE")
+	}
+	return nil
+}
+
+// Complete has nothing to complete: the version reaches no cluster.
+func (o *Options) Complete() error { return nil }
+
 // Run prints the version.
-func (o *Options) Run() error {
-	_, err := fmt.Fprintln(o.Out, o.Build)
-	return err
+func (o *Options) Run(context.Context) error {
+	if o.Output == cli.OutputTable {
+		_, err := fmt.Fprintln(o.Out, o.Build)
+		return err
+	}
+	return cli.PrintObject(o.Out, o.Output, o.Build.Info())
 }

@@ -55,7 +55,15 @@ validatingwebhookconfigurations, get on the non-resource URL /metrics, and
 (without --config) get on the guard's Deployment and ConfigMap; with get on
 the two namespaces it judges namespaceSelectors by their labels, without it
 by kubernetes.io/metadata.name alone. What it cannot read it names on
-stderr, and prints the rest.`
+stderr, and prints the rest.
+
+-o json|yaml prints the report for scripts: {configSource, metrics,
+window, apiserverStarted, webhooks, interceptingTheGuard, interceptBasis,
+unavailable}, a row per webhook, riskiest first; -o jsonpath=TEMPLATE runs
+a template on it, as kubectl's -o jsonpath does
+(-o jsonpath='{.webhooks[?(@.risk=="high")].webhook}'), and -o name prints
+the webhook configurations, each once, riskiest first, as kubectl's -o
+name does (validatingwebhookconfiguration.admissionregistration.k8s.io/NAME).`
 
 // scrapeTimeout bounds one scrape of kube-apiserver's /metrics, which is
 // large on a busy apiserver.
@@ -115,7 +123,8 @@ type webhookRow struct {
 	policy string
 }
 
-// webhooksReport is what "guard webhooks" found; -o json|yaml prints it.
+// webhooksReport is what "guard webhooks" found; -o json|yaml|jsonpath
+// prints it, and -o name its ObjectNames.
 type webhooksReport struct {
 	// ConfigSource says where the GuardConfiguration came from.
 	ConfigSource string `json:"configSource,omitempty"`
@@ -135,6 +144,22 @@ type webhooksReport struct {
 	InterceptBasis string `json:"interceptBasis"`
 	// Unavailable names what could not be read, and why.
 	Unavailable []string `json:"unavailable,omitempty"`
+}
+
+var _ cli.Named = webhooksReport{}
+
+// ObjectNames are the webhook configurations of the webhooks, each once,
+// in the report's order (riskiest first), as kubectl's -o name prints
+// them.
+func (r webhooksReport) ObjectNames() []string {
+	var names []string
+	for _, w := range r.Webhooks {
+		n := cli.ObjectName(admissionregistrationv1.SchemeGroupVersion.WithKind(circuit.Kind(w.Kind).ObjectKind()).GroupKind(), w.Configuration)
+		if !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	return names
 }
 
 // interceptRow is a webhook that intercepts the guard's own requests.
@@ -188,8 +213,9 @@ type Options struct {
 	// apart (--window), between minWindow and maxWindow. Default 0: the
 	// cumulative counts since the apiserver started.
 	Window time.Duration
-	// Output is the format (-o, --output): table, json or yaml. Default
-	// table.
+	// Output is the format (-o, --output): table, json, yaml, name,
+	// jsonpath=TEMPLATE or jsonpath-as-json=TEMPLATE (cli.AddOutputFlag).
+	// Default table.
 	Output string
 }
 

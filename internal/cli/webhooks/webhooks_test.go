@@ -240,12 +240,14 @@ func sumHist(a, b apimetrics.Histogram) apimetrics.Histogram {
 
 func TestWebhooksCommand_badInputTouchesNothing(t *testing.T) {
 	for name, args := range map[string][]string{
-		"an unknown output":        {"-o", "wide"},
-		"an unknown long output":   {"--output", "wide"},
-		"a window under a second":  {"--window", "10ms"},
-		"a negative window":        {"--window", "-1s"},
-		"a stray argument":         {"extra"},
-		"a bad configuration file": {"--config", "/nonexistent/guard.yaml"},
+		"an unknown output":              {"-o", "wide"},
+		"an unknown long output":         {"--output", "wide"},
+		"a jsonpath without template":    {"-o", "jsonpath="},
+		"a jsonpath that does not parse": {"-o", "jsonpath={.webhooks["},
+		"a window under a second":        {"--window", "10ms"},
+		"a negative window":              {"--window", "-1s"},
+		"a stray argument":               {"extra"},
+		"a bad configuration file":       {"--config", "/nonexistent/guard.yaml"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
@@ -325,4 +327,36 @@ func TestPrintWebhooks_interceptors(t *testing.T) {
 	data, err = json.Marshal(rep)
 	require.NoError(t, err)
 	assert.Contains(t, string(data), `"interceptingTheGuard":[]`)
+}
+
+// -o name prints the configurations, each once, riskiest first; -o
+// jsonpath runs on the report's JSON.
+func TestPrintObject_webhooksReport(t *testing.T) {
+	hooks := []hookInfo{
+		hook(circuit.KindMutating, "m", "healthy", ignore, 5),
+		hook(circuit.KindValidating, "v", "failing", fail, 5),
+		hook(circuit.KindMutating, "m", "failing", fail, 5),
+	}
+	m := &callMetrics{counters: map[apimetrics.Webhook]apimetrics.Counters{
+		mutating("healthy"):                            {Calls: 10},
+		mutating("failing"):                            {Calls: 10, CallErrors: 10},
+		{Name: "failing", Type: apimetrics.Validating}: {Calls: 10, CallErrors: 1},
+	}}
+	rep := webhooksReport{Webhooks: buildRows(hooks, &config.Configuration{}, m)}
+	for name, tc := range map[string]struct {
+		output, want string
+	}{
+		"name": {"name", "mutatingwebhookconfiguration.admissionregistration.k8s.io/m\nvalidatingwebhookconfiguration.admissionregistration.k8s.io/v\n"},
+		"jsonpath of the risky ones": {`jsonpath={range .webhooks[?(@.risk=="high")]}{.kind}/{.configuration}/{.webhook}{"\n"}{end}`,
+			"Mutating/m/failing\nValidating/v/failing\n"},
+		"a relaxed jsonpath": {"jsonpath=webhooks[*].risk", "high high low"},
+		"jsonpath-as-json":   {"jsonpath-as-json={.webhooks[0].failureRatio}", "[\n    1\n]\n"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			require.NoError(t, cli.ValidateOutput(tc.output))
+			var out bytes.Buffer
+			require.NoError(t, cli.PrintObject(&out, tc.output, rep))
+			assert.Equal(t, tc.want, out.String())
+		})
+	}
 }

@@ -1,9 +1,16 @@
 package helm
 
 import (
+	"archive/tar"
+	"compress/gzip"
+	"errors"
+	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,7 +22,9 @@ import (
 // TestRelease_writesInstallYAMLAndTheChart runs "make release" as a
 // maintainer does, with the pinned kustomize and helm: install.yaml is the
 // default overlay with the image pinned, the packaged chart carries the
-// version and the same image, and SHA256SUMS holds the sha256 of both.
+// version and the same image, the kubectl-guard archives hold the plugin
+// of that version, guard.yaml is their krew manifest, and SHA256SUMS holds
+// the sha256 of each.
 func TestRelease_writesInstallYAMLAndTheChart(t *testing.T) {
 	const (
 		version = "v9.8.7-rc.1"
@@ -25,10 +34,18 @@ func TestRelease_writesInstallYAMLAndTheChart(t *testing.T) {
 	out, err := makeRelease(t, "VERSION="+version, "IMG="+image, "DIST="+dist)
 	require.NoError(t, err, "make release:\n%s", out)
 	sums := readSHA256SUMS(t, dist)
-	for _, name := range []string{"install.yaml", "webhook-guard-9.8.7-rc.1.tgz"} {
+	archives := map[string]string{} // by os/arch
+	for _, platform := range releasePlatforms() {
+		goos, goarch, _ := strings.Cut(platform, "/")
+		archives[platform] = "kubectl-guard_" + version + "_" + goos + "_" + goarch + ".tar.gz"
+	}
+	for _, name := range append([]string{"install.yaml", "webhook-guard-9.8.7-rc.1.tgz", "guard.yaml"}, slices.Collect(maps.Values(archives))...) {
 		require.Contains(t, sums, name, "SHA256SUMS")
 		assert.Contains(t, out, "sha256:"+sums[name]+"  "+filepath.Join(dist, name), "make release prints the sha256 of %s", name)
 	}
+	t.Run("the kubectl-guard archives and their krew manifest", func(t *testing.T) {
+		checkKrewRelease(t, dist, version, archives, sums)
+	})
 
 	install, err := os.ReadFile(filepath.Join(dist, "install.yaml"))
 	require.NoError(t, err)
@@ -82,11 +99,115 @@ func TestRelease_writesInstallYAMLAndTheChart(t *testing.T) {
 	})
 }
 
+// checkKrewRelease checks the krew manifest dist/guard.yaml against the
+// archives of the release version (by os/arch) and their sums: it parses,
+// has one platform per archive, with the archive's download URI and
+// sha256; each archive holds an executable kubectl-guard and LICENSE; and
+// the host's kubectl-guard prints version when run.
+func checkKrewRelease(t *testing.T, dist, version string, archives, sums map[string]string) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dist, "guard.yaml"))
+	require.NoError(t, err)
+	var manifest struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+		Metadata   struct {
+			Name string `json:"name"`
+		} `json:"metadata"`
+		Spec struct {
+			Version          string `json:"version"`
+			Homepage         string `json:"homepage"`
+			ShortDescription string `json:"shortDescription"`
+			Description      string `json:"description"`
+			Caveats          string `json:"caveats"`
+			Platforms        []struct {
+				Selector struct {
+					MatchLabels map[string]string `json:"matchLabels"`
+				} `json:"selector"`
+				URI    string `json:"uri"`
+				SHA256 string `json:"sha256"`
+				Bin    string `json:"bin"`
+			} `json:"platforms"`
+		} `json:"spec"`
+	}
+	require.NoError(t, yaml.UnmarshalStrict(data, &manifest), "guard.yaml:\n%s", data)
+	assert.Equal(t, "krew.googlecontainertools.github.com/v1alpha2", manifest.APIVersion)
+	assert.Equal(t, "Plugin", manifest.Kind)
+	assert.Equal(t, "guard", manifest.Metadata.Name, "the plugin kubectl guard, in a manifest named guard.yaml")
+	assert.Equal(t, version, manifest.Spec.Version)
+	assert.Equal(t, "https://github.com/webhook-guard/webhook-guard", manifest.Spec.Homepage)
+	assert.NotEmpty(t, manifest.Spec.ShortDescription)
+	assert.NotEmpty(t, manifest.Spec.Description)
+	assert.NotContains(t, string(data), "@", "no placeholder is left")
+	require.Len(t, manifest.Spec.Platforms, len(archives), "one platform per archive")
+	for _, p := range manifest.Spec.Platforms {
+		platform := p.Selector.MatchLabels["os"] + "/" + p.Selector.MatchLabels["arch"]
+		archive, ok := archives[platform]
+		require.True(t, ok, "platform %s has no archive among %v", platform, archives)
+		assert.Equal(t, "https://github.com/webhook-guard/webhook-guard/releases/download/"+version+"/"+archive, p.URI, platform)
+		assert.Equal(t, sums[archive], p.SHA256, "the sha256 of %s", archive)
+		assert.Equal(t, fileSHA256(t, filepath.Join(dist, archive)), p.SHA256, "the sha256 of %s", archive)
+		assert.Equal(t, "kubectl-guard", p.Bin, platform)
+	}
+	for platform, archive := range archives {
+		dir := t.TempDir()
+		files := untar(t, filepath.Join(dist, archive), dir)
+		assert.Equal(t, map[string]bool{"kubectl-guard": true, "LICENSE": false}, files, "%s holds kubectl-guard (executable) and LICENSE", archive)
+		if platform != runtime.GOOS+"/"+runtime.GOARCH {
+			continue
+		}
+		out, err := exec.Command(filepath.Join(dir, "kubectl-guard"), "version", "-o", "jsonpath={.version}").CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		assert.Equal(t, version, string(out), "the host's kubectl-guard prints its version")
+	}
+}
+
+// untar extracts the regular files of the .tar.gz at path into dir, and
+// returns their names, each true when it is executable by its owner.
+func untar(t *testing.T, path, dir string) map[string]bool {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer func() { _ = f.Close() }()
+	gz, err := gzip.NewReader(f)
+	require.NoError(t, err)
+	tr := tar.NewReader(gz)
+	files := map[string]bool{}
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err)
+		require.Equal(t, byte(tar.TypeReg), h.Typeflag, "%s: %s is no regular file", path, h.Name)
+		require.Equal(t, filepath.Base(h.Name), h.Name, "%s: %s is not at the top", path, h.Name)
+		out, err := os.OpenFile(filepath.Join(dir, h.Name), os.O_CREATE|os.O_WRONLY|os.O_EXCL, os.FileMode(h.Mode)&0o755)
+		require.NoError(t, err)
+		_, err = io.Copy(out, tr)
+		require.NoError(t, err)
+		require.NoError(t, out.Close())
+		files[h.Name] = h.Mode&0o100 != 0
+	}
+	return files
+}
+
+// releasePlatforms are the platforms the tests' releases build
+// kubectl-guard for: $RELEASE_PLATFORMS when set, else only the host's. A
+// cold cross-compile of the guard takes minutes on two cores; the
+// Makefile's default builds four.
+func releasePlatforms() []string {
+	if p := strings.Fields(os.Getenv("RELEASE_PLATFORMS")); len(p) > 0 {
+		return p
+	}
+	return []string{runtime.GOOS + "/" + runtime.GOARCH}
+}
+
 // makeRelease runs "make release" with the tools this package uses, so
-// nothing is built.
+// nothing but kubectl-guard is built, for releasePlatforms.
 func makeRelease(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	cmd := exec.Command("make", append([]string{"--no-print-directory", "release", "HELM=" + helmBin, "KUSTOMIZE=" + filepath.Join(env.BinDir, "kustomize")}, args...)...)
+	cmd := exec.Command("make", append([]string{"--no-print-directory", "release", "HELM=" + helmBin, "KUSTOMIZE=" + filepath.Join(env.BinDir, "kustomize"),
+		"RELEASE_PLATFORMS=" + strings.Join(releasePlatforms(), " ")}, args...)...)
 	cmd.Dir = root
 	// Under "make test", make passes its own command line down through
 	// MAKEFLAGS; this release must see only its own.
@@ -94,7 +215,7 @@ func makeRelease(t *testing.T, args ...string) (string, error) {
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
 		switch name {
-		case "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "IMG", "IMAGE_REPO", "VERSION", "DIST":
+		case "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "IMG", "IMAGE_REPO", "VERSION", "DIST", "RELEASE_PLATFORMS":
 			continue
 		}
 		environ = append(environ, kv)
