@@ -45,13 +45,15 @@ help: ## Show this help.
 ##@ Development
 
 .PHONY: manifests
-manifests: ## Regenerate the generated/ folders of deploy/kustomize/components/example-targets and deploy/kustomize/examples from their config.yaml (targets ClusterRole and path probe Roles, guard policy and marking policies).
+manifests: ## Regenerate the generated/ folders of deploy/kustomize/components/example-targets and deploy/kustomize/examples from their config.yaml (targets ClusterRole and path probe Roles, guard policy and marking policies), and the chart's marking policy template (files/marking.json).
 	$(call generate,$(EXAMPLE_TARGETS),rbac,targets-role.yaml)
 	$(call generate,$(EXAMPLE_TARGETS),policy,policy.yaml)
 	$(call generate,$(EXAMPLE_TARGETS),marking,marking.yaml)
 	$(call generate,$(EXAMPLES),rbac --breaker $(EXAMPLES_BREAKER),targets-role.yaml)
 	$(call generate,$(EXAMPLES),policy --breaker $(EXAMPLES_BREAKER),policy.yaml)
 	$(call generate,$(EXAMPLES),marking,marking.yaml)
+	go run -C $(HACK) $(GOFLAGS_BUILD) ./markingtemplate > $(CHART)/files/marking.json.tmp
+	mv $(CHART)/files/marking.json.tmp $(CHART)/files/marking.json
 
 # generate writes "guard manifests $(2) --config $(1)/config.yaml" to
 # $(1)/generated/$(3) through a temporary file, so a failed run leaves the
@@ -165,12 +167,15 @@ RELEASE_IMG = $(if $(filter command line environment environment override,$(orig
 # missing: hack/tools/install.sh, hack/tools/helm.sh).
 KUSTOMIZE ?= $$(hack/tools/install.sh)/kustomize
 HELM ?= $$(hack/tools/helm.sh)
+# RELEASE_PLATFORMS are the os/arch pairs of the kubectl-guard archives
+# (the krew plugin) a release builds.
+RELEASE_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 
 .PHONY: release
-release: ## Write dist/install.yaml (overlays/default with the image RELEASE_IMG), dist/webhook-guard-<X.Y.Z>.tgz (the chart, image RELEASE_IMG; what "helm push" pushes) and dist/SHA256SUMS over both, and print their sha256, for VERSION=vX.Y.Z; RELEASE_IMG is IMG when given, else IMAGE_REPO:VERSION (IMAGE_REPO default ghcr.io/webhook-guard/webhook-guard).
+release: ## Write dist/install.yaml (overlays/default with the image RELEASE_IMG), dist/webhook-guard-<X.Y.Z>.tgz (the chart, image RELEASE_IMG; what "helm push" pushes), dist/kubectl-guard_<VERSION>_<os>_<arch>.tar.gz for each of RELEASE_PLATFORMS, dist/guard.yaml (their krew plugin manifest, from deploy/krew/guard.yaml) and dist/SHA256SUMS over all of them, and print their sha256, for VERSION=vX.Y.Z; RELEASE_IMG is IMG when given, else IMAGE_REPO:VERSION (IMAGE_REPO default ghcr.io/webhook-guard/webhook-guard).
 	@[[ "$(VERSION)" =~ ^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$$ ]] || { echo "release: VERSION must be vMAJOR.MINOR.PATCH[-PRERELEASE], not \"$(VERSION)\": make release VERSION=v0.2.0" >&2; exit 1; }
-	hack/release.sh "$(VERSION)" "$(RELEASE_IMG)" "$(DIST)" "$(KUSTOMIZE)" "$(HELM)"
+	RELEASE_PLATFORMS="$(RELEASE_PLATFORMS)" COMMIT="$(COMMIT)" hack/release.sh "$(VERSION)" "$(RELEASE_IMG)" "$(DIST)" "$(KUSTOMIZE)" "$(HELM)"
 
 .PHONY: helm-lint
 helm-lint: ## Run "helm lint --strict" on deploy/helm/webhook-guard with the example targets as values (builds helm into the cache first if missing).
-	"$(HELM)" lint --strict $(CHART) -f $(EXAMPLE_TARGETS)/config.yaml --set-file marking.policies=$(EXAMPLE_TARGETS)/generated/marking.yaml
+	"$(HELM)" lint --strict $(CHART) -f $(EXAMPLE_TARGETS)/config.yaml

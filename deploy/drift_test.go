@@ -104,3 +104,15 @@ func TestBase_approvesNoTarget(t *testing.T) {
 		}
 	}
 }
+
+// TestChartMarkingTemplate_isTheGuards: the chart renders the marking
+// policies of its targets from files/marking.json, which must be the
+// template of this guard (marking.TemplateJSON); "make manifests" writes
+// it.
+func TestChartMarkingTemplate_isTheGuards(t *testing.T) {
+	want, err := marking.TemplateJSON()
+	require.NoError(t, err)
+	got, err := os.ReadFile(filepath.Join("helm", "webhook-guard", "files", "marking.json"))
+	require.NoError(t, err, "run make manifests")
+	assert.Equal(t, string(want), string(got), "helm/webhook-guard/files/marking.json is out of date with the marking renderer; run make manifests")
+}

@@ -2,9 +2,11 @@ package deploy_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -45,13 +47,44 @@ func managerPod(t *testing.T) corev1.PodTemplateSpec {
 	return deps[0].Spec.Template
 }
 
-// TestNetworkPolicy_admitsOnlyTheWebhookAndMetricsPorts: the policies
-// select the guard's pods, ingress is open on exactly the webhook and
-// metrics ports (the metrics port serves /status too, authenticated),
-// named as the container names them (a named port that matches no
-// container port silently admits nothing), and egress has DNS, the
-// apiserver and a separate policy for the probed webhooks.
-func TestNetworkPolicy_admitsOnlyTheWebhookAndMetricsPorts(t *testing.T) {
+// staticAdmission is the kustomize Component that adds the webhook server.
+const staticAdmission = "kustomize/components/static-admission"
+
+// jsonPatch is one operation of a kustomize JSON 6902 patch file.
+type jsonPatch struct {
+	Op    string          `json:"op"`
+	Path  string          `json:"path"`
+	Value json.RawMessage `json:"value"`
+}
+
+// patchValues decodes into T the value of every "add" of a JSON patch
+// file whose path starts with prefix.
+func patchValues[T any](t *testing.T, path, prefix string) []T {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var ops []jsonPatch
+	require.NoError(t, yaml.UnmarshalStrict(data, &ops), path)
+	var out []T
+	for _, op := range ops {
+		if op.Op != "add" || !strings.HasPrefix(op.Path, prefix) {
+			continue
+		}
+		var v T
+		require.NoError(t, yaml.UnmarshalStrict(op.Value, &v), "%s: %s", path, op.Path)
+		out = append(out, v)
+	}
+	return out
+}
+
+// TestNetworkPolicy_admitsOnlyTheMetricsPortAndTheWebhookWhereItRuns: the
+// policies select the guard's pods; in the base, ingress is open on the
+// metrics port only (it serves /status too, authenticated), and
+// components/static-admission opens the webhook port with the webhook
+// server, named as its container port (a named port that matches no
+// container port silently admits nothing); egress has DNS, the apiserver
+// and a separate policy for the probed webhooks.
+func TestNetworkPolicy_admitsOnlyTheMetricsPortAndTheWebhookWhereItRuns(t *testing.T) {
 	pod := managerPod(t)
 	containerPorts := sets.New[string]()
 	for _, c := range pod.Spec.Containers {
@@ -81,11 +114,25 @@ func TestNetworkPolicy_admitsOnlyTheWebhookAndMetricsPorts(t *testing.T) {
 			ingress.Insert(p.Port.StrVal)
 		}
 	}
-	assert.Equal(t, sets.New("webhook", "metrics"), ingress, "ingress only to the webhook and metrics ports")
+	assert.Equal(t, sets.New("metrics"), ingress, "ingress only to the metrics port: the default installation runs no webhook server")
 	assert.True(t, containerPorts.IsSuperset(ingress), "the container names ports %v; the policy %v", sets.List(containerPorts), sets.List(ingress))
+	assert.False(t, containerPorts.Has("webhook"), "the base runs no webhook server")
 	for _, rule := range main.Spec.Ingress {
 		assert.NotEmpty(t, rule.Ports, "an ingress rule without ports opens every port")
 	}
+
+	// components/static-admission: the webhook's container port, and
+	// ingress to exactly that port.
+	webhookPorts := patchValues[corev1.ContainerPort](t, filepath.Join(staticAdmission, "manager_webhook_patch.yaml"), "/spec/template/spec/containers/0/ports/")
+	require.Len(t, webhookPorts, 1)
+	assert.Equal(t, "webhook", webhookPorts[0].Name)
+	assert.Contains(t, patchValues[string](t, filepath.Join(staticAdmission, "manager_webhook_patch.yaml"), "/spec/template/spec/containers/0/args/"),
+		fmt.Sprintf("--webhook-port=%d", webhookPorts[0].ContainerPort), "the webhook server listens on the port the container names")
+	rules := patchValues[networkingv1.NetworkPolicyIngressRule](t, filepath.Join(staticAdmission, "network_policy_patch.yaml"), "/spec/ingress/")
+	require.Len(t, rules, 1)
+	require.Len(t, rules[0].Ports, 1, "an ingress rule without ports opens every port")
+	assert.Equal(t, intstr.FromString(webhookPorts[0].Name), *rules[0].Ports[0].Port, "ingress to the webhook's named port")
+	assert.Empty(t, rules[0].From, "kube-apiserver is not a pod: no peer")
 
 	egressPorts := sets.New[int32]()
 	for _, rule := range main.Spec.Egress {

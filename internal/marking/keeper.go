@@ -44,7 +44,7 @@ type Keeper struct {
 const CanaryNamespace = "default"
 
 // InstallHint says how to install the marking policies.
-const InstallHint = "install them with \"guard manifests marking --config <file> | kubectl apply -f -\" (a user overlay includes them; the Helm chart takes them as marking.policies)"
+const InstallHint = "install them with \"guard manifests marking --config <file> | kubectl apply -f -\" (a user overlay includes them; the Helm chart renders them from its targets: upgrade the release)"
 
 // Check returns nil when c's marking policy and binding are installed as
 // Render renders them, and an error that says what differs otherwise.

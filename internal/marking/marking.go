@@ -1,12 +1,14 @@
 package marking
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -177,16 +179,118 @@ var exemptResources = []string{
 // Digest identifies what Render returns for one circuit: it changes
 // whenever a release changes the policy. The canary's LoadedAnnotation
 // carries it, so a loaded policy of another version does not count.
+//
+// It is the SHA-256 of the template's digest (TemplateJSON), a space and
+// "<configuration>/<webhook>", 16 hex characters: the policy of a circuit
+// is the template with these names put in, so it changes exactly when the
+// template or the names do, and the chart computes the same with
+// sha256sum.
 func Digest(configuration, webhook string) string {
-	// The digest is part of the canary's mutation: leave it out of what
-	// it digests.
-	return digestOf(render(configuration, webhook, ""))
+	return digestFor(templateDigest(), configuration, webhook)
 }
+
+func digestFor(template, configuration, webhook string) string {
+	sum := sha256.Sum256([]byte(template + " " + configuration + "/" + webhook))
+	return hex.EncodeToString(sum[:8])
+}
+
+// templateDigest digests the template's policy and binding specs, with
+// their placeholders.
+var templateDigest = sync.OnceValue(func() string {
+	return digestOf(render(placeholderConfiguration, placeholderWebhook, placeholderDigest))
+})
 
 func digestOf(policy *admissionregistrationv1.MutatingAdmissionPolicy, binding *admissionregistrationv1.MutatingAdmissionPolicyBinding) string {
 	data, _ := json.Marshal([]any{policy.Spec, binding.Spec})
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:8])
+}
+
+// The placeholders of TemplateJSON. Configuration and webhook names are
+// DNS names, so none of them can hold one, and JSON writes them as they
+// are.
+const (
+	placeholderConfiguration = "@CONFIGURATION@"
+	placeholderWebhook       = "@WEBHOOK@"
+	placeholderID            = "@ID@"
+	placeholderDigest        = "@DIGEST@"
+)
+
+// Template is what TemplateJSON holds.
+type Template struct {
+	// Digest is the template's own digest, the start of each circuit's
+	// Digest.
+	Digest string `json:"digest"`
+	// Policy and Binding are Render's objects, as JSON objects, with the
+	// placeholders @CONFIGURATION@, @WEBHOOK@, @ID@ (the circuit's ID)
+	// and @DIGEST@ (its Digest) where the circuit's values go.
+	Policy  map[string]any `json:"policy"`
+	Binding map[string]any `json:"binding"`
+}
+
+// TemplateJSON is the marking policy and binding of every circuit, with
+// placeholders for what differs between circuits (see Template): what the
+// Helm chart renders the marking policies of its targets from
+// (files/marking.json), with no "guard manifests marking" step. A circuit's
+// objects are TemplateJSON with each placeholder replaced as Fill does,
+// which makes them equal to Render's.
+func TemplateJSON() ([]byte, error) {
+	policy, binding := render(placeholderConfiguration, placeholderWebhook, placeholderDigest)
+	t := Template{Digest: templateDigest()}
+	var err error
+	if t.Policy, err = asJSONObject(policy); err != nil {
+		return nil, err
+	}
+	if t.Binding, err = asJSONObject(binding); err != nil {
+		return nil, err
+	}
+	// Readable: "&&" as it is, not \u0026\u0026.
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(t); err != nil {
+		return nil, err
+	}
+	// The placeholders' own ID stands for the circuit's.
+	id := ID(placeholderConfiguration, placeholderWebhook)
+	return []byte(strings.ReplaceAll(buf.String(), id, placeholderID)), nil
+}
+
+// Fill is TemplateJSON with the placeholders replaced by configuration's
+// and webhook's values, exactly as the chart's template does it.
+func Fill(templateJSON []byte, configuration, webhook string) (policy, binding map[string]any, err error) {
+	var t Template
+	if err := json.Unmarshal(templateJSON, &t); err != nil {
+		return nil, nil, err
+	}
+	filled := strings.NewReplacer(
+		placeholderID, ID(configuration, webhook),
+		placeholderDigest, Digest(configuration, webhook),
+		placeholderConfiguration, configuration,
+		placeholderWebhook, webhook,
+	).Replace(string(templateJSON))
+	if err := json.Unmarshal([]byte(filled), &t); err != nil {
+		return nil, nil, err
+	}
+	return t.Policy, t.Binding, nil
+}
+
+// asJSONObject is obj as a JSON object, as "guard manifests" writes it:
+// without an empty status.
+func asJSONObject(obj any) (map[string]any, error) {
+	data, err := json.Marshal(obj)
+	if err != nil {
+		return nil, err
+	}
+	var out map[string]any
+	if err := json.Unmarshal(data, &out); err != nil {
+		return nil, err
+	}
+	if status, ok := out["status"].(map[string]any); ok && len(status) == 0 {
+		delete(out, "status")
+	}
+	return out, nil
 }
 
 // mutation is the policy's mutation: on a canary, the

@@ -91,11 +91,41 @@ func TestDigest_tellsCircuitsAndReleasesApart(t *testing.T) {
 	assert.NotEqual(t, d, Digest("sidecar-injector", "other.example.com"))
 	assert.NotEqual(t, d, Digest("other", "inject.example.com"))
 	// A release that changes the policy changes the digest: it covers the
-	// whole spec, the canary's own answer aside.
-	p, b := render("sidecar-injector", "inject.example.com", "")
+	// template's whole spec.
+	p, b := render(placeholderConfiguration, placeholderWebhook, placeholderDigest)
+	assert.Equal(t, d, digestFor(digestOf(p, b), "sidecar-injector", "inject.example.com"))
 	p.Spec.FailurePolicy = new(admissionregistrationv1.FailurePolicyType)
 	*p.Spec.FailurePolicy = admissionregistrationv1.Fail
-	assert.NotEqual(t, d, digestOf(p, b))
+	assert.NotEqual(t, d, digestFor(digestOf(p, b), "sidecar-injector", "inject.example.com"))
+}
+
+// TestTemplateJSON_filledIsRender: the chart's template, with a circuit's
+// names put in as the chart does it, is exactly what Render returns for
+// that circuit, for names of every shape a configuration and a webhook
+// may have.
+func TestTemplateJSON_filledIsRender(t *testing.T) {
+	tmpl, err := TemplateJSON()
+	require.NoError(t, err)
+	assert.NotContains(t, string(tmpl), ID(placeholderConfiguration, placeholderWebhook), "every ID is a placeholder")
+	for _, c := range [][2]string{
+		{"sidecar-injector", "inject.example.com"},
+		{"a", "b.c.d"},
+		{"kyverno-resource-mutating-webhook-cfg", "mutate.kyverno.svc-fail"},
+		{"x.y-1", "0.9-z.example"},
+		{strings.Repeat("n", 253), strings.Repeat("w", 63) + ".example.com"},
+	} {
+		t.Run(c[0]+"/"+c[1], func(t *testing.T) {
+			gotPolicy, gotBinding, err := Fill(tmpl, c[0], c[1])
+			require.NoError(t, err)
+			policy, binding := Render(c[0], c[1])
+			wantPolicy, err := asJSONObject(policy)
+			require.NoError(t, err)
+			wantBinding, err := asJSONObject(binding)
+			require.NoError(t, err)
+			assert.Equal(t, wantPolicy, gotPolicy)
+			assert.Equal(t, wantBinding, gotBinding)
+		})
+	}
 }
 
 func TestInline_writesVariablesOut(t *testing.T) {

@@ -19,9 +19,11 @@ import (
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
 )
 
-// servedSerial dials the guard's webhook port and returns the serial of the
-// certificate it serves, verified against the CA in the Secret for the
-// Service's name, as kube-apiserver would verify it.
+// servedSerial dials one of the guard's TLS ports (the webhook's, the
+// metrics endpoint's) and returns the serial of the certificate it serves,
+// verified against the CA in the Secret for the Service's name, as
+// kube-apiserver verifies the webhook and Prometheus, with the chart's
+// ServiceMonitor, the metrics endpoint.
 func servedSerial(addr, serverName string, ca []byte) (string, error) {
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(ca)
@@ -33,8 +35,12 @@ func servedSerial(addr, serverName string, ca []byte) (string, error) {
 	return conn.ConnectionState().PeerCertificates[0].SerialNumber.String(), nil
 }
 
-// The self-managed certificate: created once, reused by a restarted guard,
-// and rotated before expiry while the webhook keeps serving.
+// The self-managed certificate, as components/static-admission runs it:
+// created once, reused by a restarted guard, and rotated before expiry
+// while the webhook keeps serving. The metrics endpoint serves the same
+// certificate (--metrics-cert-dir is the webhook's cert dir): a real TLS
+// handshake verifies it against the Secret's CA for the Service's name,
+// before and after the rotation.
 func TestCerts_selfManagedSecretIsReusedAndRotatedWithoutRestart(t *testing.T) {
 	ctx := context.Background()
 	s := newBreakerSetup(t, setupOptions{mode: "Ignore"})
@@ -49,13 +55,15 @@ func TestCerts_selfManagedSecretIsReusedAndRotatedWithoutRestart(t *testing.T) {
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: s.ns, Name: "webhook-guard"}},
 	}))
 
-	addr := freeAddr(t)
+	addr, metricsAddr := freeAddr(t), freeAddr(t)
 	host, port, err := net.SplitHostPort(addr)
 	require.NoError(t, err)
 	serverName := "webhook-guard." + s.ns + ".svc"
 	args := func(extra ...string) []string {
-		return append([]string{"--webhook-cert-dir", t.TempDir(), "--webhook-host", host, "--webhook-port", port,
-			"--cert-namespace", s.ns, "--cert-service-name", "webhook-guard"}, extra...)
+		certDir := t.TempDir()
+		return append([]string{"--webhook-cert-dir", certDir, "--webhook-host", host, "--webhook-port", port,
+			"--cert-namespace", s.ns, "--cert-service-name", "webhook-guard",
+			"--metrics-bind-address", metricsAddr, "--metrics-cert-dir", certDir}, extra...)
 	}
 	secret := func() *corev1.Secret {
 		sec := &corev1.Secret{}
@@ -78,6 +86,15 @@ func TestCerts_selfManagedSecretIsReusedAndRotatedWithoutRestart(t *testing.T) {
 	created := secret()
 	assert.Equal(t, corev1.SecretTypeTLS, created.Type)
 	serial := serving(first, created.Data[certs.CACertKey])
+	metricsSerial := func(ca []byte) string {
+		var serial string
+		require.Eventually(t, func() bool {
+			serial, err = servedSerial(metricsAddr, serverName, ca)
+			return err == nil
+		}, transition, 50*time.Millisecond, "the metrics endpoint never served a certificate of the Secret's CA valid for %s: %v", serverName, err)
+		return serial
+	}
+	assert.Equal(t, serial, metricsSerial(created.Data[certs.CACertKey]), "the metrics endpoint serves the webhook's certificate")
 	first.Stop()
 
 	second := s.startGuard("second", args()...)
@@ -94,6 +111,12 @@ func TestCerts_selfManagedSecretIsReusedAndRotatedWithoutRestart(t *testing.T) {
 		after, err = servedSerial(addr, serverName, created.Data[certs.CACertKey])
 		return err == nil && after != before
 	}, time.Minute, 100*time.Millisecond, "the served certificate was never rotated")
+	// Rotation goes on every 10 s here, so the metrics endpoint is only
+	// required to move on from the first certificate, within the CA.
+	require.Eventually(t, func() bool {
+		got, err := servedSerial(metricsAddr, serverName, created.Data[certs.CACertKey])
+		return err == nil && got != before
+	}, time.Minute, 100*time.Millisecond, "the metrics endpoint never served a rotated certificate")
 	exited, _ := third.Exited()
 	assert.False(t, exited, "rotation must not need a restart")
 	rotated := secret()

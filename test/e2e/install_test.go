@@ -11,9 +11,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -30,6 +30,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -203,6 +204,7 @@ func TestInstall_RBACIsLeastPrivilege(t *testing.T) {
 	dumpOnFailure(t, installNamespace)
 	objs := installDocs(t, installBuild(t, ctx, "default"))
 	installApply(t, ctx, "default")
+	installRemoveOtherOverlaysRBAC(t, ctx, objs)
 	installOnlyOwnBindings(t, ctx, objs)
 
 	cases := map[string]installCanI{
@@ -229,20 +231,24 @@ func TestInstall_RBACIsLeastPrivilege(t *testing.T) {
 		"not delete another policy":                                {[]string{"delete", "validatingadmissionpolicies.admissionregistration.k8s.io/other"}, false},
 		"not patch another policy binding":                         {[]string{"patch", "validatingadmissionpolicybindings.admissionregistration.k8s.io/other"}, false},
 		"not read Secrets in kube-system":                          {[]string{"get", "secrets", "-n", "kube-system"}, false},
-		"read its own certificate Secret":                          {[]string{"get", "secrets/webhook-guard-certs", "-n", installNamespace}, true},
-		"update its own certificate Secret":                        {[]string{"update", "secrets/webhook-guard-certs", "-n", installNamespace}, true},
-		"not read another Secret in its namespace":                 {[]string{"get", "secrets/other", "-n", installNamespace}, false},
-		"not list Secrets in its namespace":                        {[]string{"list", "secrets", "-n", installNamespace}, false},
-		"not list Secrets anywhere":                                {[]string{"list", "secrets", "-A"}, false},
-		"not create ConfigMaps cluster-wide":                       {[]string{"create", "configmaps", "-A"}, false},
-		"not read ConfigMaps in its namespace (config is a file)":  {[]string{"get", "configmaps", "-n", installNamespace}, false},
-		"create Leases in its namespace":                           {[]string{"create", "leases.coordination.k8s.io", "-n", installNamespace}, true},
-		"not create Leases in default":                             {[]string{"create", "leases.coordination.k8s.io", "-n", "default"}, false},
-		"create events.k8s.io Events in default":                   {[]string{"create", "events.events.k8s.io", "-n", "default"}, true},
-		"patch events.k8s.io Events in default":                    {[]string{"patch", "events.events.k8s.io", "-n", "default"}, true},
-		"not create events.k8s.io Events in kube-system":           {[]string{"create", "events.events.k8s.io", "-n", "kube-system"}, false},
-		"create core Events for leader election":                   {[]string{"create", "events", "-n", installNamespace}, true},
-		"get a Service in any namespace":                           {[]string{"get", "services", "-n", "anywhere"}, true},
+		// No webhook server, so no certificate: no Secret at all, not even
+		// the one components/static-admission keeps its CA in
+		// (TestInstall_staticAdmissionRBACIsItsCertificateSecretOnly).
+		"not read the certificate Secret (no webhook server)":     {[]string{"get", "secrets/webhook-guard-certs", "-n", installNamespace}, false},
+		"not update the certificate Secret (no webhook server)":   {[]string{"update", "secrets/webhook-guard-certs", "-n", installNamespace}, false},
+		"not create Secrets in its namespace":                     {[]string{"create", "secrets", "-n", installNamespace}, false},
+		"not read another Secret in its namespace":                {[]string{"get", "secrets/other", "-n", installNamespace}, false},
+		"not list Secrets in its namespace":                       {[]string{"list", "secrets", "-n", installNamespace}, false},
+		"not list Secrets anywhere":                               {[]string{"list", "secrets", "-A"}, false},
+		"not create ConfigMaps cluster-wide":                      {[]string{"create", "configmaps", "-A"}, false},
+		"not read ConfigMaps in its namespace (config is a file)": {[]string{"get", "configmaps", "-n", installNamespace}, false},
+		"create Leases in its namespace":                          {[]string{"create", "leases.coordination.k8s.io", "-n", installNamespace}, true},
+		"not create Leases in default":                            {[]string{"create", "leases.coordination.k8s.io", "-n", "default"}, false},
+		"create events.k8s.io Events in default":                  {[]string{"create", "events.events.k8s.io", "-n", "default"}, true},
+		"patch events.k8s.io Events in default":                   {[]string{"patch", "events.events.k8s.io", "-n", "default"}, true},
+		"not create events.k8s.io Events in kube-system":          {[]string{"create", "events.events.k8s.io", "-n", "kube-system"}, false},
+		"create core Events for leader election":                  {[]string{"create", "events", "-n", installNamespace}, true},
+		"get a Service in any namespace":                          {[]string{"get", "services", "-n", "anywhere"}, true},
 		// Issue 31: the probe resolves Services from a watch. A leaked
 		// token enumerates Services, and no more (docs/security.md).
 		"list Services (the probe watches its targets' Services)":  {[]string{"list", "services", "-n", "anywhere"}, true},
@@ -278,30 +284,93 @@ func TestInstall_RBACIsLeastPrivilege(t *testing.T) {
 		"not update any mutating admission policy":      {[]string{"update", "mutatingadmissionpolicies.admissionregistration.k8s.io/other"}, false},
 	}
 	require.GreaterOrEqual(t, len(cases), 10)
+	installAskAll(t, ctx, cases)
+}
 
-	// The RBAC authorizer learns of new bindings from its informers:
-	// wait until every allowed action is allowed, then ask every question.
-	var allowed []string
-	for name, c := range cases {
-		if c.want {
-			allowed = append(allowed, name)
-		}
-	}
-	slices.Sort(allowed)
+// TestInstall_staticAdmissionRBACIsItsCertificateSecretOnly: the one
+// permission components/static-admission adds to the default installation
+// is its certificate Secret: create (which RBAC cannot limit by name), and
+// get, update and patch of webhook-guard-certs alone.
+func TestInstall_staticAdmissionRBACIsItsCertificateSecretOnly(t *testing.T) {
+	ctx := context.Background()
+	dumpOnFailure(t, installNamespace)
+	objs := installDocs(t, installBuild(t, ctx, "static-admission"))
+	installApply(t, ctx, "static-admission")
+	t.Cleanup(func() {
+		// Leave the default installation's RBAC, as the other tests expect.
+		installRemoveOtherOverlaysRBAC(t, context.Background(), installDocs(t, installBuild(t, context.Background(), "default")))
+	})
+	installRemoveOtherOverlaysRBAC(t, ctx, objs)
+	installOnlyOwnBindings(t, ctx, objs)
+
+	secret := "secrets/webhook-guard-certs"
+	installAskAll(t, ctx, map[string]installCanI{
+		"create Secrets in its namespace (create has no name)": {[]string{"create", "secrets", "-n", installNamespace}, true},
+		"read its certificate Secret":                          {[]string{"get", secret, "-n", installNamespace}, true},
+		"update its certificate Secret":                        {[]string{"update", secret, "-n", installNamespace}, true},
+		"patch its certificate Secret":                         {[]string{"patch", secret, "-n", installNamespace}, true},
+		"not delete its certificate Secret":                    {[]string{"delete", secret, "-n", installNamespace}, false},
+		"not read another Secret in its namespace":             {[]string{"get", "secrets/other", "-n", installNamespace}, false},
+		"not update another Secret in its namespace":           {[]string{"update", "secrets/other", "-n", installNamespace}, false},
+		"not list Secrets in its namespace":                    {[]string{"list", "secrets", "-n", installNamespace}, false},
+		"not watch Secrets in its namespace":                   {[]string{"watch", "secrets", "-n", installNamespace}, false},
+		"not create Secrets in another namespace":              {[]string{"create", "secrets", "-n", "default"}, false},
+		"not read a Secret of that name in another namespace":  {[]string{"get", secret, "-n", "kube-system"}, false},
+	})
+}
+
+// installAskAll asks every question of cases about the installed
+// ServiceAccount, each in a subtest. The RBAC authorizer learns of changed
+// bindings from its informers: it first waits until every answer is the
+// one wanted, then asks every question again.
+func installAskAll(t *testing.T, ctx context.Context, cases map[string]installCanI) {
+	t.Helper()
+	names := slices.Sorted(maps.Keys(cases))
 	require.Eventually(t, func() bool {
-		for _, name := range allowed {
-			if got, _ := installAsk(ctx, cases[name].args); !got {
+		for _, name := range names {
+			if got, _ := installAsk(ctx, cases[name].args); got != cases[name].want {
 				return false
 			}
 		}
 		return true
-	}, 30*time.Second, 200*time.Millisecond, "the installed RBAC never allowed everything it should")
+	}, 30*time.Second, 200*time.Millisecond, "the installed RBAC never answered every question as it should")
 
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
 			got, out := installAsk(ctx, c.args)
 			assert.Equal(t, c.want, got, "kubectl auth can-i %s --as=%s said:\n%s", strings.Join(c.args, " "), installUser, out)
 		})
+	}
+}
+
+// installKey names a built object: kind namespace/name.
+func installKey(obj map[string]any) string {
+	meta, _ := obj["metadata"].(map[string]any)
+	ns, _ := meta["namespace"].(string)
+	return fmt.Sprintf("%s %s/%s", obj["kind"], ns, meta["name"])
+}
+
+// installRemoveOtherOverlaysRBAC deletes the Roles, ClusterRoles and
+// bindings that another overlay installs and objs (one overlay's build)
+// does not: kubectl apply prunes nothing, and what an earlier test applied
+// (components/static-admission's Role on the certificate Secret) must not
+// answer for this installation.
+func installRemoveOtherOverlaysRBAC(t *testing.T, ctx context.Context, objs []map[string]any) {
+	t.Helper()
+	keep := sets.New[string]()
+	for _, obj := range objs {
+		keep.Insert(installKey(obj))
+	}
+	for _, overlay := range installOverlays {
+		for _, obj := range installDocs(t, installBuild(t, ctx, overlay)) {
+			apiVersion, _ := obj["apiVersion"].(string)
+			if apiVersion != rbacv1.SchemeGroupVersion.String() || keep.Has(installKey(obj)) {
+				continue
+			}
+			if err := env.Client.Delete(ctx, &unstructured.Unstructured{Object: obj}); err != nil && !apierrors.IsNotFound(err) {
+				require.NoError(t, err, "deleting %s", installKey(obj))
+			}
+		}
 	}
 }
 
@@ -410,18 +479,12 @@ func installStatus(ctx context.Context, url string) (installStatusRow, error) {
 }
 
 // installGuardArgs are the flags of the out-of-cluster guard: the
-// installed Deployment's, minus the webhook server (no --webhook-cert-dir)
-// and minus the service's own certificate management.
+// installed Deployment's leader election. Like the default installation
+// it runs no webhook server (no --webhook-cert-dir), so it manages no
+// certificate and touches no Secret.
 func installGuardArgs(t *testing.T) []string {
 	t.Helper()
-	args := []string{"--leader-elect", "--leader-election-namespace", installNamespace}
-	bin, err := env.BuildGuard()
-	require.NoError(t, err)
-	help, _ := exec.Command(bin, "run", "--help").CombinedOutput()
-	if bytes.Contains(help, []byte("-cert-secret")) {
-		args = append(args, "--cert-secret=")
-	}
-	return args
+	return []string{"--leader-elect", "--leader-election-namespace", installNamespace}
 }
 
 // installWebhookState is what the test reads from the target configuration.

@@ -117,8 +117,6 @@ func releaseOverlay(t *testing.T, ctx context.Context, bin, ns string) string {
 	write("inner/kustomization.yaml", fmt.Sprintf(`resources:
 - %[1]s/base
 - targets-role.yaml
-components:
-- %[1]s/components/self-managed-certs
 namePrefix: %[2]s
 configMapGenerator:
 - name: webhook-guard-config

@@ -2,9 +2,11 @@ package run
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -27,7 +29,9 @@ type CertOptions struct {
 	// SecretName is the Secret holding the CA and serving pair
 	// (--cert-secret). Default webhook-guard-certs; empty turns
 	// self-management off, and --webhook-cert-dir must then be filled by
-	// something else (cert-manager, a mounted Secret).
+	// something else (cert-manager, a mounted Secret). It is used only when
+	// --webhook-cert-dir is set: without a webhook server no Secret is
+	// read or written, whatever it says.
 	SecretName string
 	// Namespace holds the Secret and the Service (--cert-namespace).
 	// Default webhook-guard-system.
@@ -55,7 +59,7 @@ type CertOptions struct {
 
 // AddFlags adds the flags of the self-managed certificate to fs.
 func (o *CertOptions) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.SecretName, "cert-secret", certs.DefaultSecretName, "Secret in which the service keeps its own CA and webhook serving certificate; empty turns this off (then --webhook-cert-dir must be filled by something else).")
+	fs.StringVar(&o.SecretName, "cert-secret", certs.DefaultSecretName, "Secret in which the service keeps its own CA and webhook serving certificate, when --webhook-cert-dir is set (without it there is no webhook server and no Secret is touched); empty turns this off (then --webhook-cert-dir must be filled by something else).")
 	fs.StringVar(&o.Namespace, "cert-namespace", certs.DefaultNamespace, "Namespace of --cert-secret and of the webhook's Service.")
 	fs.StringVar(&o.ServiceName, "cert-service-name", certs.DefaultServiceName, "Service in front of the webhook; the certificate is valid for <service>.<namespace>.svc[.cluster.local].")
 	fs.Var(&o.ExtraSANs, "cert-extra-sans", "Comma-separated further DNS names and IP addresses for the webhook certificate (for example the host of the static manifest's URL).")
@@ -84,8 +88,12 @@ func (o CertOptions) certManager(c client.Client, certDir string) *certs.Manager
 // list and watch every Secret in the cluster, which RBAC does not allow.
 func setupCerts(ctx context.Context, mgr manager.Manager, c client.Client, certDir string, o CertOptions) error {
 	log := logf.FromContext(ctx).WithName("certs")
-	if o.SecretName == "" || certDir == "" {
-		log.Info("Not managing the webhook serving certificate", "certSecret", o.SecretName, "webhookCertDir", certDir)
+	switch {
+	case certDir == "":
+		log.Info("No webhook server (no --webhook-cert-dir): no serving certificate to manage")
+		return nil
+	case o.SecretName == "":
+		log.Info("Not managing the webhook serving certificate (--cert-secret is empty)", "webhookCertDir", certDir)
 		return nil
 	}
 	m := o.certManager(c, certDir)
@@ -96,6 +104,21 @@ func setupCerts(ctx context.Context, mgr manager.Manager, c client.Client, certD
 	}
 	if err := mgr.Add(m); err != nil {
 		return fmt.Errorf("adding the certificate rotation: %w", err)
+	}
+	return nil
+}
+
+// checkMetricsCert makes sure that certDir, when set, holds a pair the
+// metrics server can serve: controller-runtime would otherwise fall back,
+// silently, to a self-signed certificate that no scraper's CA verifies.
+// It runs after setupCerts, which writes the pair when certDir is the
+// webhook's cert dir.
+func checkMetricsCert(certDir string) error {
+	if certDir == "" {
+		return nil
+	}
+	if _, err := tls.LoadX509KeyPair(filepath.Join(certDir, certs.TLSCertKey), filepath.Join(certDir, certs.TLSKeyKey)); err != nil {
+		return fmt.Errorf("--metrics-cert-dir %s: no certificate to serve metrics with: %w", certDir, err)
 	}
 	return nil
 }

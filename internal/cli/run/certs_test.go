@@ -150,3 +150,36 @@ func TestSetupCerts_refusesBadFlagsBeforeTouchingTheCluster(t *testing.T) {
 	require.NoError(t, c.List(t.Context(), &list))
 	assert.Empty(t, list.Items)
 }
+
+func TestCheckMetricsCert_needsAPairInAFolderThatIsSet(t *testing.T) {
+	ca, err := certs.NewCA("test", time.Hour)
+	require.NoError(t, err)
+	pair, err := ca.Issue([]string{"webhook-guard.webhook-guard-system.svc"}, nil, time.Hour)
+	require.NoError(t, err)
+	withPair := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(withPair, certs.TLSCertKey), pair.CertPEM, 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(withPair, certs.TLSKeyKey), pair.KeyPEM, 0o600))
+	onlyCert := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(onlyCert, certs.TLSCertKey), pair.CertPEM, 0o600))
+
+	cases := map[string]struct {
+		dir     string
+		wantErr string
+	}{
+		"no folder: the self-signed certificate":                   {dir: ""},
+		"a folder with the pair, as a mounted cert-manager Secret": {dir: withPair},
+		"an empty folder is refused, not served self-signed":       {dir: t.TempDir(), wantErr: "no certificate to serve metrics with"},
+		"a folder with the certificate but no key is refused":      {dir: onlyCert, wantErr: "tls.key"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			err := checkMetricsCert(tc.dir)
+			if tc.wantErr == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tc.wantErr)
+			assert.ErrorContains(t, err, "--metrics-cert-dir "+tc.dir, "the error names the flag and the folder")
+		})
+	}
+}

@@ -31,6 +31,13 @@ type Options struct {
 	// MetricsAddr serves metrics over HTTPS with authentication and
 	// authorization (--metrics-bind-address). Default "0": off.
 	MetricsAddr string
+	// MetricsCertDir holds tls.crt and tls.key for the metrics endpoint
+	// (--metrics-cert-dir), so that a scraper can verify it against a CA:
+	// a cert-manager Secret, or WebhookCertDir where the service keeps its
+	// own certificate. Both files must be there when the manager starts.
+	// Default empty: a self-signed certificate that controller-runtime
+	// generates at each start, which no CA verifies.
+	MetricsCertDir string
 	// PprofAddr serves net/http/pprof, for profiling (--pprof-bind-address).
 	// Default "0": off.
 	PprofAddr string
@@ -49,10 +56,13 @@ type Options struct {
 	// leader is replaced within about LeaseDuration.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// WebhookPort serves the guard's admission webhook for static admission
-	// (--webhook-port). Default 9443.
+	// (--webhook-port), when WebhookCertDir is set. Default 9443.
 	WebhookPort int
 	// WebhookCertDir holds tls.crt and tls.key for the webhook
-	// (--webhook-cert-dir). Default empty: the webhook server is off.
+	// (--webhook-cert-dir). Default empty: the webhook server is off, and
+	// so are its readiness check and the certificate management of Certs.
+	// Only static admission calls the webhook; the default installation
+	// leaves it off.
 	WebhookCertDir string
 	// WebhookHost is the address the webhook listens on (--webhook-host).
 	// Default empty: all addresses.
@@ -81,6 +91,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.AddConfigFlag(fs, "GuardConfiguration file (required).")
 	o.AddKubeconfigFlags(fs)
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", "0", "Address of the HTTPS metrics endpoint (authenticated and authorized); \"0\" turns it off.")
+	fs.StringVar(&o.MetricsCertDir, "metrics-cert-dir", "", "Folder with tls.crt and tls.key for the metrics endpoint (a cert-manager Secret, or --webhook-cert-dir); empty: a self-signed certificate generated at each start.")
 	fs.StringVar(&o.PprofAddr, "pprof-bind-address", "0", "Address of net/http/pprof (unauthenticated: bind it to loopback); \"0\" turns it off.")
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "Address of /healthz and /readyz.")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", false, "Elect a leader on a Lease; only the leader probes and writes.")

@@ -124,6 +124,11 @@ func (o *Options) Run(ctx context.Context) error {
 			SecureServing:  true,
 			FilterProvider: status.WithCredentials(filters.WithAuthenticationAndAuthorization), // and GET /status
 			TLSOpts:        serverTLSOpts,
+			// Empty: controller-runtime's default folder
+			// (<tmp>/k8s-metrics-server/serving-certs), empty in the
+			// image, so a self-signed certificate. A folder that is set
+			// must hold a pair (checkMetricsCert).
+			CertDir: o.MetricsCertDir,
 		},
 		HealthProbeBindAddress:        o.ProbeAddr,
 		PprofBindAddress:              o.PprofAddr,
@@ -156,6 +161,11 @@ func (o *Options) Run(ctx context.Context) error {
 
 	if err := setupCerts(ctx, mgr, o.Client, o.WebhookCertDir, o.Certs); err != nil {
 		return err
+	}
+	if o.MetricsAddr != "0" {
+		if err := checkMetricsCert(o.MetricsCertDir); err != nil {
+			return err
+		}
 	}
 
 	policy := &admission.PolicyReconciler{Client: mgr.GetClient(), Options: opts, Recorder: mgr.GetEventRecorder(circuit.ReportingController), Repairs: repairs}

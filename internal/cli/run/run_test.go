@@ -72,6 +72,7 @@ func TestRunFlags_defaults(t *testing.T) {
 	o, err := parseRunFlags()
 	require.NoError(t, err)
 	assert.Equal(t, "0", o.MetricsAddr)
+	assert.Empty(t, o.MetricsCertDir, "a self-signed metrics certificate unless a folder is given")
 	assert.Equal(t, ":8081", o.ProbeAddr)
 	assert.False(t, o.LeaderElect)
 	assert.Equal(t, "webhook-guard-system", o.LeaderElectionNamespace)

@@ -3,10 +3,12 @@ package helm
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -90,6 +92,7 @@ func TestChart_lintAndTemplateAreClean(t *testing.T) {
 	cases := map[string][]string{
 		"with the example targets":                        nil,
 		"with cert-manager":                               {"--set", "certManager.enabled=true"},
+		"with static admission":                           {"--set", "staticAdmission.enabled=true,staticAdmission.certExtraSANs={guard.example.com,10.0.0.1}"},
 		"with the Prometheus component":                   {"--set", "prometheus.enabled=true"},
 		"with a namespace of its own, created":            {"--set", "namespace.name=guard,namespace.create=true"},
 		"without marking (clusters before 1.36)":          {"--set", "marking.enabled=false"},
@@ -131,6 +134,7 @@ func TestChart_rendersWhatKustomizeInstalls(t *testing.T) {
 	cases := map[string][]string{
 		"default":            nil,
 		"cert-manager":       {"--set", "certManager.enabled=true"},
+		"static-admission":   {"--set", "staticAdmission.enabled=true,staticAdmission.certExtraSANs={webhook-guard.control-plane.example}"},
 		"default-prometheus": {"--set", "prometheus.enabled=true"},
 	}
 	hashed := regexp.MustCompile(`\bwebhook-guard-config-[a-z0-9]{10}\b`)
@@ -172,9 +176,7 @@ func TestChart_rendersWhatKustomizeInstalls(t *testing.T) {
 			annotations := dep["spec"].(object)["template"].(object)["metadata"].(object)["annotations"].(object)
 			assert.NotEmpty(t, annotations["checksum/config"], "the pods must roll when the configuration changes")
 			delete(annotations, "checksum/config")
-			// kustomize's strategic merge patch of overlays/cert-manager moves
-			// the patched volume first; the order of named volumes means
-			// nothing.
+			// The order of named volumes means nothing.
 			for _, d := range []object{dep, want["Deployment webhook-guard-system/webhook-guard"]} {
 				podSpec := d["spec"].(object)["template"].(object)["spec"].(object)
 				volumes := podSpec["volumes"].([]any)
@@ -391,33 +393,54 @@ func TestChart_refusesWhatTheGuardRefuses(t *testing.T) {
 	})
 }
 
-// TestChart_refusesMarkingPoliciesOfOtherTargets: the marking policies
-// are taken as "guard manifests marking" rendered them; the chart refuses
-// them when they are not those of the mutating targets, and refuses any
-// other object smuggled in with them.
-func TestChart_refusesMarkingPoliciesOfOtherTargets(t *testing.T) {
-	marking, err := os.ReadFile(filepath.Join(root, exampleTargets, "generated", "marking.yaml"))
+// TestChart_markingPoliciesAreGuardManifestsMarking: the chart renders
+// the marking policies from the targets, with no step before helm; for
+// every configuration here they must be byte-equal, as canonical JSON, to
+// what the real "guard manifests marking" renders for it, the chart's own
+// labels aside. (The guard checks the installed ones at start, and its
+// canary checks their digest: TestHelm_installRunsTheGuardAndUpgradeAddsATarget
+// runs the guard on what the chart installed.)
+func TestChart_markingPoliciesAreGuardManifestsMarking(t *testing.T) {
+	header := "apiVersion: config.webhook-guard.io/v1alpha1\nkind: GuardConfiguration\n"
+	example, err := os.ReadFile(filepath.Join(root, exampleTargets, "config.yaml"))
 	require.NoError(t, err)
-	extraTarget := "targets[2].configuration=another,targets[2].webhook=another.example.com,targets[2].allowAdmissionWithoutMutation=true"
-	binding := "\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: escalate\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}\nsubjects: []\n"
-	smuggled := valuesFile(t, string(marking)+binding)
-	empty := valuesFile(t, "")
-	cases := map[string]struct {
-		args []string
-		want string
-	}{
-		"a target added without rendering again": {[]string{"--set", extraTarget}, "marking.policies was not rendered for these targets"},
-		"no marking policies":                    {[]string{"--set-file", "marking.policies=" + empty}, "marking.policies was not rendered for these targets"},
-		"another object among them":              {[]string{"--set-file", "marking.policies=" + smuggled}, "it may hold only the MutatingAdmissionPolicies and bindings"},
+	cases := map[string]string{
+		"the example targets": string(example),
+		"a validating target between, two webhooks of one configuration, names of every shape, an instance": header + `instance: canary
+targets:
+- {configuration: kyverno-resource-mutating-webhook-cfg, webhook: mutate.kyverno.svc-fail, allowAdmissionWithoutMutation: true}
+- {kind: Validating, configuration: gatekeeper, webhook: validation.gatekeeper.sh, allowAdmissionWithoutValidation: true}
+- {configuration: x.y-1, webhook: 0.9-z.example, allowAdmissionWithoutMutation: true, mode: Ignore}
+- {configuration: kyverno-resource-mutating-webhook-cfg, webhook: mutate-policy.kyverno.svc, allowAdmissionWithoutMutation: true, mode: Observe}
+`,
+		"only validating targets": header + `targets:
+- {kind: Validating, configuration: zeta, webhook: a.example.com, allowAdmissionWithoutValidation: true}
+`,
 	}
-	for name, c := range cases {
+	for name, cfgYAML := range cases {
 		t.Run(name, func(t *testing.T) {
-			r := runHelm(t, append(append([]string{"template", "webhook-guard", chartDir}, exampleValues()...), c.args...)...)
-			require.Error(t, r.err)
-			assert.Contains(t, r.stderr, c.want)
-			assert.Contains(t, r.stderr, "guard manifests marking --config config.yaml", "the refusal says how to render them")
+			values := valuesFile(t, cfgYAML)
+			r := runHelm(t, "template", "webhook-guard", chartDir, "-f", values, "--show-only", "templates/marking.yaml")
+			if r.err != nil && strings.Contains(r.stderr, "could not find template templates/marking.yaml in chart") {
+				// helm refuses --show-only of a template that renders nothing.
+				r.stdout = ""
+			} else {
+				require.NoError(t, r.err, r.stderr)
+			}
+			assertMarkingIsGuardManifestsMarking(t, values, parseObjects(t, r.stdout))
 		})
 	}
+
+	t.Run("marking.policies, which earlier releases took, is refused with what to do", func(t *testing.T) {
+		marking := valuesFile(t, "apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingAdmissionPolicy\n")
+		r := runHelm(t, append(append([]string{"template", "webhook-guard", chartDir}, exampleValues()...), "--set-file", "marking.policies="+marking)...)
+		require.Error(t, r.err)
+		assert.Contains(t, r.stderr, "marking.policies is no longer read: the chart renders the marking policies of the targets itself")
+	})
+	t.Run("marking.enabled=false renders none", func(t *testing.T) {
+		out := helmTemplate(t, "--set", "marking.enabled=false")
+		assert.NotContains(t, out, "MutatingAdmissionPolicy")
+	})
 }
 
 // TestChart_filesAreTheComponentsFiles: the alerts and the dashboard are
@@ -460,4 +483,64 @@ func valuesFile(t *testing.T, content string) string {
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
 	return f.Name()
+}
+
+// assertMarkingIsGuardManifestsMarking: among rendered, the marking
+// policies and bindings are byte-equal, as canonical JSON, to what the
+// real "guard manifests marking --config cfg" renders, the chart's own
+// labels aside, and there are no others.
+func assertMarkingIsGuardManifestsMarking(t *testing.T, cfg string, rendered []object) {
+	t.Helper()
+	bin, err := env.BuildGuard()
+	require.NoError(t, err)
+	out, err := exec.Command(bin, "manifests", "marking", "--config", cfg).Output()
+	require.NoError(t, err, "guard manifests marking")
+	want := parseObjects(t, string(out))
+	got := map[string]object{}
+	for _, obj := range rendered {
+		if strings.HasPrefix(obj["kind"].(string), "MutatingAdmissionPolicy") {
+			got[key(obj)] = obj
+		}
+	}
+	// helm orders what it renders by kind.
+	require.ElementsMatch(t, slices.Collect(maps.Keys(byKey(t, want))), slices.Collect(maps.Keys(got)))
+	for _, w := range want {
+		g := got[key(w)]
+		labels := g["metadata"].(object)["labels"].(object)
+		for _, l := range chartLabels {
+			assert.Contains(t, labels, l, "%s: the chart's label", key(g))
+			delete(labels, l)
+		}
+		wantJSON, err := json.Marshal(w)
+		require.NoError(t, err)
+		gotJSON, err := json.Marshal(g)
+		require.NoError(t, err)
+		assert.Equal(t, string(wantJSON), string(gotJSON), key(w))
+	}
+}
+
+// TestGitOps_kustomizeInflatesTheChartWithNothingRenderedBefore: the
+// real kustomize builds deploy/gitops (the chart inflated with
+// config.yaml as its values, "kustomize build --enable-helm" as Argo CD and
+// Flux can run it) with no step before it: the marking policies are
+// exactly the guard's, the targets' RBAC is rendered, and no helm hook
+// (the pre-delete release Job, the helm test Pod) is applied as an
+// ordinary object.
+func TestGitOps_kustomizeInflatesTheChartWithNothingRenderedBefore(t *testing.T) {
+	dir := filepath.Join(root, "deploy", "gitops")
+	r := env.Kustomize(context.Background(), "build", "--enable-helm", "--helm-command", os.Getenv("HELM"), dir)
+	require.NoError(t, r.Err, "kustomize build --enable-helm %s:\n%s", dir, r.Stderr)
+	objs := parseObjects(t, r.Stdout)
+	assertMarkingIsGuardManifestsMarking(t, filepath.Join(dir, "config.yaml"), objs)
+	kinds := map[string]int{}
+	for _, obj := range objs {
+		kinds[obj["kind"].(string)]++
+		annotations, _ := obj["metadata"].(object)["annotations"].(object)
+		assert.NotContains(t, annotations, "helm.sh/hook", "%s: a hook applied as an ordinary object", key(obj))
+	}
+	assert.Equal(t, 1, kinds["Deployment"])
+	assert.Equal(t, 1, kinds["Namespace"], "the release's namespace, labelled restricted")
+	byName := byKey(t, objs)
+	assert.Contains(t, byName, "ClusterRole /webhook-guard-targets")
+	assert.Contains(t, byName, "Role my-mutator/webhook-guard-path-probe", "the path probe's Role in the Service's namespace")
 }

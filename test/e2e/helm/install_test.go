@@ -64,10 +64,11 @@ type target struct {
 // TestHelm_installRunsTheGuardAndUpgradeAddsATarget installs the chart
 // with the example targets; the real guard, as the chart's ServiceAccount,
 // opens and closes both circuits with the chart's RBAC, and creates the
-// guard policy itself. Then "helm upgrade" adds a target (values and
-// marking policies, nothing else): it completes with no other step, and a
-// guard with the new configuration starts and cycles the new target's
-// circuit.
+// guard policy itself. Then "helm upgrade" adds a target (its values,
+// nothing else: the chart renders its marking policy): it completes with
+// no other step, and a guard with the new configuration starts, finds the
+// new marking policy in place and loaded (its canary answers with the
+// digest the guard expects), and cycles the new target's circuit.
 func TestHelm_installRunsTheGuardAndUpgradeAddsATarget(t *testing.T) {
 	ctx := context.Background()
 	ns := "helm-e2e"
@@ -113,11 +114,7 @@ func TestHelm_installRunsTheGuardAndUpgradeAddsATarget(t *testing.T) {
 		require.NoError(t, err)
 		cfg := string(example) + fmt.Sprintf("- configuration: %s\n  webhook: %s\n  allowAdmissionWithoutMutation: true\n  mode: Bypass\n", addedTarget, addedWebhook)
 		values := valuesFile(t, cfg)
-		bin, err := env.BuildGuard()
-		require.NoError(t, err)
-		marking, err := exec.Command(bin, "manifests", "marking", "--config", values).Output()
-		require.NoError(t, err, "guard manifests marking")
-		upgrade := runHelm(t, "upgrade", "webhook-guard", chartDir, "--namespace", releaseNamespace, "-f", values, "--set-file", "marking.policies="+valuesFile(t, string(marking)))
+		upgrade := runHelm(t, "upgrade", "webhook-guard", chartDir, "--namespace", releaseNamespace, "-f", values)
 		require.NoError(t, upgrade.err, "helm upgrade:\n%s%s", upgrade.stdout, upgrade.stderr)
 
 		assert.Contains(t, installedConfig(t, ctx), addedTarget)

@@ -78,13 +78,9 @@ var (
 )
 
 // exampleValues are the helm arguments that give the chart the example
-// targets of the kustomize overlays: their config.yaml as a values file,
-// and their rendered marking policies.
+// targets of the kustomize overlays: their config.yaml as a values file.
 func exampleValues() []string {
-	return []string{
-		"-f", filepath.Join(root, exampleTargets, "config.yaml"),
-		"--set-file", "marking.policies=" + filepath.Join(root, exampleTargets, "generated", "marking.yaml"),
-	}
+	return []string{"-f", filepath.Join(root, exampleTargets, "config.yaml")}
 }
 
 // helmResult is one helm run.

@@ -1,6 +1,9 @@
 package helm
 
 import (
+	"fmt"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -128,11 +131,13 @@ func TestChart_pdbAndNetworkPolicyFollowTheirValues(t *testing.T) {
 // unknown one.
 func TestChart_schemaRefusesMisshapenTuning(t *testing.T) {
 	for name, set := range map[string]string{
-		"an extraArg that is no flag":  "extraArgs[0]=debug",
-		"a port out of range":          "networkPolicy.apiserverPorts[0]=70000",
-		"an unknown PDB field":         "podDisruptionBudget.maxUnavailable=1",
-		"an unknown eviction policy":   "podDisruptionBudget.unhealthyPodEvictionPolicy=Never",
-		"a pull secret without a name": "imagePullSecrets[0].key=x",
+		"an extraArg that is no flag":      "extraArgs[0]=debug",
+		"a port out of range":              "networkPolicy.apiserverPorts[0]=70000",
+		"an unknown PDB field":             "podDisruptionBudget.maxUnavailable=1",
+		"an unknown eviction policy":       "podDisruptionBudget.unhealthyPodEvictionPolicy=Never",
+		"a pull secret without a name":     "imagePullSecrets[0].key=x",
+		"two names in one SAN":             "staticAdmission.certExtraSANs[0]=a.example.com b.example.com",
+		"an unknown staticAdmission field": "staticAdmission.port=9443",
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := runHelm(t, append(append([]string{"template", "webhook-guard", chartDir}, exampleValues()...), "--set", set)...)
@@ -167,4 +172,119 @@ prometheus:
 	rule := objs["PrometheusRule webhook-guard-system/webhook-guard"]
 	require.NotNil(t, rule)
 	assert.Equal(t, "kube-prometheus-stack", rule["metadata"].(object)["labels"].(object)["release"])
+}
+
+// TestChart_servesMetricsWithACertificatePrometheusVerifies: where the
+// chart has a CA (certManager.enabled: cert-manager's Secret;
+// staticAdmission.enabled: the service's own), the guard serves metrics
+// with a certificate of it, and the ServiceMonitor verifies it against the
+// Secret's ca.crt for the Service's name, with no insecureSkipVerify. Only
+// the default, which has no CA, skips verification.
+func TestChart_servesMetricsWithACertificatePrometheusVerifies(t *testing.T) {
+	const ns = "guard"
+	serverName := "webhook-guard." + ns + ".svc"
+	cases := map[string]struct {
+		set string
+		// secret is the Secret whose ca.crt verifies the metrics
+		// certificate; empty: none, insecureSkipVerify.
+		secret string
+	}{
+		"the default: no CA, so no verification": {set: "prometheus.enabled=true"},
+		"cert-manager: its Secret":               {set: "prometheus.enabled=true,certManager.enabled=true", secret: "webhook-guard-serving-cert"},
+		"static admission: the service's own CA": {set: "prometheus.enabled=true,staticAdmission.enabled=true", secret: "webhook-guard-certs"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			objs := byKey(t, parseObjects(t, helmTemplate(t, "--namespace", ns, "--set", tc.set)))
+			sm := objs["ServiceMonitor "+ns+"/webhook-guard"]
+			require.NotNil(t, sm)
+			tlsConfig := sm["spec"].(object)["endpoints"].([]any)[0].(object)["tlsConfig"].(object)
+			assert.Equal(t, serverName, tlsConfig["serverName"])
+
+			c := objs["Deployment "+ns+"/webhook-guard"]["spec"].(object)["template"].(object)["spec"].(object)["containers"].([]any)[0].(object)
+			metricsCertDir := ""
+			for _, a := range c["args"].([]any) {
+				if v, ok := strings.CutPrefix(a.(string), "--metrics-cert-dir="); ok {
+					metricsCertDir = v
+				}
+			}
+			if tc.secret == "" {
+				assert.Equal(t, object{"serverName": serverName, "insecureSkipVerify": true}, tlsConfig)
+				assert.Empty(t, metricsCertDir, "no CA: controller-runtime's self-signed certificate")
+				return
+			}
+			assert.Equal(t, object{"serverName": serverName, "ca": object{"secret": object{"name": tc.secret, "key": "ca.crt"}}}, tlsConfig,
+				"verified against the CA, no insecureSkipVerify")
+			require.NotEmpty(t, metricsCertDir, "the guard serves metrics with a certificate of that CA")
+
+			// The folder the metrics are served from holds that Secret's
+			// certificate: cert-manager's Secret mounted there, or the
+			// webhook's cert dir that the service fills from its Secret.
+			if tc.secret == "webhook-guard-certs" {
+				assert.Contains(t, c["args"], "--webhook-cert-dir="+metricsCertDir)
+				assert.Contains(t, c["args"], "--cert-secret="+tc.secret)
+				assert.Contains(t, c["args"], "--cert-service-name=webhook-guard", "the certificate is valid for %s", serverName)
+				return
+			}
+			var volume string
+			for _, m := range c["volumeMounts"].([]any) {
+				if m.(object)["mountPath"] == metricsCertDir {
+					volume = m.(object)["name"].(string)
+				}
+			}
+			require.NotEmpty(t, volume, "nothing is mounted at --metrics-cert-dir=%s", metricsCertDir)
+			pod := objs["Deployment "+ns+"/webhook-guard"]["spec"].(object)["template"].(object)["spec"].(object)
+			assert.Contains(t, pod["volumes"], object{"name": volume, "secret": object{"secretName": tc.secret}})
+			cert := objs["Certificate "+ns+"/webhook-guard-serving"]
+			require.NotNil(t, cert)
+			assert.Equal(t, tc.secret, cert["spec"].(object)["secretName"])
+			assert.Contains(t, cert["spec"].(object)["dnsNames"], serverName, "the Certificate is valid for the name Prometheus verifies")
+		})
+	}
+}
+
+// TestChart_staticAdmissionIsOffByDefault: the default chart runs no
+// admission webhook server and grants nothing on Secrets; staticAdmission
+// turns on the server, its ports and its certificate Secret's Role
+// together, and refuses cert-manager beside it.
+func TestChart_staticAdmissionIsOffByDefault(t *testing.T) {
+	const ns = "webhook-guard-system"
+	for name, tc := range map[string]struct {
+		set string
+		on  bool
+	}{
+		"by default, off":  {set: "", on: false},
+		"when enabled, on": {set: "staticAdmission.enabled=true", on: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			args := []string{"--namespace", ns}
+			if tc.set != "" {
+				args = append(args, "--set", tc.set)
+			}
+			out := helmTemplate(t, args...)
+			objs := byKey(t, parseObjects(t, out))
+			assert.Equal(t, tc.on, objs["Role "+ns+"/webhook-guard-certs"] != nil, "the Role on the certificate Secret")
+			assert.Equal(t, tc.on, objs["RoleBinding "+ns+"/webhook-guard-certs"] != nil, "its binding")
+			assert.Equal(t, tc.on, objs["Service "+ns+"/webhook-guard-static"] != nil, "the NodePort")
+			for k, obj := range objs {
+				role, _ := obj["rules"].([]any)
+				for _, r := range role {
+					if resources, _ := r.(object)["resources"].([]any); slices.Contains(resources, any("secrets")) {
+						assert.True(t, tc.on, "%s grants something on Secrets", k)
+						assert.Equal(t, "Role "+ns+"/webhook-guard-certs", k, "only the certificate Role touches Secrets")
+					}
+				}
+			}
+			c := objs["Deployment "+ns+"/webhook-guard"]["spec"].(object)["template"].(object)["spec"].(object)["containers"].([]any)[0].(object)
+			assert.Equal(t, tc.on, slices.Contains(c["args"].([]any), any("--webhook-cert-dir=/tmp/k8s-webhook-server/serving-certs")), "the webhook server")
+			assert.Equal(t, tc.on, slices.ContainsFunc(c["ports"].([]any), func(p any) bool { return p.(object)["name"] == "webhook" }), "the container's webhook port")
+			svc := objs["Service "+ns+"/webhook-guard"]["spec"].(object)
+			assert.Equal(t, tc.on, slices.ContainsFunc(svc["ports"].([]any), func(p any) bool { return p.(object)["name"] == "webhook" }), "the Service's webhook port")
+			np := objs["NetworkPolicy "+ns+"/webhook-guard"]["spec"].(object)
+			assert.Equal(t, tc.on, strings.Contains(fmt.Sprint(np["ingress"]), "port:webhook"), "ingress to the webhook port")
+		})
+	}
+	r := runHelm(t, append(append([]string{"template", "webhook-guard", chartDir}, exampleValues()...), "--set", "staticAdmission.enabled=true,certManager.enabled=true")...)
+	require.Error(t, r.err, "static admission with cert-manager's self-signed CA")
+	assert.Contains(t, r.stderr, "staticAdmission.enabled and certManager.enabled exclude each other")
 }

@@ -51,21 +51,6 @@ TestChart_carriesEveryConfigurationField).
 {{- end }}
 
 {{/*
-webhook-guard.mutatingTargets lists "<configuration>/<webhook>" of every
-mutating target, sorted, without repeats, as JSON (a template returns a
-string).
-*/}}
-{{- define "webhook-guard.mutatingTargets" -}}
-{{- $out := list -}}
-{{- range .Values.targets -}}
-{{- if ne (.kind | default "Mutating") "Validating" -}}
-{{- $out = append $out (printf "%s/%s" .configuration .webhook) -}}
-{{- end -}}
-{{- end -}}
-{{- $out | uniq | sortAlpha | toJson -}}
-{{- end }}
-
-{{/*
 webhook-guard.validate fails the release with the guard's own words when
 values.schema.json was skipped (--skip-schema-validation): the approvals.
 */}}
@@ -87,37 +72,31 @@ values.schema.json was skipped (--skip-schema-validation): the approvals.
 {{- end }}
 
 {{/*
-webhook-guard.marking parses marking.policies ("guard manifests marking"
-output) into a JSON list of objects, and fails unless it holds exactly the
-marking policy and binding of each mutating target and nothing else.
+webhook-guard.marking renders the marking policy and binding of each
+mutating target, in the order of the targets, without repeats, into a JSON
+list of objects: exactly what "guard manifests marking" renders, with no
+step before helm. files/marking.json is the guard's template of them
+(marking.TemplateJSON, written by "make manifests"); a circuit's objects
+are the template with its names, its ID (the first 10 hex characters of
+the SHA-256 of "<configuration>/<webhook>") and its digest (16 of the
+SHA-256 of the template's digest, a space and "<configuration>/<webhook>")
+put in, as marking.Fill does.
 */}}
 {{- define "webhook-guard.marking" -}}
-{{- $want := include "webhook-guard.mutatingTargets" . | fromJsonArray -}}
+{{- if .Values.marking.policies -}}
+{{- fail "marking.policies is no longer read: the chart renders the marking policies of the targets itself. Drop --set-file marking.policies=..." -}}
+{{- end -}}
+{{- $template := .Files.Get "files/marking.json" -}}
+{{- $digest := (fromJson $template).digest -}}
 {{- $objs := list -}}
-{{- $policies := list -}}
-{{- $bindings := list -}}
-{{- $how := "render it from the same targets with the guard of this release, \"guard manifests marking --config config.yaml > marking.yaml\" (or docker run --rm -v \"$PWD:/w\" -w /w <image> manifests marking --config config.yaml > marking.yaml), and pass it with --set-file marking.policies=marking.yaml" -}}
-{{- range regexSplit "(?m)^---[ \t]*$" .Values.marking.policies -1 -}}
-{{- if regexMatch "(?m)^[^#\\s]" . -}}
-{{- $obj := fromYaml . -}}
-{{- if hasKey $obj "Error" -}}
-{{- fail (printf "marking.policies: not YAML (%s); %s" $obj.Error $how) -}}
+{{- $seen := dict -}}
+{{- range .Values.targets -}}
+{{- $circuit := printf "%s/%s" .configuration .webhook -}}
+{{- if and (ne (.kind | default "Mutating") "Validating") (not (hasKey $seen $circuit)) -}}
+{{- $_ := set $seen $circuit true -}}
+{{- $filled := $template | replace "@ID@" ($circuit | sha256sum | trunc 10) | replace "@DIGEST@" (printf "%s %s" $digest $circuit | sha256sum | trunc 16) | replace "@CONFIGURATION@" .configuration | replace "@WEBHOOK@" .webhook | fromJson -}}
+{{- $objs = append (append $objs $filled.policy) $filled.binding -}}
 {{- end -}}
-{{- $marks := index (($obj.metadata | default dict).annotations | default dict) "webhook-guard.io/marks" | default "" -}}
-{{- if and (eq $obj.apiVersion "admissionregistration.k8s.io/v1") (eq $obj.kind "MutatingAdmissionPolicy") -}}
-{{- $policies = append $policies $marks -}}
-{{- else if and (eq $obj.apiVersion "admissionregistration.k8s.io/v1") (eq $obj.kind "MutatingAdmissionPolicyBinding") -}}
-{{- $bindings = append $bindings $marks -}}
-{{- else -}}
-{{- fail (printf "marking.policies: holds a %s %s; it may hold only the MutatingAdmissionPolicies and bindings that \"guard manifests marking\" renders: %s" (toString $obj.kind) (toString (($obj.metadata | default dict).name)) $how) -}}
-{{- end -}}
-{{- $objs = append $objs $obj -}}
-{{- end -}}
-{{- end -}}
-{{- $policies = $policies | sortAlpha -}}
-{{- $bindings = $bindings | sortAlpha -}}
-{{- if or (ne (toJson $policies) (toJson $want)) (ne (toJson $bindings) (toJson $want)) -}}
-{{- fail (printf "marking.policies was not rendered for these targets: it marks %s (policies) and %s (bindings), the mutating targets are %s; %s" (toJson $policies) (toJson $bindings) (toJson $want) $how) -}}
 {{- end -}}
 {{- toJson $objs -}}
 {{- end }}
