@@ -269,22 +269,11 @@ func TestRun_observeShowsWhatWouldHaveHappened(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			tc.leader.Kind, tc.leader.Configuration, tc.leader.Webhook = string(circuit.KindMutating), clitest.Conf, clitest.Hook
-			leader := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-				_ = json.NewEncoder(w).Encode([]statusapi.Row{tc.leader})
-			}))
-			defer leader.Close()
 			for _, output := range []string{cli.OutputTable, "json"} {
-				f := factory.New(nil)
-				f.Config = &config.Configuration{Targets: []config.Target{{Kind: circuit.KindMutating, Configuration: clitest.Conf, Webhook: clitest.Hook, Mode: config.ModeObserve}}}
-				policy, binding := admission.RenderPolicy(admission.Options{BreakerUsername: "system:serviceaccount:" + circuit.DefaultNamespace + ":" + circuit.DefaultServiceAccount})
-				f.RESTConfig, f.KubeClient, f.Client = &rest.Config{}, kubefake.NewClientset(), clitest.FakeReader(clitest.OpenConfiguration(t, nil, nil), policy, binding)
-				var stdout strings.Builder
-				o := &Options{Factory: f, IOStreams: cli.IOStreams{Out: &stdout, ErrOut: &strings.Builder{}}, Endpoint: leader.URL, Output: output, ExitCode: true}
-				require.NoError(t, o.Run(context.Background()), "WouldOpen is not an open circuit for --exit-code")
+				stdout := runWithLeader(t, tc.leader, config.ModeObserve, output)
 				if output == "json" {
 					var rep statusReport
-					require.NoError(t, json.Unmarshal([]byte(stdout.String()), &rep))
+					require.NoError(t, json.Unmarshal([]byte(stdout), &rep))
 					require.Len(t, rep.Targets, 1)
 					row := rep.Targets[0]
 					assert.Equal(t, tc.wantState, row.State)
@@ -295,7 +284,7 @@ func TestRun_observeShowsWhatWouldHaveHappened(t *testing.T) {
 					continue
 				}
 				var line string
-				for _, l := range strings.Split(stdout.String(), "\n") {
+				for _, l := range strings.Split(stdout, "\n") {
 					if strings.Contains(l, clitest.Hook) {
 						line = l
 					}
@@ -309,27 +298,38 @@ func TestRun_observeShowsWhatWouldHaveHappened(t *testing.T) {
 // The leader's flap damping reaches both outputs: a Damped line under the
 // table, and reopenings and dampedFor in -o json.
 func TestRun_showsTheLeadersFlapDamping(t *testing.T) {
-	leaderRow := statusapi.Row{Kind: string(circuit.KindMutating), Configuration: clitest.Conf, Webhook: clitest.Hook, Reopenings: 2, DampedFor: "20s"}
-	leader := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		_ = json.NewEncoder(w).Encode([]statusapi.Row{leaderRow})
-	}))
-	defer leader.Close()
 	for _, output := range []string{cli.OutputTable, "json"} {
-		f := factory.New(nil)
-		f.Config = &config.Configuration{Targets: []config.Target{{Kind: circuit.KindMutating, Configuration: clitest.Conf, Webhook: clitest.Hook, Mode: config.ModeBypass}}}
-		policy, binding := admission.RenderPolicy(admission.Options{BreakerUsername: "system:serviceaccount:" + circuit.DefaultNamespace + ":" + circuit.DefaultServiceAccount})
-		f.RESTConfig, f.KubeClient, f.Client = &rest.Config{}, kubefake.NewClientset(), clitest.FakeReader(clitest.OpenConfiguration(t, nil, nil), policy, binding)
-		var stdout strings.Builder
-		o := &Options{Factory: f, IOStreams: cli.IOStreams{Out: &stdout, ErrOut: &strings.Builder{}}, Endpoint: leader.URL, Output: output}
-		require.NoError(t, o.Run(context.Background()))
+		stdout := runWithLeader(t, statusapi.Row{Reopenings: 2, DampedFor: "20s"}, config.ModeBypass, output)
 		if output == "json" {
 			var rep statusReport
-			require.NoError(t, json.Unmarshal([]byte(stdout.String()), &rep))
+			require.NoError(t, json.Unmarshal([]byte(stdout), &rep))
 			require.Len(t, rep.Targets, 1)
 			assert.Equal(t, 2, rep.Targets[0].Reopenings)
 			assert.Equal(t, "20s", rep.Targets[0].DampedFor)
 			continue
 		}
-		assert.Contains(t, stdout.String(), "Damped: "+clitest.Hook+" re-opened 2 time(s) in a row soon after closing; it stays open at least 20s after opening before it may close")
+		assert.Contains(t, stdout, "Damped: "+clitest.Hook+" re-opened 2 time(s) in a row soon after closing; it stays open at least 20s after opening before it may close")
 	}
+}
+
+// runWithLeader runs "guard status -o output" on one target
+// clitest.Conf/clitest.Hook of mode, open on the objects, whose leader
+// answers /status with leader (its names filled in), and returns stdout.
+// In Observe mode it adds --exit-code, which must give 0: WouldOpen is
+// not an open circuit.
+func runWithLeader(t *testing.T, leader statusapi.Row, mode config.Mode, output string) string {
+	t.Helper()
+	leader.Kind, leader.Configuration, leader.Webhook = string(circuit.KindMutating), clitest.Conf, clitest.Hook
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_ = json.NewEncoder(w).Encode([]statusapi.Row{leader})
+	}))
+	defer srv.Close()
+	f := factory.New(nil)
+	f.Config = &config.Configuration{Targets: []config.Target{{Kind: circuit.KindMutating, Configuration: clitest.Conf, Webhook: clitest.Hook, Mode: mode}}}
+	policy, binding := admission.RenderPolicy(admission.Options{BreakerUsername: "system:serviceaccount:" + circuit.DefaultNamespace + ":" + circuit.DefaultServiceAccount})
+	f.RESTConfig, f.KubeClient, f.Client = &rest.Config{}, kubefake.NewClientset(), clitest.FakeReader(clitest.OpenConfiguration(t, nil, nil), policy, binding)
+	var stdout strings.Builder
+	o := &Options{Factory: f, IOStreams: cli.IOStreams{Out: &stdout, ErrOut: &strings.Builder{}}, Endpoint: srv.URL, Output: output, ExitCode: mode == config.ModeObserve}
+	require.NoError(t, o.Run(context.Background()), "WouldOpen is not an open circuit for --exit-code")
+	return stdout.String()
 }
