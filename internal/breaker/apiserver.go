@@ -132,7 +132,7 @@ func (r *ProbeRunner) signalLoop(ctx context.Context, s *apiserverSignal) {
 }
 
 // ScrapeOnce reads the apiserver's metrics once, feeds one observation
-// per target to State, and wakes the TargetReconciler when Plan would
+// per target to State, and wakes the ConfigurationReconciler when Plan would
 // change a configuration.
 func (r *ProbeRunner) ScrapeOnce(ctx context.Context, s *apiserverSignal) {
 	s.mu.Lock()

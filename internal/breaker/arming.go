@@ -87,7 +87,7 @@ type armingStep struct {
 // (armingStep). It changes neither. Without a
 // Marker (validating configurations, or no MutatingAdmissionPolicy API)
 // there is nothing to arm.
-func (r *TargetReconciler) arming(ctx context.Context, cur client.Object, view, next *admissionregistrationv1.MutatingWebhookConfiguration, changes []Change, in Inputs) (armingStep, error) {
+func (r *ConfigurationReconciler) arming(ctx context.Context, cur client.Object, view, next *admissionregistrationv1.MutatingWebhookConfiguration, changes []Change, in Inputs) (armingStep, error) {
 	if r.Marker == nil {
 		return armingStep{annotations: next.Annotations}, nil
 	}
@@ -148,7 +148,7 @@ func (r *TargetReconciler) arming(ctx context.Context, cur client.Object, view, 
 // shown armed yet, and returns markingPoll while one is still not shown.
 // A canary that fails is no error here: the opening, when it comes, waits
 // at most markingBound for evidence (armOpenings).
-func (r *TargetReconciler) showAhead(ctx context.Context, view *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs, armed circuit.Record, ahead map[string]time.Duration) time.Duration {
+func (r *ConfigurationReconciler) showAhead(ctx context.Context, view *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs, armed circuit.Record, ahead map[string]time.Duration) time.Duration {
 	due := false
 	var cs []marking.Circuit
 	for _, t := range in.Targets {
@@ -185,7 +185,7 @@ func (r *TargetReconciler) showAhead(ctx context.Context, view *admissionregistr
 // intercepts Events (a policy engine's */*) makes it wait and fail: it is
 // bounded by timeout (and bound), and after a failure none is sent for
 // the configuration for bound, when the last failure is returned instead.
-func (r *TargetReconciler) armedShown(ctx context.Context, uid types.UID, cs []marking.Circuit, bound, timeout time.Duration) ([]marking.Circuit, error) {
+func (r *ConfigurationReconciler) armedShown(ctx context.Context, uid types.UID, cs []marking.Circuit, bound, timeout time.Duration) ([]marking.Circuit, error) {
 	var ask []marking.Circuit
 	r.mu.Lock()
 	for _, c := range cs {
@@ -236,7 +236,7 @@ func (r *TargetReconciler) armedShown(ctx context.Context, uid types.UID, cs []m
 // here. Entries are added only when something in the configuration is
 // about to open: an opening in changes, or a target at ArmAheadAt
 // failures. A single failed probe, alone, arms nothing.
-func (r *TargetReconciler) armAhead(view *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs, armed, after circuit.Record, changes []Change) (map[string]time.Duration, circuit.Record) {
+func (r *ConfigurationReconciler) armAhead(view *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs, armed, after circuit.Record, changes []Change) (map[string]time.Duration, circuit.Record) {
 	entries := aheadEntries(view, in)
 	if len(entries) == 0 {
 		return nil, nil
@@ -321,7 +321,7 @@ func aheadEntries(view *admissionregistrationv1.MutatingWebhookConfiguration, in
 // an opening while their target fails (ahead), and add. An entry back in
 // the record (an opening) needs no arming entry. Another installation's
 // entries are left as they are.
-func (r *TargetReconciler) armingFor(view, next *admissionregistrationv1.MutatingWebhookConfiguration, add circuit.Record, ahead map[string]time.Duration) (armingStep, error) {
+func (r *ConfigurationReconciler) armingFor(view, next *admissionregistrationv1.MutatingWebhookConfiguration, add circuit.Record, ahead map[string]time.Duration) (armingStep, error) {
 	armed, err := circuit.DecodeArming(view.Annotations)
 	if err != nil {
 		armed = circuit.Record{} // only the breaker writes them: rewrite them
@@ -413,7 +413,7 @@ func (r *TargetReconciler) armingFor(view, next *admissionregistrationv1.Mutatin
 // ahead are the entries armed ahead of their opening that the write adds
 // (armAhead): they go with the first write, the arming one or the opening
 // one.
-func (r *TargetReconciler) armOpenings(ctx context.Context, cur client.Object, view *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs, armed, after circuit.Record, opening []marking.Circuit, ahead circuit.Record) (armingStep, error) {
+func (r *ConfigurationReconciler) armOpenings(ctx context.Context, cur client.Object, view *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs, armed, after circuit.Record, opening []marking.Circuit, ahead circuit.Record) (armingStep, error) {
 	bound := markingBound(in.Targets, opening)
 	now := now(r.Clock)
 	why := map[string]string{}
@@ -521,7 +521,7 @@ func markingBound(targets []config.Target, cs []marking.Circuit) time.Duration {
 // earlier: a canary that failed ahead of the threshold is not waited for
 // again. A wait not seen for bound was abandoned (the target recovered):
 // the next one starts anew.
-func (r *TargetReconciler) markingWait(uid types.UID, hook string, bound time.Duration, now time.Time) (left time.Duration, first bool) {
+func (r *ConfigurationReconciler) markingWait(uid types.UID, hook string, bound time.Duration, now time.Time) (left time.Duration, first bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.waits == nil {
@@ -542,7 +542,7 @@ func (r *TargetReconciler) markingWait(uid types.UID, hook string, bound time.Du
 
 // unshownWhy says why an armed opening that sent no canary this time has
 // no evidence: the last canary's failure, or that none showed it armed.
-func (r *TargetReconciler) unshownWhy(uid types.UID, bound time.Duration) string {
+func (r *ConfigurationReconciler) unshownWhy(uid types.UID, bound time.Duration) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if f, ok := r.canaryFailures[string(uid)]; ok {
@@ -556,7 +556,7 @@ func (r *TargetReconciler) unshownWhy(uid types.UID, bound time.Duration) string
 type wait struct{ since, seen time.Time }
 
 // forgetWaits forgets the waits of the openings written in changes.
-func (r *TargetReconciler) forgetWaits(uid types.UID, changes []Change) {
+func (r *ConfigurationReconciler) forgetWaits(uid types.UID, changes []Change) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, c := range changes {
@@ -568,7 +568,7 @@ func (r *TargetReconciler) forgetWaits(uid types.UID, changes []Change) {
 
 // recentCanaryFailure returns the last canary failure of the
 // configuration of uid when it is less than bound old.
-func (r *TargetReconciler) recentCanaryFailure(uid types.UID, bound time.Duration) error {
+func (r *ConfigurationReconciler) recentCanaryFailure(uid types.UID, bound time.Duration) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	f, ok := r.canaryFailures[string(uid)]
@@ -580,7 +580,7 @@ func (r *TargetReconciler) recentCanaryFailure(uid types.UID, bound time.Duratio
 
 // noteCanaryFailure records that a canary about the configuration of uid
 // failed with err.
-func (r *TargetReconciler) noteCanaryFailure(uid types.UID, err error) {
+func (r *ConfigurationReconciler) noteCanaryFailure(uid types.UID, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.canaryFailures == nil {
@@ -596,7 +596,7 @@ type canaryFailure struct {
 
 // noteUnconfirmed adds to the Event of each opening in unconfirmed that
 // it went without marking evidence, and why, and counts it.
-func (r *TargetReconciler) noteUnconfirmed(configuration string, changes []Change, unconfirmed map[string]string) []Change {
+func (r *ConfigurationReconciler) noteUnconfirmed(configuration string, changes []Change, unconfirmed map[string]string) []Change {
 	if len(unconfirmed) == 0 {
 		return changes
 	}
@@ -612,14 +612,14 @@ func (r *TargetReconciler) noteUnconfirmed(configuration string, changes []Chang
 
 // markingFailed reports, once per opening, that its marking policy is not
 // in place: the opening waits markingBound for it, then goes unmarked.
-func (r *TargetReconciler) markingFailed(cur client.Object, err error) {
+func (r *ConfigurationReconciler) markingFailed(cur client.Object, err error) {
 	r.Metrics.WriteErrors.Inc()
 	r.Recorder.Eventf(cur, nil, corev1.EventTypeWarning, "MarkingFailed", "Update",
 		"the marking policy, which marks what is admitted without the webhook, is not in place; the circuit opens without it once the opening has waited for it: %v", err)
 }
 
 // writeArming writes the arming entries of arm, and nothing else.
-func (r *TargetReconciler) writeArming(ctx context.Context, cur client.Object, view, arm *admissionregistrationv1.MutatingWebhookConfiguration) error {
+func (r *ConfigurationReconciler) writeArming(ctx context.Context, cur client.Object, view, arm *admissionregistrationv1.MutatingWebhookConfiguration) error {
 	patch, err := circuit.Patch(view, arm)
 	if err != nil {
 		return err
@@ -642,7 +642,7 @@ const markingPoll = 100 * time.Millisecond
 // UID) hook has been outside the record: now when reset (a closing), or
 // when the breaker had not seen it yet (a restarted breaker starts
 // counting again).
-func (r *TargetReconciler) armedAt(uid types.UID, hook string, now time.Time, reset bool) time.Time {
+func (r *ConfigurationReconciler) armedAt(uid types.UID, hook string, now time.Time, reset bool) time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.armedSince == nil {
@@ -661,7 +661,7 @@ func (r *TargetReconciler) armedAt(uid types.UID, hook string, now time.Time, re
 // an opening goes disarmAfter after it was armed.
 // A canary's answer about them is forgotten: it may predate their
 // addition.
-func (r *TargetReconciler) armedNow(uid types.UID, rec circuit.Record, now time.Time) {
+func (r *ConfigurationReconciler) armedNow(uid types.UID, rec circuit.Record, now time.Time) {
 	for hook := range rec {
 		r.armedAt(uid, hook, now, false)
 		r.mu.Lock()
@@ -673,7 +673,7 @@ func (r *TargetReconciler) armedNow(uid types.UID, rec circuit.Record, now time.
 // forgetArmed forgets the arming entry of the configuration's (by UID)
 // hook: it moved into the record, or it is removed. What a canary showed
 // about it is forgotten too.
-func (r *TargetReconciler) forgetArmed(uid types.UID, hook string) {
+func (r *ConfigurationReconciler) forgetArmed(uid types.UID, hook string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.armedSince, string(uid)+"/"+hook)

@@ -36,7 +36,7 @@ import (
 // reconciler first holds the configuration's transitions and ends with
 // their write or when none is due any more (no changes); a
 // write that was held for its bound is not held again.
-func (r *TargetReconciler) coalesce(name string, view *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs, changes []Change) (time.Duration, bool) {
+func (r *ConfigurationReconciler) coalesce(name string, view *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs, changes []Change) (time.Duration, bool) {
 	if len(changes) == 0 {
 		r.forgetHold(name)
 		return 0, false
@@ -64,7 +64,7 @@ func (r *TargetReconciler) coalesce(name string, view *admissionregistrationv1.M
 
 // forgetHold forgets name's hold: its transitions were written, or none
 // is due any more.
-func (r *TargetReconciler) forgetHold(name string) {
+func (r *ConfigurationReconciler) forgetHold(name string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.holds, name)
@@ -131,7 +131,7 @@ func wouldOpen(wh *admissionregistrationv1.MutatingWebhook, mode circuit.Mode) b
 }
 
 // ArmAheadAt is the number of consecutive failures at which t's marking
-// is armed ahead of its opening (see TargetReconciler.armAhead):
+// is armed ahead of its opening (see ConfigurationReconciler.armAhead):
 // openAfter-1 when that is at least 2, so that a single failed probe never
 // arms anything; otherwise openAfter, when it opens.
 func ArmAheadAt(t config.Target) int {
@@ -182,7 +182,7 @@ func ArmsAhead(view *admissionregistrationv1.MutatingWebhookConfiguration, in In
 // opening write is the only one left. Openings keep their decision time
 // (holdDecision) while held, so the entries armed now are the ones
 // recorded then.
-func (r *TargetReconciler) holdTransitions(ctx context.Context, cur client.Object, view, next *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs, changes []Change, decidedAt time.Time, wait time.Duration) (time.Duration, error) {
+func (r *ConfigurationReconciler) holdTransitions(ctx context.Context, cur client.Object, view, next *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs, changes []Change, decidedAt time.Time, wait time.Duration) (time.Duration, error) {
 	var opening []marking.Circuit
 	for _, c := range changes {
 		if c.Kind == Opened {

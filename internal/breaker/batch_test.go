@@ -62,7 +62,7 @@ type batchFixture struct {
 	state   *State
 	clock   *clocktesting.FakeClock
 	canary  *canary
-	r       *TargetReconciler
+	r       *ConfigurationReconciler
 	targets map[string]config.Target
 }
 
@@ -98,7 +98,7 @@ func newBatchFixture(t *testing.T, hooks []string, openAfter, closeAfter int, op
 	require.NoError(t, clientgoscheme.AddToScheme(scheme))
 	f.cl = &countingClient{Client: fake.NewClientBuilder().WithScheme(scheme).WithObjects(append(objs, mwc)...).Build()}
 	f.canary.reader = f.cl
-	f.r = &TargetReconciler{
+	f.r = &ConfigurationReconciler{
 		Kind: circuit.KindMutating, Client: f.cl, Targets: targets, State: f.state,
 		Recorder: events.NewFakeRecorder(1000), Metrics: NewMetrics(), Signer: testIdentity, Clock: f.clock,
 		Marker: &marking.Keeper{Reader: f.cl, Canary: f.canary},
@@ -159,7 +159,7 @@ func (f *batchFixture) inputs() Inputs {
 // the canary already shows them armed, and the opening is one write. A
 // healthy sibling is not armed, and another installation's arming entry
 // is left as it is.
-func TestTargetReconciler_armsAheadOfTheThreshold(t *testing.T) {
+func TestConfigurationReconciler_armsAheadOfTheThreshold(t *testing.T) {
 	f := newBatchFixture(t, []string{whA, whB, whC, whOther}, 3, 2)
 	foreign := circuit.Entry{UID: testUID, Mode: circuit.ModeBypass, OpenedAt: metav1.Now(), Reason: "timeout", OriginalFailurePolicy: policyFail, By: "system:serviceaccount:elsewhere:webhook-guard"}
 	mwc := f.get()
@@ -204,7 +204,7 @@ func TestTargetReconciler_armsAheadOfTheThreshold(t *testing.T) {
 // What a canary showed about an arming entry holds only until the breaker
 // removes it: an entry armed ahead, abandoned, removed and armed again is
 // shown by a new canary before it opens.
-func TestTargetReconciler_aCanaryAnswerDoesNotOutliveItsEntry(t *testing.T) {
+func TestConfigurationReconciler_aCanaryAnswerDoesNotOutliveItsEntry(t *testing.T) {
 	f := newBatchFixture(t, []string{whA}, 3, 2)
 	f.fail(whA, 2)
 	f.reconcile() // arms ahead
@@ -234,7 +234,7 @@ func TestTargetReconciler_aCanaryAnswerDoesNotOutliveItsEntry(t *testing.T) {
 // Siblings of one configuration reaching their threshold over one probe
 // interval open in one write: the first to cross waits while a sibling is
 // one failure away, and its marking, and theirs, are armed meanwhile.
-func TestTargetReconciler_opensSiblingsInOneWrite(t *testing.T) {
+func TestConfigurationReconciler_opensSiblingsInOneWrite(t *testing.T) {
 	for name, aheadFirst := range map[string]bool{
 		"when nothing woke the reconciler before the first threshold": false,
 		"when the reconciler armed them ahead":                        true,
@@ -278,7 +278,7 @@ func TestTargetReconciler_opensSiblingsInOneWrite(t *testing.T) {
 // A held opening waits at most one probe interval from when it was first
 // held: a sibling that stays one failure away is not waited for longer,
 // and the opening is not held again after that.
-func TestTargetReconciler_aHeldOpeningWaitsAtMostOneInterval(t *testing.T) {
+func TestConfigurationReconciler_aHeldOpeningWaitsAtMostOneInterval(t *testing.T) {
 	f := newBatchFixture(t, []string{whA, whB}, 3, 2)
 	f.fail(whA, 3)
 	f.fail(whB, 2)
@@ -307,7 +307,7 @@ func TestTargetReconciler_aHeldOpeningWaitsAtMostOneInterval(t *testing.T) {
 
 // Closings that come together are written together, and the hold is
 // bounded as for openings.
-func TestTargetReconciler_closesSiblingsInOneWrite(t *testing.T) {
+func TestConfigurationReconciler_closesSiblingsInOneWrite(t *testing.T) {
 	f := newBatchFixture(t, []string{whA, whB, whC}, 3, 3, whA, whB, whC)
 	f.heal(whA, 3)
 	f.heal(whB, 2)
@@ -345,7 +345,7 @@ func TestTargetReconciler_closesSiblingsInOneWrite(t *testing.T) {
 // at once), or in a configuration handed to its administrators. A target
 // armed ahead that recovers without opening is disarmed, disarmAfter after
 // it was armed.
-func TestTargetReconciler_aBlipArmsNothing(t *testing.T) {
+func TestConfigurationReconciler_aBlipArmsNothing(t *testing.T) {
 	t.Run("one failure", func(t *testing.T) {
 		f := newBatchFixture(t, []string{whA, whB}, 3, 2)
 		f.fail(whA, 1)
@@ -417,7 +417,7 @@ func (c *laggingCache) Get(ctx context.Context, key client.ObjectKey, obj client
 // A reconcile that follows the reconciler's own write before the cache
 // shows it decides from the object as written, not from the cache's
 // older copy: no Conflict.
-func TestTargetReconciler_readsItsOwnWritesBeforeTheCacheDoes(t *testing.T) {
+func TestConfigurationReconciler_readsItsOwnWritesBeforeTheCacheDoes(t *testing.T) {
 	f := newBatchFixture(t, []string{whA}, 2, 2)
 	cache := &laggingCache{countingClient: f.cl, frozen: f.get()}
 	f.r.Client = cache

@@ -24,10 +24,10 @@
 //   - all-fail hold (State.HoldOpen, Inputs.HoldOpen): every probed target
 //     fails at once, so openings wait, for at most a bound, as the guard's
 //     own network is the likelier culprit (State.HoldWhenAllFail).
-//   - coalescing (TargetReconciler.coalesce, holdTransitions): transitions
+//   - coalescing (ConfigurationReconciler.coalesce, holdTransitions): transitions
 //     that become due within moments of each other are written together,
 //     in one patch.
-//   - decision time (TargetReconciler.decisionTime, holdDecision): one
+//   - decision time (ConfigurationReconciler.decisionTime, holdDecision): one
 //     opening time for every reconcile of an opening that waits for its
 //     marking, the time its marking policies already carry.
 //   - marking wait (armingStep.pending, markingWait): an opening whose

@@ -87,14 +87,14 @@ type Inputs struct {
 	Unprobeable map[string]string
 	// Now stamps new record entries.
 	Now time.Time
-	// Signer signs new entries (see TargetReconciler.Signer); entries
+	// Signer signs new entries (see ConfigurationReconciler.Signer); entries
 	// signed by another belong to another installation and are left alone.
 	Signer string
 	// HoldOpen stops every opening (closes still happen): every probed
 	// target of the service is failing at once (State.Inputs).
 	HoldOpen bool
 	// Wait holds back the openings of these webhooks: their marking is
-	// not armed yet (TargetReconciler.arming).
+	// not armed yet (ConfigurationReconciler.arming).
 	Wait map[string]bool
 	// Only, when set, limits the decisions about targets to this webhook;
 	// the others stay as they are. The reconciler uses it to write

@@ -31,13 +31,13 @@ import (
 	"github.com/webhook-guard/webhook-guard/internal/marking"
 )
 
-// TargetReconciler writes the circuit's transitions to the target webhook
+// ConfigurationReconciler writes the circuit's transitions to the target webhook
 // configurations of one kind, one JSON patch per transition, with a
 // resourceVersion precondition. It is level-based: from the object (seen
 // through circuit.View) and the probe counts Plan computes the wanted
 // object, and the reconciler writes it, so a repeated or late reconcile is
 // harmless.
-type TargetReconciler struct {
+type ConfigurationReconciler struct {
 	// Kind is the kind of configuration it writes.
 	Kind circuit.Kind
 	// Client reads from the cache and writes.
@@ -98,7 +98,7 @@ type ownWrite struct {
 // decided again from the cache (retry.RetryOnConflict's backoff). An
 // opening that waits for its marking policies to take effect is
 // requeued, so the worker is free meanwhile.
-func (r *TargetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *ConfigurationReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	// A configuration with no target is reconciled too: if it carries a
 	// record (a target removed while its circuit was open), Plan closes it.
 	targets := targetsOf(r.Targets, r.Kind, req.Name)
@@ -127,7 +127,7 @@ func (r *TargetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 // reconcileOnce reads, decides and writes once. It returns how long to
 // wait before deciding again when an opening waits for its marking
 // policies.
-func (r *TargetReconciler) reconcileOnce(ctx context.Context, name string, targets []config.Target) (time.Duration, error) {
+func (r *ConfigurationReconciler) reconcileOnce(ctx context.Context, name string, targets []config.Target) (time.Duration, error) {
 	cur, view, err := r.read(ctx, name)
 	if err != nil || cur == nil {
 		if cur == nil && err == nil {
@@ -250,7 +250,7 @@ func (r *TargetReconciler) reconcileOnce(ctx context.Context, name string, targe
 
 // holdDecision keeps decidedAt as name's decision time while its opening
 // waits for marking policies, for at most maxHeldDecision.
-func (r *TargetReconciler) holdDecision(name string, decidedAt time.Time) {
+func (r *ConfigurationReconciler) holdDecision(name string, decidedAt time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.decided == nil {
@@ -259,14 +259,14 @@ func (r *TargetReconciler) holdDecision(name string, decidedAt time.Time) {
 	r.decided[name] = decidedAt
 }
 
-func (r *TargetReconciler) forgetDecision(name string) {
+func (r *ConfigurationReconciler) forgetDecision(name string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.decided, name)
 }
 
 // decisionTime is name's held decision time, or now.
-func (r *TargetReconciler) decisionTime(name string) time.Time {
+func (r *ConfigurationReconciler) decisionTime(name string) time.Time {
 	now := now(r.Clock)
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -286,7 +286,7 @@ const maxHeldDecision = time.Minute
 // that write: deciding from the cache's older copy would only earn a
 // Conflict, and a mass failure's reconciles follow each other faster than
 // the watch delivers their writes.
-func (r *TargetReconciler) read(ctx context.Context, name string) (client.Object, *admissionregistrationv1.MutatingWebhookConfiguration, error) {
+func (r *ConfigurationReconciler) read(ctx context.Context, name string) (client.Object, *admissionregistrationv1.MutatingWebhookConfiguration, error) {
 	cur := r.Kind.New()
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: name}, cur); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -304,7 +304,7 @@ func (r *TargetReconciler) read(ctx context.Context, name string) (client.Object
 
 // wrote notes written, name's object as this reconciler wrote it over
 // from, the object it read; nil forgets name's last write.
-func (r *TargetReconciler) wrote(name string, from, written client.Object) {
+func (r *ConfigurationReconciler) wrote(name string, from, written client.Object) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if written == nil {
@@ -327,7 +327,7 @@ func (r *TargetReconciler) wrote(name string, from, written client.Object) {
 // ownWrite returns a copy of name's object as this reconciler last wrote
 // it when the cache, at cached, shows a version that write superseded;
 // otherwise nil, and the cache has caught up (or someone else wrote).
-func (r *TargetReconciler) ownWrite(name, cached string) client.Object {
+func (r *ConfigurationReconciler) ownWrite(name, cached string) client.Object {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	w, ok := r.ownWrites[name]
@@ -346,7 +346,7 @@ func (r *TargetReconciler) ownWrite(name, cached string) client.Object {
 // left by a removed target is closed), and the probe runner's triggers. The controller is named
 // "breaker" for mutating configurations and "breaker-validating" for
 // validating ones.
-func (r *TargetReconciler) SetupWithManager(mgr ctrl.Manager, trigger <-chan event.GenericEvent) error {
+func (r *ConfigurationReconciler) SetupWithManager(mgr ctrl.Manager, trigger <-chan event.GenericEvent) error {
 	names := map[string]bool{}
 	for _, t := range r.Targets {
 		if t.Kind == r.Kind {

@@ -65,13 +65,13 @@ func (c *canary) Create(ctx context.Context, e *eventsv1.Event, _ metav1.CreateO
 	return out, nil
 }
 
-// TestTargetReconciler_armsMarkingAroundEachTransition: ten webhooks of
+// TestConfigurationReconciler_armsMarkingAroundEachTransition: ten webhooks of
 // one configuration failing at once are armed in one write, open in one
 // write once one canary shows all ten policies marking, and the reconcile
 // that waits returns at once with a requeue instead of holding a worker.
 // Closing moves the entries from the record to the arming entries, which
 // a write removes disarmAfter later. The service writes no policy.
-func TestTargetReconciler_armsMarkingAroundEachTransition(t *testing.T) {
+func TestConfigurationReconciler_armsMarkingAroundEachTransition(t *testing.T) {
 	var hooks []admissionregistrationv1.MutatingWebhook
 	var targets []config.Target
 	var objs []client.Object
@@ -96,7 +96,7 @@ func TestTargetReconciler_armsMarkingAroundEachTransition(t *testing.T) {
 		}
 	}
 	clock := clocktesting.NewFakeClock(time.Now())
-	r := &TargetReconciler{
+	r := &ConfigurationReconciler{
 		Kind: circuit.KindMutating, Client: cl, Targets: targets, State: state,
 		Recorder: events.NewFakeRecorder(100), Metrics: NewMetrics(), Signer: testIdentity, Clock: clock,
 		Marker: &marking.Keeper{Reader: cl, Canary: c},
@@ -183,7 +183,7 @@ func TestTargetReconciler_armsMarkingAroundEachTransition(t *testing.T) {
 // An opening armed but no longer wanted (the webhook recovered before
 // kube-apiserver showed the policy armed) leaves no arming entry behind:
 // it is removed disarmAfter after the breaker saw it.
-func TestTargetReconciler_anAbandonedArmingIsRemoved(t *testing.T) {
+func TestConfigurationReconciler_anAbandonedArmingIsRemoved(t *testing.T) {
 	policy, binding := marking.Render(cfgName, whA)
 	scheme := runtime.NewScheme()
 	require.NoError(t, clientgoscheme.AddToScheme(scheme))
@@ -196,7 +196,7 @@ func TestTargetReconciler_anAbandonedArmingIsRemoved(t *testing.T) {
 	}
 	c := &canary{notYet: 100, reader: cl, circuits: []marking.Circuit{{Configuration: cfgName, Webhook: whA}}}
 	clock := clocktesting.NewFakeClock(time.Now())
-	r := &TargetReconciler{
+	r := &ConfigurationReconciler{
 		Kind: circuit.KindMutating, Client: cl, Targets: []config.Target{tgt}, State: state,
 		Recorder: events.NewFakeRecorder(10), Metrics: NewMetrics(), Signer: testIdentity, Clock: clock,
 		Marker: &marking.Keeper{Reader: cl, Canary: c},
@@ -228,7 +228,7 @@ func TestTargetReconciler_anAbandonedArmingIsRemoved(t *testing.T) {
 // markingBound: a MarkingFailed Event naming the command that installs it,
 // once, and nothing written; then the circuit opens all the same, and its
 // CircuitOpened Event says marking was not confirmed, and why.
-func TestTargetReconciler_aMissingMarkingPolicyHoldsTheOpeningForABound(t *testing.T) {
+func TestConfigurationReconciler_aMissingMarkingPolicyHoldsTheOpeningForABound(t *testing.T) {
 	scheme := runtime.NewScheme()
 	require.NoError(t, clientgoscheme.AddToScheme(scheme))
 	cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(newConfig(newWebhook(whA, policyFail))).Build()
@@ -241,7 +241,7 @@ func TestTargetReconciler_aMissingMarkingPolicyHoldsTheOpeningForABound(t *testi
 	rec := events.NewFakeRecorder(10)
 	c := &canary{}
 	clock := clocktesting.NewFakeClock(time.Now())
-	r := &TargetReconciler{
+	r := &ConfigurationReconciler{
 		Kind: circuit.KindMutating, Client: cl, Targets: []config.Target{tgt}, State: state,
 		Recorder: rec, Metrics: NewMetrics(), Signer: testIdentity, Clock: clock,
 		Marker: &marking.Keeper{Reader: cl, Canary: c},
@@ -290,7 +290,7 @@ func openCount(t *testing.T, c client.Client) int {
 // and the bypass and leaves the entry armed; disarmAfter later a write of
 // its own disarms it; then the breaker arms nothing there and writes
 // nothing more.
-func TestTargetReconciler_aHandoffDisarmsInALaterWriteAndThenWritesNothing(t *testing.T) {
+func TestConfigurationReconciler_aHandoffDisarmsInALaterWriteAndThenWritesNothing(t *testing.T) {
 	policy, binding := marking.Render(cfgName, whA)
 	mwc := newConfig(newWebhook(whA, policyIgnore, bypassMarker()))
 	entry := circuit.Entry{UID: testUID, Mode: circuit.ModeBypass, OpenedAt: metav1.Now(), Reason: "timeout", OriginalFailurePolicy: policyFail, By: testIdentity}
@@ -341,7 +341,7 @@ func TestTargetReconciler_aHandoffDisarmsInALaterWriteAndThenWritesNothing(t *te
 
 // Another installation's arming entries on a configuration this breaker
 // reconciles (it carries a record) are left alone: no write, ever.
-func TestTargetReconciler_anotherInstallationsArmingIsLeftAlone(t *testing.T) {
+func TestConfigurationReconciler_anotherInstallationsArmingIsLeftAlone(t *testing.T) {
 	mwc := newConfig(newWebhook(whA, policyFail))
 	entry := circuit.Entry{UID: testUID, Mode: circuit.ModeBypass, OpenedAt: metav1.Now(), Reason: "timeout", OriginalFailurePolicy: policyFail, By: "system:serviceaccount:elsewhere:webhook-guard"}
 	var err error
@@ -351,7 +351,7 @@ func TestTargetReconciler_anotherInstallationsArmingIsLeftAlone(t *testing.T) {
 	require.NoError(t, clientgoscheme.AddToScheme(scheme))
 	cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(mwc).Build()
 	clock := clocktesting.NewFakeClock(time.Now())
-	r := &TargetReconciler{
+	r := &ConfigurationReconciler{
 		Kind: circuit.KindMutating, Client: cl, State: NewState(),
 		Recorder: events.NewFakeRecorder(10), Metrics: NewMetrics(), Signer: testIdentity, Clock: clock,
 		Marker: &marking.Keeper{Reader: cl, Canary: &canary{reader: cl}},
@@ -376,7 +376,7 @@ func TestTargetReconciler_anotherInstallationsArmingIsLeftAlone(t *testing.T) {
 // failure, cost one write each step: a webhook whose marking
 // kube-apiserver already shows armed opens in the same write that arms
 // the next one's.
-func TestTargetReconciler_anOpeningArmsTheNextInTheSameWrite(t *testing.T) {
+func TestConfigurationReconciler_anOpeningArmsTheNextInTheSameWrite(t *testing.T) {
 	var objs []client.Object
 	c := &canary{}
 	for _, hook := range []string{whA, whB} {
@@ -397,7 +397,7 @@ func TestTargetReconciler_anOpeningArmsTheNextInTheSameWrite(t *testing.T) {
 			state.Observe(tgt.Key(), failedResult("timeout"), time.Now())
 		}
 	}
-	r := &TargetReconciler{
+	r := &ConfigurationReconciler{
 		Kind: circuit.KindMutating, Client: cl, Targets: []config.Target{a, b}, State: state,
 		Recorder: events.NewFakeRecorder(100), Metrics: NewMetrics(), Signer: testIdentity,
 		Clock: clocktesting.NewFakeClock(time.Now()), Marker: &marking.Keeper{Reader: cl, Canary: c},
@@ -441,7 +441,7 @@ func TestTargetReconciler_anOpeningArmsTheNextInTheSameWrite(t *testing.T) {
 
 // Closings spread over time are disarmed together, disarmAfter after the
 // latest of them: one write, however many closed.
-func TestTargetReconciler_closingsAreDisarmedInOneWrite(t *testing.T) {
+func TestConfigurationReconciler_closingsAreDisarmedInOneWrite(t *testing.T) {
 	entry := circuit.Entry{UID: testUID, Mode: circuit.ModeBypass, OpenedAt: metav1.Now(), Reason: "timeout", OriginalFailurePolicy: policyFail, By: testIdentity}
 	mwc := newConfig(newWebhook(whA, policyIgnore, bypassMarker()), newWebhook(whB, policyIgnore, bypassMarker()))
 	var err error
@@ -460,7 +460,7 @@ func TestTargetReconciler_closingsAreDisarmedInOneWrite(t *testing.T) {
 		}
 	}
 	clock := clocktesting.NewFakeClock(time.Now())
-	r := &TargetReconciler{
+	r := &ConfigurationReconciler{
 		Kind: circuit.KindMutating, Client: cl, Targets: []config.Target{a, b}, State: state,
 		Recorder: events.NewFakeRecorder(100), Metrics: NewMetrics(), Signer: testIdentity, Clock: clock,
 		Marker: &marking.Keeper{Reader: cl, Canary: &canary{reader: cl}},
@@ -506,7 +506,7 @@ func TestTargetReconciler_closingsAreDisarmedInOneWrite(t *testing.T) {
 // it during the grace disarms marking at once, and the breaker does not
 // write it back; it only stops waiting for it. docs/how-it-works.md
 // states this limit (issue 32, item 7).
-func TestTargetReconciler_anArmingEntryStrippedInItsGraceStaysStripped(t *testing.T) {
+func TestConfigurationReconciler_anArmingEntryStrippedInItsGraceStaysStripped(t *testing.T) {
 	policy, binding := marking.Render(cfgName, whA)
 	mwc := newConfig(newWebhook(whA, policyFail))
 	entry := circuit.Entry{UID: testUID, Mode: circuit.ModeBypass, OpenedAt: metav1.Now(), Reason: "timeout", OriginalFailurePolicy: policyFail, By: testIdentity}
@@ -537,7 +537,7 @@ func TestTargetReconciler_anArmingEntryStrippedInItsGraceStaysStripped(t *testin
 
 // armedReconciler is a reconciler of one Bypass target (whA) over a fake
 // client holding its marking policy, binding and mwc, on a fake clock.
-func armedReconciler(t *testing.T, objs ...client.Object) (*TargetReconciler, client.Client, *clocktesting.FakeClock) {
+func armedReconciler(t *testing.T, objs ...client.Object) (*ConfigurationReconciler, client.Client, *clocktesting.FakeClock) {
 	t.Helper()
 	scheme := runtime.NewScheme()
 	require.NoError(t, clientgoscheme.AddToScheme(scheme))
@@ -546,7 +546,7 @@ func armedReconciler(t *testing.T, objs ...client.Object) (*TargetReconciler, cl
 	state := NewState()
 	state.Register(tgt.Key())
 	clock := clocktesting.NewFakeClock(time.Now())
-	return &TargetReconciler{
+	return &ConfigurationReconciler{
 		Kind: circuit.KindMutating, Client: cl, Targets: []config.Target{tgt}, State: state,
 		Recorder: events.NewFakeRecorder(10), Metrics: NewMetrics(), Signer: testIdentity, Clock: clock,
 		Marker: &marking.Keeper{Reader: cl, Canary: &canary{reader: cl}},

@@ -191,7 +191,7 @@ func (r *ProbeRunner) roadLoop(ctx context.Context, wg *sync.WaitGroup) {
 }
 
 // roadResult records one road schedule result for t, and wakes the
-// TargetReconciler when the path probe may have opened or closed its
+// ConfigurationReconciler when the path probe may have opened or closed its
 // circuit.
 func (r *ProbeRunner) roadResult(ctx context.Context, t config.Target, res probe.Result) {
 	obj := t.Kind.New()

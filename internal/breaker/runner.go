@@ -32,7 +32,7 @@ type Prober interface {
 var _ Prober = (*probe.Prober)(nil)
 
 // ProbeRunner probes every target at its interval, feeds the results to
-// State, and wakes the TargetReconciler when Plan would change a
+// State, and wakes the ConfigurationReconciler when Plan would change a
 // configuration. It runs on the leader only.
 type ProbeRunner struct {
 	// Reader reads webhook configurations (the manager's cache).
@@ -47,11 +47,11 @@ type ProbeRunner struct {
 	Metrics *Metrics
 	// Recorder emits Events for targets that cannot be probed.
 	Recorder recorder.EventRecorder
-	// Triggers wake the TargetReconciler of each configuration kind.
+	// Triggers wake the ConfigurationReconciler of each configuration kind.
 	Triggers map[circuit.Kind]chan<- event.GenericEvent
 	// Clock drives the intervals. Default: the real clock.
 	Clock clock.WithTicker
-	// Signer is the entries' signer, as in TargetReconciler.
+	// Signer is the entries' signer, as in ConfigurationReconciler.
 	Signer string
 	// DiagnoseTLS, when set, explains a TLS probe failure from the
 	// configuration's annotations (for example cert-manager's CA
@@ -196,7 +196,7 @@ func (r *ProbeRunner) loop(ctx context.Context, t config.Target, wg *sync.WaitGr
 }
 
 // ProbeOnce probes t once, records the result, and wakes the
-// TargetReconciler when Plan would change the configuration. It observes;
+// ConfigurationReconciler when Plan would change the configuration. It observes;
 // Plan alone decides.
 func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 	log := logf.FromContext(ctx)

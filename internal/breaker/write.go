@@ -18,7 +18,7 @@ import (
 // resourceVersion read: one write per transition, refused on conflict, and
 // no field this client's types do not know can be lost (a full Update could
 // drop it). It records, reports and counts what it wrote.
-func (r *TargetReconciler) write(ctx context.Context, cur client.Object, view, next *admissionregistrationv1.MutatingWebhookConfiguration, changes []Change, targets []config.Target) error {
+func (r *ConfigurationReconciler) write(ctx context.Context, cur client.Object, view, next *admissionregistrationv1.MutatingWebhookConfiguration, changes []Change, targets []config.Target) error {
 	patch, err := circuit.Patch(view, next)
 	if err != nil {
 		return err
@@ -71,7 +71,7 @@ func (r *TargetReconciler) write(ctx context.Context, cur client.Object, view, n
 // object (its circuit.View), level-based. Under an unreadable record a
 // webhook that is not at Fail, or carries the bypass marker, may be open,
 // and the gauge says so.
-func (r *TargetReconciler) syncGauges(targets []config.Target, view *admissionregistrationv1.MutatingWebhookConfiguration) {
+func (r *ConfigurationReconciler) syncGauges(targets []config.Target, view *admissionregistrationv1.MutatingWebhookConfiguration) {
 	if len(targets) == 0 {
 		return
 	}

@@ -29,7 +29,7 @@ import (
 // configuration's transitions one by one: the others go through, the
 // refused one gets a WriteRefused Event and is left as it is, and it is
 // not tried again until the configuration changes.
-func TestTargetReconciler_anInvalidWriteFallsBackToOneWebhookAtATime(t *testing.T) {
+func TestConfigurationReconciler_anInvalidWriteFallsBackToOneWebhookAtATime(t *testing.T) {
 	scheme := runtime.NewScheme()
 	require.NoError(t, clientgoscheme.AddToScheme(scheme))
 	var patches, refused int
@@ -58,7 +58,7 @@ func TestTargetReconciler_anInvalidWriteFallsBackToOneWebhookAtATime(t *testing.
 	}
 	rec := events.NewFakeRecorder(10)
 	// No marking: the fallback is about the writes.
-	r := &TargetReconciler{Kind: circuit.KindMutating, Client: cl, Targets: targets, State: state, Recorder: rec, Metrics: NewMetrics(), Signer: testIdentity}
+	r := &ConfigurationReconciler{Kind: circuit.KindMutating, Client: cl, Targets: targets, State: state, Recorder: rec, Metrics: NewMetrics(), Signer: testIdentity}
 	req := ctrl.Request{}
 	req.Name = cfgName
 

@@ -202,7 +202,7 @@ func (o *Options) Run(ctx context.Context) error {
 		// removed target must still be closed.
 		trigger := make(chan event.GenericEvent, len(cfg.Targets))
 		triggers[kind] = trigger
-		targets := &breaker.TargetReconciler{
+		targets := &breaker.ConfigurationReconciler{
 			Kind: kind, Client: mgr.GetClient(), Targets: cfg.Targets,
 			State: state, Recorder: recorder, Metrics: m, Signer: signer,
 		}
