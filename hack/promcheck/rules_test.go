@@ -31,6 +31,7 @@ import (
 	"github.com/webhook-guard/webhook-guard/internal/admission"
 	"github.com/webhook-guard/webhook-guard/internal/apimetrics"
 	"github.com/webhook-guard/webhook-guard/internal/breaker"
+	"github.com/webhook-guard/webhook-guard/internal/clustermetrics"
 )
 
 // prometheusComponent is the kustomize Component for Prometheus, relative
@@ -69,7 +70,7 @@ var fromKubeAPIServer = sets.New(
 var guardMetrics = sync.OnceValues(func() (names, histograms sets.Set[string]) {
 	names, histograms = sets.New[string](), sets.New[string]()
 	collectors := append(breaker.NewMetrics().Collectors(), admission.NewPolicyRepairs(),
-		breaker.NewBuildInfo("test", "test", "test"), &breaker.WebhookTimeouts{Reader: fake.NewClientBuilder().Build()})
+		clustermetrics.NewBuildInfo("test", "test", "test"), &clustermetrics.WebhookTimeouts{Reader: fake.NewClientBuilder().Build()})
 	for _, c := range collectors {
 		// Registering on the registry the binary uses also proves that no
 		// guard metric collides with one of controller-runtime's.

@@ -10,6 +10,7 @@ import (
 	"github.com/webhook-guard/webhook-guard/internal/admission"
 	"github.com/webhook-guard/webhook-guard/internal/breaker"
 	"github.com/webhook-guard/webhook-guard/internal/cli/version"
+	"github.com/webhook-guard/webhook-guard/internal/clustermetrics"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 )
 
@@ -26,8 +27,8 @@ func registerMetrics(reg prometheus.Registerer, targets []config.Target, build v
 	repairs := admission.NewPolicyRepairs()
 	admission.InitializePolicyRepairs(repairs)
 	collectors := append(m.Collectors(), repairs,
-		breaker.NewBuildInfo(build.Version, build.Commit, runtime.Version()),
-		&breaker.WebhookTimeouts{Reader: cache})
+		clustermetrics.NewBuildInfo(build.Version, build.Commit, runtime.Version()),
+		&clustermetrics.WebhookTimeouts{Reader: cache})
 	for _, c := range collectors {
 		if err := reg.Register(c); err != nil {
 			return nil, nil, fmt.Errorf("registering metrics: %w", err)

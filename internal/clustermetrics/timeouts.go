@@ -1,4 +1,4 @@
-package breaker
+package clustermetrics
 
 import (
 	"context"
