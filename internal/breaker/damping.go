@@ -43,11 +43,11 @@ func FlapWindow(t config.Target) time.Duration {
 }
 
 // Damp is how long t's circuit stays open at least after its
-// reopenings-th re-opening in a row: none without one, then
-// DampClosePeriods close periods, doubled with each further one up to
-// MaxDampDoublings.
+// reopenings-th re-opening in a row: none without one, or when t turns
+// damping off (dampFlapping: false), then DampClosePeriods close periods,
+// doubled with each further one up to MaxDampDoublings.
 func Damp(t config.Target, reopenings int) time.Duration {
-	if reopenings <= 0 {
+	if reopenings <= 0 || !t.DampFlapping {
 		return 0
 	}
 	return DampClosePeriods * closePeriod(t) << min(reopenings-1, MaxDampDoublings)

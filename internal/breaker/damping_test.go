@@ -20,6 +20,7 @@ import (
 func defaultTarget(mode config.Mode) config.Target {
 	tgt := target(whA, mode, config.DefaultOpenAfter, config.DefaultCloseAfter)
 	tgt.Probe.Interval = config.DefaultProbeInterval
+	tgt.DampFlapping = true
 	return tgt
 }
 
@@ -33,8 +34,11 @@ func TestDamp_doublesPerReopeningUpToItsCap(t *testing.T) {
 	assert.Equal(t, 150*time.Second, FlapWindow(tgt))
 
 	fast := target(whA, config.ModeBypass, 2, 2)
-	fast.Probe.Interval = 100 * time.Millisecond
+	fast.Probe.Interval, fast.DampFlapping = 100*time.Millisecond, true
 	assert.Equal(t, 400*time.Millisecond, Damp(fast, 1), "it scales with the target's own timing")
+
+	tgt.DampFlapping = false
+	assert.Zero(t, Damp(tgt, 3), "dampFlapping: false turns it off")
 }
 
 func TestReopenings_countOnlyOpeningsSoonAfterAClose(t *testing.T) {

@@ -136,6 +136,7 @@ func convertTarget(p *field.Path, ft fileTarget) (Target, field.ErrorList) {
 	}
 	t.OpenAfter = threshold(p.Child("openAfter"), ft.OpenAfter, DefaultOpenAfter, &errs)
 	t.CloseAfter = threshold(p.Child("closeAfter"), ft.CloseAfter, DefaultCloseAfter, &errs)
+	t.DampFlapping = ft.DampFlapping == nil || *ft.DampFlapping
 
 	pp := p.Child("probe")
 	t.Probe.Kind = ProbeKind(ft.Probe.Kind)

@@ -32,6 +32,7 @@ func TestParse_defaults(t *testing.T) {
 		Mode:            ModeIgnore,
 		OpenAfter:       3,
 		CloseAfter:      5,
+		DampFlapping:    true,
 		Probe:           Probe{Kind: ProbeAdmissionReview, Interval: time.Second},
 		APIServerSignal: APIServerSignal{Enabled: true, MinRequests: DefaultMinRequests, FailureRatio: DefaultFailureRatio, MinOpen: DefaultMinOpen, WithoutPathProbe: WithoutPathProbeReport, TrafficAsProbe: true},
 	}, cfg.Targets[0])
@@ -52,6 +53,7 @@ func TestParse_everyField(t *testing.T) {
   mode: Bypass
   openAfter: 2
   closeAfter: 4
+  dampFlapping: false
   probe:
     kind: HTTPGet
     interval: 200ms

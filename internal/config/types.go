@@ -113,6 +113,7 @@ type fileTarget struct {
 	Mode                            string     `json:"mode"`
 	OpenAfter                       *int       `json:"openAfter"`
 	CloseAfter                      *int       `json:"closeAfter"`
+	DampFlapping                    *bool      `json:"dampFlapping"`
 	Probe                           fileProbe  `json:"probe"`
 	APIServerSignal                 fileSignal `json:"apiserverSignal"`
 }
@@ -189,6 +190,10 @@ type Target struct {
 	// CloseAfter is the number of consecutive healthy probes that closes
 	// it. Default 5.
 	CloseAfter int
+	// DampFlapping keeps a circuit that re-opens soon after its last close
+	// open longer before it may close again (internal/breaker, damping.go).
+	// Default true.
+	DampFlapping bool
 	// Probe says how the webhook is probed.
 	Probe Probe
 	// APIServerSignal judges the webhook from kube-apiserver's own record

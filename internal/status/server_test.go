@@ -48,7 +48,7 @@ func TestProbeRow_observeCarriesTheWouldBeState(t *testing.T) {
 // The leader's row says when a circuit is damped: how often it re-opened
 // soon after closing, and how long it then stays open at least.
 func TestProbeRow_showsTheFlapDamping(t *testing.T) {
-	tgt := config.Target{Kind: circuit.KindMutating, Configuration: "c", Webhook: "w.example.com", Mode: config.ModeBypass, OpenAfter: 3, CloseAfter: 5}
+	tgt := config.Target{Kind: circuit.KindMutating, Configuration: "c", Webhook: "w.example.com", Mode: config.ModeBypass, OpenAfter: 3, CloseAfter: 5, DampFlapping: true}
 	tgt.Probe.Interval = time.Second
 	state := breaker.NewState()
 	at := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)

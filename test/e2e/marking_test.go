@@ -497,9 +497,10 @@ func TestMarking_twentyOpeningsUnderAStream(t *testing.T) {
 	mutate := harness.PatchLabel("mutated", "yes")
 	s.wh.SetBehaviour(webhookPath, mutate)
 	// The probe alone judges, so that each circuit closes as soon as the
-	// webhook answers again (no minOpen).
+	// webhook answers again (no minOpen); and without flap damping, which
+	// would keep each of these back-to-back re-openings open longer.
 	g, err := env.StartGuard(harness.GuardOptions{Name: "twenty", Kubeconfig: s.guardID.KubeconfigPath,
-		Config: s.config("  apiserverSignal:\n    enabled: false\n")})
+		Config: s.config("  dampFlapping: false\n  apiserverSignal:\n    enabled: false\n")})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		g.Stop()

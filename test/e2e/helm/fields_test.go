@@ -30,6 +30,7 @@ targets:
   mode: Bypass
   openAfter: 2
   closeAfter: 7
+  dampFlapping: false
   probe:
     kind: HTTPGet
     interval: 2s
