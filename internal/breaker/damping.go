@@ -50,7 +50,7 @@ func Damp(t config.Target, reopenings int) time.Duration {
 	if reopenings <= 0 || !t.DampFlapping {
 		return 0
 	}
-	return DampClosePeriods * closePeriod(t) << min(reopenings-1, MaxDampDoublings)
+	return doubled(DampClosePeriods*closePeriod(t), reopenings-1, MaxDampDoublings)
 }
 
 // Reopenings is the count of re-openings in a row after an opening at

@@ -492,5 +492,11 @@ const maxMinOpenDoublings = 5
 // minOpen is base doubled for every apiserver opening after the first
 // since the apiserver's calls last succeeded.
 func minOpen(base time.Duration, openings int) time.Duration {
-	return base << min(max(openings-1, 0), maxMinOpenDoublings)
+	return doubled(base, openings-1, maxMinOpenDoublings)
+}
+
+// doubled is base doubled times times (none below zero), at most
+// maxDoublings times: the backoff of MinOpen and of flap damping.
+func doubled(base time.Duration, times, maxDoublings int) time.Duration {
+	return base << min(max(times, 0), maxDoublings)
 }

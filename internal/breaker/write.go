@@ -38,12 +38,10 @@ func (r *ConfigurationReconciler) write(ctx context.Context, cur client.Object, 
 	r.Metrics.Reconciles.WithLabelValues(ReconcileWritten).Inc()
 	for _, c := range changes {
 		for _, t := range targets {
-			if t.Webhook == c.Webhook || c.Webhook == "" {
-				r.State.Reset(t.Key())
+			if t.Webhook != c.Webhook && c.Webhook != "" {
+				continue
 			}
-		}
-		r.Metrics.Transitions.WithLabelValues(string(r.Kind), string(c.Kind)).Inc()
-		for _, t := range targets {
+			r.State.Reset(t.Key())
 			switch {
 			case t.Webhook != c.Webhook:
 			case c.Kind == Opened:
@@ -52,6 +50,7 @@ func (r *ConfigurationReconciler) write(ctx context.Context, cur client.Object, 
 				r.State.NoteClosing(t.Key(), now(r.Clock))
 			}
 		}
+		r.Metrics.Transitions.WithLabelValues(string(r.Kind), string(c.Kind)).Inc()
 		if c.Kind == Opened {
 			r.Metrics.Openings.WithLabelValues(string(r.Kind), view.Name, c.Webhook, c.Signal).Inc()
 		}

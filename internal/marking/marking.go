@@ -216,8 +216,8 @@ const (
 	placeholderDigest        = "@DIGEST@"
 )
 
-// Template is what TemplateJSON holds.
-type Template struct {
+// markingTemplate is what TemplateJSON holds.
+type markingTemplate struct {
 	// Digest is the template's own digest, the start of each circuit's
 	// Digest.
 	Digest string `json:"digest"`
@@ -229,14 +229,14 @@ type Template struct {
 }
 
 // TemplateJSON is the marking policy and binding of every circuit, with
-// placeholders for what differs between circuits (see Template): what the
+// placeholders for what differs between circuits (see markingTemplate): what the
 // Helm chart renders the marking policies of its targets from
 // (files/marking.json), with no "guard manifests marking" step. A circuit's
-// objects are TemplateJSON with each placeholder replaced as Fill does,
-// which makes them equal to Render's.
+// objects are TemplateJSON with each placeholder replaced by its value,
+// which makes them equal to Render's (TestTemplateJSON_filledIsRender).
 func TemplateJSON() ([]byte, error) {
 	policy, binding := render(placeholderConfiguration, placeholderWebhook, placeholderDigest)
-	t := Template{Digest: templateDigest()}
+	t := markingTemplate{Digest: templateDigest()}
 	var err error
 	if t.Policy, err = asJSONObject(policy); err != nil {
 		return nil, err
@@ -255,25 +255,6 @@ func TemplateJSON() ([]byte, error) {
 	// The placeholders' own ID stands for the circuit's.
 	id := ID(placeholderConfiguration, placeholderWebhook)
 	return []byte(strings.ReplaceAll(buf.String(), id, placeholderID)), nil
-}
-
-// Fill is TemplateJSON with the placeholders replaced by configuration's
-// and webhook's values, exactly as the chart's template does it.
-func Fill(templateJSON []byte, configuration, webhook string) (policy, binding map[string]any, err error) {
-	var t Template
-	if err := json.Unmarshal(templateJSON, &t); err != nil {
-		return nil, nil, err
-	}
-	filled := strings.NewReplacer(
-		placeholderID, ID(configuration, webhook),
-		placeholderDigest, Digest(configuration, webhook),
-		placeholderConfiguration, configuration,
-		placeholderWebhook, webhook,
-	).Replace(string(templateJSON))
-	if err := json.Unmarshal([]byte(filled), &t); err != nil {
-		return nil, nil, err
-	}
-	return t.Policy, t.Binding, nil
 }
 
 // asJSONObject is obj as a JSON object, as "guard manifests" writes it:

@@ -1,6 +1,7 @@
 package marking
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -115,7 +116,7 @@ func TestTemplateJSON_filledIsRender(t *testing.T) {
 		{strings.Repeat("n", 253), strings.Repeat("w", 63) + ".example.com"},
 	} {
 		t.Run(c[0]+"/"+c[1], func(t *testing.T) {
-			gotPolicy, gotBinding, err := Fill(tmpl, c[0], c[1])
+			gotPolicy, gotBinding, err := fill(tmpl, c[0], c[1])
 			require.NoError(t, err)
 			policy, binding := Render(c[0], c[1])
 			wantPolicy, err := asJSONObject(policy)
@@ -131,4 +132,20 @@ func TestTemplateJSON_filledIsRender(t *testing.T) {
 func TestInline_writesVariablesOut(t *testing.T) {
 	vars := []admissionregistrationv1.Variable{{Name: "a", Expression: "1 + variables.b"}, {Name: "b", Expression: "2"}}
 	assert.Equal(t, "(1 + (2)) * (2)", inline("variables.a * variables.b", vars))
+}
+
+// fill is templateJSON with each placeholder replaced by configuration's
+// and webhook's value, as the chart's webhook-guard.marking does it.
+func fill(templateJSON []byte, configuration, webhook string) (policy, binding map[string]any, err error) {
+	filled := strings.NewReplacer(
+		placeholderID, ID(configuration, webhook),
+		placeholderDigest, Digest(configuration, webhook),
+		placeholderConfiguration, configuration,
+		placeholderWebhook, webhook,
+	).Replace(string(templateJSON))
+	var t markingTemplate
+	if err := json.Unmarshal([]byte(filled), &t); err != nil {
+		return nil, nil, err
+	}
+	return t.Policy, t.Binding, nil
 }

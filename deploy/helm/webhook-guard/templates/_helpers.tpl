@@ -80,7 +80,7 @@ step before helm. files/marking.json is the guard's template of them
 are the template with its names, its ID (the first 10 hex characters of
 the SHA-256 of "<configuration>/<webhook>") and its digest (16 of the
 SHA-256 of the template's digest, a space and "<configuration>/<webhook>")
-put in, as marking.Fill does.
+put in (TestTemplateJSON_filledIsRender does the same in Go).
 */}}
 {{- define "webhook-guard.marking" -}}
 {{- if .Values.marking.policies -}}
