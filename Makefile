@@ -93,7 +93,7 @@ e2e: tools ## Run the e2e tests against a real kube-apiserver and etcd (test/e2e
 	KUBEBUILDER_ASSETS="$$(hack/tools/install.sh)" HELM="$$(hack/tools/helm.sh)" REGISTRY="$$(hack/tools/registry.sh)" go test $(GOFLAGS_BUILD) -count=1 -timeout 40m ./test/e2e/...
 
 # FUZZ lists package:target pairs for make fuzz.
-FUZZ := ./internal/config:FuzzParse ./internal/circuit:FuzzDecode ./internal/breaker:FuzzPlan ./internal/admission:FuzzHandler ./internal/admission:FuzzRule_CELAgreesWithGo
+FUZZ := ./internal/config:FuzzParse ./internal/circuit:FuzzDecode ./internal/breaker/decide:FuzzPlan ./internal/admission:FuzzHandler ./internal/admission:FuzzRule_CELAgreesWithGo
 FUZZTIME ?= 2m
 
 .PHONY: fuzz

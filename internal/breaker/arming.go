@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/webhook-guard/webhook-guard/internal/breaker/decide"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 	"github.com/webhook-guard/webhook-guard/internal/marking"
@@ -87,7 +88,7 @@ type armingStep struct {
 // (armingStep). It changes neither. Without a
 // Marker (validating configurations, or no MutatingAdmissionPolicy API)
 // there is nothing to arm.
-func (r *ConfigurationReconciler) arming(ctx context.Context, cur client.Object, view, next *admissionregistrationv1.MutatingWebhookConfiguration, changes []Change, in Inputs) (armingStep, error) {
+func (r *ConfigurationReconciler) arming(ctx context.Context, cur client.Object, view, next *admissionregistrationv1.MutatingWebhookConfiguration, changes []decide.Change, in decide.Inputs) (armingStep, error) {
 	if r.Marker == nil {
 		return armingStep{annotations: next.Annotations}, nil
 	}
@@ -115,7 +116,7 @@ func (r *ConfigurationReconciler) arming(ctx context.Context, cur client.Object,
 
 	var opening []marking.Circuit
 	for _, c := range changes {
-		if c.Kind == Opened {
+		if c.Kind == decide.Opened {
 			opening = append(opening, marking.Circuit{Configuration: view.Name, Webhook: c.Webhook})
 		}
 	}
@@ -148,7 +149,7 @@ func (r *ConfigurationReconciler) arming(ctx context.Context, cur client.Object,
 // shown armed yet, and returns markingPoll while one is still not shown.
 // A canary that fails is no error here: the opening, when it comes, waits
 // at most markingBound for evidence (armOpenings).
-func (r *ConfigurationReconciler) showAhead(ctx context.Context, view *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs, armed circuit.Record, ahead map[string]time.Duration) time.Duration {
+func (r *ConfigurationReconciler) showAhead(ctx context.Context, view *admissionregistrationv1.MutatingWebhookConfiguration, in decide.Inputs, armed circuit.Record, ahead map[string]time.Duration) time.Duration {
 	due := false
 	var cs []marking.Circuit
 	for _, t := range in.Targets {
@@ -236,7 +237,7 @@ func (r *ConfigurationReconciler) armedShown(ctx context.Context, uid types.UID,
 // here. Entries are added only when something in the configuration is
 // about to open: an opening in changes, or a target at ArmAheadAt
 // failures. A single failed probe, alone, arms nothing.
-func (r *ConfigurationReconciler) armAhead(view *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs, armed, after circuit.Record, changes []Change) (map[string]time.Duration, circuit.Record) {
+func (r *ConfigurationReconciler) armAhead(view *admissionregistrationv1.MutatingWebhookConfiguration, in decide.Inputs, armed, after circuit.Record, changes []decide.Change) (map[string]time.Duration, circuit.Record) {
 	entries := aheadEntries(view, in)
 	if len(entries) == 0 {
 		return nil, nil
@@ -244,7 +245,7 @@ func (r *ConfigurationReconciler) armAhead(view *admissionregistrationv1.Mutatin
 	ahead := map[string]time.Duration{}
 	due := false
 	for _, c := range changes {
-		due = due || c.Kind == Opened
+		due = due || c.Kind == decide.Opened
 	}
 	for _, t := range in.Targets {
 		if _, ok := entries[t.Webhook]; !ok {
@@ -274,7 +275,7 @@ func (r *ConfigurationReconciler) armAhead(view *admissionregistrationv1.Mutatin
 // aheadEntries returns the entries Plan would record for the targets of
 // view that have failed at least once in a row and whose circuit is
 // closed, if they reached their threshold now.
-func aheadEntries(view *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) circuit.Record {
+func aheadEntries(view *admissionregistrationv1.MutatingWebhookConfiguration, in decide.Inputs) circuit.Record {
 	if in.HoldOpen {
 		return nil
 	}
@@ -283,7 +284,7 @@ func aheadEntries(view *admissionregistrationv1.MutatingWebhookConfiguration, in
 		return nil
 	}
 	pretend := in
-	pretend.Counts, pretend.Wait, pretend.Only = map[string]Counts{}, nil, ""
+	pretend.Counts, pretend.Wait, pretend.Only = map[string]decide.Counts{}, nil, ""
 	var names []string
 	for _, t := range in.Targets {
 		c, probed := in.Counts[t.Webhook]
@@ -297,7 +298,7 @@ func aheadEntries(view *admissionregistrationv1.MutatingWebhookConfiguration, in
 	if len(names) == 0 {
 		return nil
 	}
-	next, _, err := Plan(view, pretend)
+	next, _, err := decide.Plan(view, pretend)
 	if err != nil {
 		return nil
 	}
@@ -413,7 +414,7 @@ func (r *ConfigurationReconciler) armingFor(view, next *admissionregistrationv1.
 // ahead are the entries armed ahead of their opening that the write adds
 // (armAhead): they go with the first write, the arming one or the opening
 // one.
-func (r *ConfigurationReconciler) armOpenings(ctx context.Context, cur client.Object, view *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs, armed, after circuit.Record, opening []marking.Circuit, ahead circuit.Record) (armingStep, error) {
+func (r *ConfigurationReconciler) armOpenings(ctx context.Context, cur client.Object, view *admissionregistrationv1.MutatingWebhookConfiguration, in decide.Inputs, armed, after circuit.Record, opening []marking.Circuit, ahead circuit.Record) (armingStep, error) {
 	bound := markingBound(in.Targets, opening)
 	now := now(r.Clock)
 	why := map[string]string{}
@@ -556,11 +557,11 @@ func (r *ConfigurationReconciler) unshownWhy(uid types.UID, bound time.Duration)
 type wait struct{ since, seen time.Time }
 
 // forgetWaits forgets the waits of the openings written in changes.
-func (r *ConfigurationReconciler) forgetWaits(uid types.UID, changes []Change) {
+func (r *ConfigurationReconciler) forgetWaits(uid types.UID, changes []decide.Change) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, c := range changes {
-		if c.Kind == Opened {
+		if c.Kind == decide.Opened {
 			delete(r.waits, string(uid)+"/"+c.Webhook)
 		}
 	}
@@ -596,13 +597,13 @@ type canaryFailure struct {
 
 // noteUnconfirmed adds to the Event of each opening in unconfirmed that
 // it went without marking evidence, and why, and counts it.
-func (r *ConfigurationReconciler) noteUnconfirmed(configuration string, changes []Change, unconfirmed map[string]string) []Change {
+func (r *ConfigurationReconciler) noteUnconfirmed(configuration string, changes []decide.Change, unconfirmed map[string]string) []decide.Change {
 	if len(unconfirmed) == 0 {
 		return changes
 	}
 	out := slices.Clone(changes)
 	for i, c := range out {
-		if why, ok := unconfirmed[c.Webhook]; ok && c.Kind == Opened {
+		if why, ok := unconfirmed[c.Webhook]; ok && c.Kind == decide.Opened {
 			out[i].Message += "; marking not confirmed: " + why
 			r.Metrics.MarkingUnconfirmed.WithLabelValues(string(r.Kind), configuration, c.Webhook).Inc()
 		}

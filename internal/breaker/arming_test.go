@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/client-go/tools/events"
 
+	"github.com/webhook-guard/webhook-guard/internal/breaker/breakertest"
+	"github.com/webhook-guard/webhook-guard/internal/breaker/decide"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/marking"
 )
@@ -22,14 +24,14 @@ import (
 // confirmed, and why.
 func TestArming_aFailingCanaryHoldsTheOpeningForABoundOnly(t *testing.T) {
 	refused := errors.New(`Internal error occurred: failed calling webhook "policy.engine.example": context deadline exceeded`)
-	f := newBatchFixture(t, []string{whA}, 3, 2)
+	f := newBatchFixture(t, []string{breakertest.WhA}, 3, 2)
 	f.canary.err = refused
-	bound := markingBound(f.r.Targets, []marking.Circuit{{Configuration: cfgName, Webhook: whA}})
+	bound := markingBound(f.r.Targets, []marking.Circuit{{Configuration: breakertest.ConfigName, Webhook: breakertest.WhA}})
 
-	f.fail(whA, 2)
+	f.fail(breakertest.WhA, 2)
 	f.reconcile() // armed ahead of the threshold
-	require.Equal(t, []string{whA}, f.armed())
-	f.fail(whA, 1)
+	require.Equal(t, []string{breakertest.WhA}, f.armed())
+	f.fail(breakertest.WhA, 1)
 	start := f.clock.Now()
 	for f.clock.Since(start) < bound {
 		res := f.reconcile()
@@ -40,13 +42,13 @@ func TestArming_aFailingCanaryHoldsTheOpeningForABoundOnly(t *testing.T) {
 	assert.LessOrEqual(t, f.canary.calls, 2, "a failing canary is sent at most once per bound")
 
 	f.reconcile()
-	assert.Equal(t, []string{whA}, f.record(), "the opening went once it had waited its bound")
+	assert.Equal(t, []string{breakertest.WhA}, f.record(), "the opening went once it had waited its bound")
 	assert.Empty(t, f.armed(), "the record entry arms the marking now")
-	assert.Equal(t, 1.0, testutil.ToFloat64(f.r.Metrics.MarkingUnconfirmed.WithLabelValues(string(circuit.KindMutating), cfgName, whA)))
+	assert.Equal(t, 1.0, testutil.ToFloat64(f.r.Metrics.MarkingUnconfirmed.WithLabelValues(string(circuit.KindMutating), breakertest.ConfigName, breakertest.WhA)))
 	assert.Equal(t, float64(f.canary.calls), testutil.ToFloat64(f.r.Metrics.CanaryFailures))
 	var opened []string
 	for rec := f.r.Recorder.(*events.FakeRecorder); len(rec.Events) > 0; {
-		if e := <-rec.Events; strings.Contains(e, string(Opened)) {
+		if e := <-rec.Events; strings.Contains(e, string(decide.Opened)) {
 			opened = append(opened, e)
 		}
 	}
@@ -58,8 +60,8 @@ func TestArming_aFailingCanaryHoldsTheOpeningForABoundOnly(t *testing.T) {
 // The bound is one probe interval of the slowest opening target, and never
 // less than disarmAfter.
 func TestMarkingBound(t *testing.T) {
-	f := newBatchFixture(t, []string{whA, whB}, 3, 2)
-	cs := []marking.Circuit{{Configuration: cfgName, Webhook: whA}}
+	f := newBatchFixture(t, []string{breakertest.WhA, breakertest.WhB}, 3, 2)
+	cs := []marking.Circuit{{Configuration: breakertest.ConfigName, Webhook: breakertest.WhA}}
 	assert.Equal(t, disarmAfter, markingBound(f.r.Targets, cs))
 	slow := f.r.Targets[0]
 	slow.Probe.Interval = 5 * time.Second

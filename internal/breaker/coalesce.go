@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/webhook-guard/webhook-guard/internal/breaker/decide"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 	"github.com/webhook-guard/webhook-guard/internal/marking"
@@ -36,7 +37,7 @@ import (
 // reconciler first holds the configuration's transitions and ends with
 // their write or when none is due any more (no changes); a
 // write that was held for its bound is not held again.
-func (r *ConfigurationReconciler) coalesce(name string, view *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs, changes []Change) (time.Duration, bool) {
+func (r *ConfigurationReconciler) coalesce(name string, view *admissionregistrationv1.MutatingWebhookConfiguration, in decide.Inputs, changes []decide.Change) (time.Duration, bool) {
 	if len(changes) == 0 {
 		r.forgetHold(name)
 		return 0, false
@@ -76,7 +77,7 @@ func (r *ConfigurationReconciler) forgetHold(name string) {
 // targets changes open or close. Only openings and closings wait: a
 // handoff, a dropped or overwritten record is written at once, and so is
 // a write limited to one webhook (Inputs.Only).
-func dueSiblings(view *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs, changes []Change) (time.Duration, bool) {
+func dueSiblings(view *admissionregistrationv1.MutatingWebhookConfiguration, in decide.Inputs, changes []decide.Change) (time.Duration, bool) {
 	if in.Only != "" {
 		return 0, false
 	}
@@ -84,9 +85,9 @@ func dueSiblings(view *admissionregistrationv1.MutatingWebhookConfiguration, in 
 	opening, closing := false, false
 	for _, c := range changes {
 		switch c.Kind {
-		case Opened:
+		case decide.Opened:
 			opening = true
-		case Closed:
+		case decide.Closed:
 			closing = true
 		default:
 			return 0, false
@@ -146,7 +147,7 @@ func ArmAheadAt(t config.Target) int {
 // ArmAheadAt consecutive failures, fewer than openAfter, its circuit is
 // closed and its marking is not armed. The probe runner wakes the
 // reconciler when it does, as it does when Plan would write.
-func ArmsAhead(view *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) bool {
+func ArmsAhead(view *admissionregistrationv1.MutatingWebhookConfiguration, in decide.Inputs) bool {
 	if in.HoldOpen || view.Annotations[circuit.OverrideAnnotation] != "" {
 		return false
 	}
@@ -182,10 +183,10 @@ func ArmsAhead(view *admissionregistrationv1.MutatingWebhookConfiguration, in In
 // opening write is the only one left. Openings keep their decision time
 // (holdDecision) while held, so the entries armed now are the ones
 // recorded then.
-func (r *ConfigurationReconciler) holdTransitions(ctx context.Context, cur client.Object, view, next *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs, changes []Change, decidedAt time.Time, wait time.Duration) (time.Duration, error) {
+func (r *ConfigurationReconciler) holdTransitions(ctx context.Context, cur client.Object, view, next *admissionregistrationv1.MutatingWebhookConfiguration, in decide.Inputs, changes []decide.Change, decidedAt time.Time, wait time.Duration) (time.Duration, error) {
 	var opening []marking.Circuit
 	for _, c := range changes {
-		if c.Kind == Opened {
+		if c.Kind == decide.Opened {
 			opening = append(opening, marking.Circuit{Configuration: view.Name, Webhook: c.Webhook})
 		}
 	}

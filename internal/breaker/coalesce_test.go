@@ -19,6 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"github.com/webhook-guard/webhook-guard/internal/breaker/breakertest"
+	"github.com/webhook-guard/webhook-guard/internal/breaker/decide"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 	"github.com/webhook-guard/webhook-guard/internal/marking"
@@ -71,28 +73,28 @@ type batchFixture struct {
 // open have their circuit open.
 func newBatchFixture(t *testing.T, hooks []string, openAfter, closeAfter int, open ...string) *batchFixture {
 	t.Helper()
-	f := &batchFixture{t: t, state: NewState(), clock: clocktesting.NewFakeClock(testNow), canary: &canary{}, targets: map[string]config.Target{}}
+	f := &batchFixture{t: t, state: NewState(), clock: clocktesting.NewFakeClock(breakertest.Now), canary: &canary{}, targets: map[string]config.Target{}}
 	var objs []client.Object
 	var whs []admissionregistrationv1.MutatingWebhook
 	var targets []config.Target
 	rec := circuit.Record{}
 	for _, hook := range hooks {
-		policy, binding := marking.Render(cfgName, hook)
+		policy, binding := marking.Render(breakertest.ConfigName, hook)
 		objs = append(objs, policy, binding)
-		f.canary.circuits = append(f.canary.circuits, marking.Circuit{Configuration: cfgName, Webhook: hook})
-		tgt := target(hook, config.ModeBypass, openAfter, closeAfter)
+		f.canary.circuits = append(f.canary.circuits, marking.Circuit{Configuration: breakertest.ConfigName, Webhook: hook})
+		tgt := breakertest.Target(hook, config.ModeBypass, openAfter, closeAfter)
 		tgt.Probe.Interval = time.Second
 		targets = append(targets, tgt)
 		f.targets[hook] = tgt
 		f.state.Register(tgt.Key())
-		whs = append(whs, newWebhook(hook, policyFail))
+		whs = append(whs, breakertest.Webhook(hook, breakertest.PolicyFail))
 	}
 	for _, hook := range open {
-		rec[hook] = circuit.Entry{UID: testUID, Mode: circuit.ModeBypass, OpenedAt: metav1.NewTime(testNow.Add(-time.Minute)), Reason: "timeout", Signal: SignalProbe, OriginalFailurePolicy: policyFail, By: testIdentity}
+		rec[hook] = circuit.Entry{UID: breakertest.UID, Mode: circuit.ModeBypass, OpenedAt: metav1.NewTime(breakertest.Now.Add(-time.Minute)), Reason: "timeout", Signal: decide.SignalProbe, OriginalFailurePolicy: breakertest.PolicyFail, By: testIdentity}
 	}
-	mwc := newConfig(whs...)
+	mwc := breakertest.Config(whs...)
 	if len(rec) > 0 {
-		mwc = withEntries(t, mwc, rec)
+		mwc = breakertest.WithEntries(t, mwc, rec)
 	}
 	scheme := runtime.NewScheme()
 	require.NoError(t, clientgoscheme.AddToScheme(scheme))
@@ -108,20 +110,20 @@ func newBatchFixture(t *testing.T, hooks []string, openAfter, closeAfter int, op
 
 func (f *batchFixture) fail(hook string, n int) {
 	for range n {
-		f.state.Observe(f.targets[hook].Key(), failedResult("timeout"), f.clock.Now())
+		f.state.Observe(f.targets[hook].Key(), breakertest.FailedResult("timeout"), f.clock.Now())
 	}
 }
 
 func (f *batchFixture) heal(hook string, n int) {
 	for range n {
-		f.state.Observe(f.targets[hook].Key(), healthyResult(), f.clock.Now())
+		f.state.Observe(f.targets[hook].Key(), breakertest.HealthyResult(), f.clock.Now())
 	}
 }
 
 func (f *batchFixture) reconcile() ctrl.Result {
 	f.t.Helper()
 	req := ctrl.Request{}
-	req.Name = cfgName
+	req.Name = breakertest.ConfigName
 	res, err := f.r.Reconcile(context.Background(), req)
 	require.NoError(f.t, err)
 	return res
@@ -130,7 +132,7 @@ func (f *batchFixture) reconcile() ctrl.Result {
 func (f *batchFixture) get() *admissionregistrationv1.MutatingWebhookConfiguration {
 	f.t.Helper()
 	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
-	require.NoError(f.t, f.cl.Get(context.Background(), client.ObjectKey{Name: cfgName}, mwc))
+	require.NoError(f.t, f.cl.Get(context.Background(), client.ObjectKey{Name: breakertest.ConfigName}, mwc))
 	return mwc
 }
 
@@ -150,7 +152,7 @@ func (f *batchFixture) armed() []string {
 	return rec.Webhooks()
 }
 
-func (f *batchFixture) inputs() Inputs {
+func (f *batchFixture) inputs() decide.Inputs {
 	return f.state.Inputs(f.r.Targets, f.clock.Now(), testIdentity, "3")
 }
 
@@ -160,20 +162,20 @@ func (f *batchFixture) inputs() Inputs {
 // healthy sibling is not armed, and another installation's arming entry
 // is left as it is.
 func TestConfigurationReconciler_armsAheadOfTheThreshold(t *testing.T) {
-	f := newBatchFixture(t, []string{whA, whB, whC, whOther}, 3, 2)
-	foreign := circuit.Entry{UID: testUID, Mode: circuit.ModeBypass, OpenedAt: metav1.Now(), Reason: "timeout", OriginalFailurePolicy: policyFail, By: "system:serviceaccount:elsewhere:webhook-guard"}
+	f := newBatchFixture(t, []string{breakertest.WhA, breakertest.WhB, whC, breakertest.WhOther}, 3, 2)
+	foreign := circuit.Entry{UID: breakertest.UID, Mode: circuit.ModeBypass, OpenedAt: metav1.Now(), Reason: "timeout", OriginalFailurePolicy: breakertest.PolicyFail, By: "system:serviceaccount:elsewhere:webhook-guard"}
 	mwc := f.get()
 	var err error
-	mwc.Annotations, err = circuit.EncodeArming(mwc.Annotations, circuit.Record{whOther: foreign})
+	mwc.Annotations, err = circuit.EncodeArming(mwc.Annotations, circuit.Record{breakertest.WhOther: foreign})
 	require.NoError(t, err)
 	require.NoError(t, f.cl.Client.Update(context.Background(), mwc))
 	foreignArming := f.get().Annotations[circuit.ArmingAnnotation]
 
-	f.fail(whA, 2)
-	f.fail(whB, 1)
+	f.fail(breakertest.WhA, 2)
+	f.fail(breakertest.WhB, 1)
 	assert.True(t, ArmsAhead(f.get(), f.inputs()), "the probe runner wakes the reconciler")
 	res := f.reconcile()
-	assert.Equal(t, []string{whA, whB, whOther}, f.armed(), "a at openAfter-1, and b, failing too, in one write")
+	assert.Equal(t, []string{breakertest.WhA, breakertest.WhB, breakertest.WhOther}, f.armed(), "a at openAfter-1, and b, failing too, in one write")
 	assert.Equal(t, 1, f.cl.arming)
 	assert.Zero(t, f.cl.transitions)
 	assert.Empty(t, f.record())
@@ -188,14 +190,14 @@ func TestConfigurationReconciler_armsAheadOfTheThreshold(t *testing.T) {
 	assert.Equal(t, 1, f.canary.calls, "once: it showed them armed")
 
 	f.clock.Step(time.Second)
-	f.fail(whA, 1)
-	f.fail(whB, 2)
+	f.fail(breakertest.WhA, 1)
+	f.fail(breakertest.WhB, 2)
 	res = f.reconcile()
-	assert.Equal(t, []string{whA, whB}, f.record(), "both open in one write, at once")
+	assert.Equal(t, []string{breakertest.WhA, breakertest.WhB}, f.record(), "both open in one write, at once")
 	assert.Equal(t, 1, f.cl.transitions)
 	assert.Equal(t, 1, f.cl.arming)
 	assert.Equal(t, 1, f.canary.calls, "no canary at the threshold: the one before it showed them armed")
-	assert.Equal(t, []string{whOther}, f.armed(), "their entries moved to the record; the other installation's stays")
+	assert.Equal(t, []string{breakertest.WhOther}, f.armed(), "their entries moved to the record; the other installation's stays")
 	assert.Equal(t, foreignArming, f.get().Annotations[circuit.ArmingAnnotation])
 	assert.Zero(t, res.RequeueAfter)
 	assert.Equal(t, 0, openCountOf(f.get(), whC))
@@ -205,29 +207,29 @@ func TestConfigurationReconciler_armsAheadOfTheThreshold(t *testing.T) {
 // removes it: an entry armed ahead, abandoned, removed and armed again is
 // shown by a new canary before it opens.
 func TestConfigurationReconciler_aCanaryAnswerDoesNotOutliveItsEntry(t *testing.T) {
-	f := newBatchFixture(t, []string{whA}, 3, 2)
-	f.fail(whA, 2)
+	f := newBatchFixture(t, []string{breakertest.WhA}, 3, 2)
+	f.fail(breakertest.WhA, 2)
 	f.reconcile() // arms ahead
 	f.reconcile() // shown
 	require.Equal(t, 1, f.canary.calls)
-	f.heal(whA, 1)
+	f.heal(breakertest.WhA, 1)
 	f.clock.Step(disarmAfter)
 	f.reconcile()
 	require.Empty(t, f.armed(), "abandoned and removed")
 
-	f.fail(whA, 2)
+	f.fail(breakertest.WhA, 2)
 	f.reconcile()
-	require.Equal(t, []string{whA}, f.armed(), "armed again")
+	require.Equal(t, []string{breakertest.WhA}, f.armed(), "armed again")
 	f.canary.notYet = f.canary.calls + 2 // the next two canaries do not show it
 	res := f.reconcile()
 	assert.Equal(t, 2, f.canary.calls, "asked again")
 	assert.Equal(t, markingPoll, res.RequeueAfter)
-	f.fail(whA, 1)
+	f.fail(breakertest.WhA, 1)
 	res = f.reconcile()
 	assert.Empty(t, f.record(), "not shown armed: the opening waits")
 	assert.Equal(t, markingPoll, res.RequeueAfter)
 	res = f.reconcile()
-	assert.Equal(t, []string{whA}, f.record())
+	assert.Equal(t, []string{breakertest.WhA}, f.record())
 	assert.Equal(t, 4, f.canary.calls)
 }
 
@@ -240,23 +242,23 @@ func TestConfigurationReconciler_opensSiblingsInOneWrite(t *testing.T) {
 		"when the reconciler armed them ahead":                        true,
 	} {
 		t.Run(name, func(t *testing.T) {
-			f := newBatchFixture(t, []string{whA, whB, whC}, 3, 2)
-			f.fail(whA, 2)
-			f.fail(whB, 2)
+			f := newBatchFixture(t, []string{breakertest.WhA, breakertest.WhB, whC}, 3, 2)
+			f.fail(breakertest.WhA, 2)
+			f.fail(breakertest.WhB, 2)
 			f.fail(whC, 2)
 			if aheadFirst {
 				f.reconcile()
 				require.Equal(t, 1, f.cl.arming)
 			}
-			f.fail(whA, 1)
+			f.fail(breakertest.WhA, 1)
 			res := f.reconcile()
 			assert.Empty(t, f.record(), "a waits for b and c")
-			assert.Equal(t, []string{whA, whB, whC}, f.armed(), "armed while it waits")
+			assert.Equal(t, []string{breakertest.WhA, breakertest.WhB, whC}, f.armed(), "armed while it waits")
 			assert.Equal(t, 1, f.cl.arming)
 			assert.Equal(t, time.Second, res.RequeueAfter, "at most one interval")
 
 			f.clock.Step(300 * time.Millisecond)
-			f.fail(whB, 1)
+			f.fail(breakertest.WhB, 1)
 			res = f.reconcile()
 			assert.Empty(t, f.record(), "c is still one failure away")
 			assert.Equal(t, 700*time.Millisecond, res.RequeueAfter, "the bound runs from the first hold")
@@ -264,13 +266,13 @@ func TestConfigurationReconciler_opensSiblingsInOneWrite(t *testing.T) {
 			f.clock.Step(300 * time.Millisecond)
 			f.fail(whC, 1)
 			f.reconcile()
-			assert.Equal(t, []string{whA, whB, whC}, f.record())
+			assert.Equal(t, []string{breakertest.WhA, breakertest.WhB, whC}, f.record())
 			assert.Empty(t, f.armed())
 			assert.Equal(t, 1, f.cl.transitions, "one opening write")
 			assert.Equal(t, 1, f.cl.arming, "one arming write")
 			rec, err := circuit.Decode(f.get().Annotations)
 			require.NoError(t, err)
-			assert.Equal(t, rec[whA].OpenedAt, rec[whC].OpenedAt, "one decision time")
+			assert.Equal(t, rec[breakertest.WhA].OpenedAt, rec[whC].OpenedAt, "one decision time")
 		})
 	}
 }
@@ -279,9 +281,9 @@ func TestConfigurationReconciler_opensSiblingsInOneWrite(t *testing.T) {
 // held: a sibling that stays one failure away is not waited for longer,
 // and the opening is not held again after that.
 func TestConfigurationReconciler_aHeldOpeningWaitsAtMostOneInterval(t *testing.T) {
-	f := newBatchFixture(t, []string{whA, whB}, 3, 2)
-	f.fail(whA, 3)
-	f.fail(whB, 2)
+	f := newBatchFixture(t, []string{breakertest.WhA, breakertest.WhB}, 3, 2)
+	f.fail(breakertest.WhA, 3)
+	f.fail(breakertest.WhB, 2)
 	res := f.reconcile()
 	require.Empty(t, f.record())
 	assert.Equal(t, time.Second, res.RequeueAfter)
@@ -293,14 +295,14 @@ func TestConfigurationReconciler_aHeldOpeningWaitsAtMostOneInterval(t *testing.T
 
 	f.clock.Step(time.Millisecond)
 	res = f.reconcile()
-	assert.Equal(t, []string{whA}, f.record(), "a opens alone after one interval")
-	assert.Equal(t, []string{whB}, f.armed(), "b, still failing, stays armed ahead")
+	assert.Equal(t, []string{breakertest.WhA}, f.record(), "a opens alone after one interval")
+	assert.Equal(t, []string{breakertest.WhB}, f.armed(), "b, still failing, stays armed ahead")
 	assert.Equal(t, time.Second, res.RequeueAfter, "looked at again in one interval")
 
 	f.clock.Step(time.Second)
-	f.fail(whB, 1)
+	f.fail(breakertest.WhB, 1)
 	f.reconcile()
-	assert.Equal(t, []string{whA, whB}, f.record(), "b opens at once: nothing left to wait for")
+	assert.Equal(t, []string{breakertest.WhA, breakertest.WhB}, f.record(), "b opens at once: nothing left to wait for")
 	assert.Equal(t, 2, f.cl.transitions)
 	assert.Equal(t, 1, f.cl.arming)
 }
@@ -308,9 +310,9 @@ func TestConfigurationReconciler_aHeldOpeningWaitsAtMostOneInterval(t *testing.T
 // Closings that come together are written together, and the hold is
 // bounded as for openings.
 func TestConfigurationReconciler_closesSiblingsInOneWrite(t *testing.T) {
-	f := newBatchFixture(t, []string{whA, whB, whC}, 3, 3, whA, whB, whC)
-	f.heal(whA, 3)
-	f.heal(whB, 2)
+	f := newBatchFixture(t, []string{breakertest.WhA, breakertest.WhB, whC}, 3, 3, breakertest.WhA, breakertest.WhB, whC)
+	f.heal(breakertest.WhA, 3)
+	f.heal(breakertest.WhB, 2)
 	f.heal(whC, 1)
 	res := f.reconcile()
 	assert.Len(t, f.record(), 3, "a waits for b; c is two successes away and is not waited for")
@@ -318,10 +320,10 @@ func TestConfigurationReconciler_closesSiblingsInOneWrite(t *testing.T) {
 	assert.Zero(t, f.cl.transitions+f.cl.arming)
 
 	f.clock.Step(400 * time.Millisecond)
-	f.heal(whB, 1)
+	f.heal(breakertest.WhB, 1)
 	res = f.reconcile()
 	assert.Equal(t, []string{whC}, f.record(), "a and b close in one write")
-	assert.Equal(t, []string{whA, whB}, f.armed(), "and stay armed disarmAfter")
+	assert.Equal(t, []string{breakertest.WhA, breakertest.WhB}, f.armed(), "and stay armed disarmAfter")
 	assert.Equal(t, 1, f.cl.transitions)
 	assert.Equal(t, disarmAfter, res.RequeueAfter)
 
@@ -347,48 +349,48 @@ func TestConfigurationReconciler_closesSiblingsInOneWrite(t *testing.T) {
 // it was armed.
 func TestConfigurationReconciler_aBlipArmsNothing(t *testing.T) {
 	t.Run("one failure", func(t *testing.T) {
-		f := newBatchFixture(t, []string{whA, whB}, 3, 2)
-		f.fail(whA, 1)
+		f := newBatchFixture(t, []string{breakertest.WhA, breakertest.WhB}, 3, 2)
+		f.fail(breakertest.WhA, 1)
 		assert.False(t, ArmsAhead(f.get(), f.inputs()))
 		res := f.reconcile()
 		assert.Zero(t, res.RequeueAfter)
 		assert.Zero(t, f.cl.arming+f.cl.transitions)
 	})
 	t.Run("openAfter 2: one failure is the threshold's step, not ahead of it", func(t *testing.T) {
-		f := newBatchFixture(t, []string{whA}, 2, 2)
-		f.fail(whA, 1)
+		f := newBatchFixture(t, []string{breakertest.WhA}, 2, 2)
+		f.fail(breakertest.WhA, 1)
 		assert.False(t, ArmsAhead(f.get(), f.inputs()))
 		f.reconcile()
 		assert.Zero(t, f.cl.arming+f.cl.transitions)
 	})
 	t.Run("while openings are held", func(t *testing.T) {
-		f := newBatchFixture(t, []string{whA, whB}, 3, 2)
+		f := newBatchFixture(t, []string{breakertest.WhA, breakertest.WhB}, 3, 2)
 		f.state.HoldWhenAllFail = 2
-		f.fail(whA, 2)
-		f.fail(whB, 2)
+		f.fail(breakertest.WhA, 2)
+		f.fail(breakertest.WhB, 2)
 		assert.False(t, ArmsAhead(f.get(), f.inputs()))
 		f.reconcile()
 		assert.Zero(t, f.cl.arming+f.cl.transitions)
 	})
 	t.Run("handed off", func(t *testing.T) {
-		f := newBatchFixture(t, []string{whA}, 3, 2)
+		f := newBatchFixture(t, []string{breakertest.WhA}, 3, 2)
 		mwc := f.get()
 		mwc.Annotations[circuit.OverrideAnnotation] = "ours now"
 		require.NoError(t, f.cl.Client.Update(context.Background(), mwc))
-		f.fail(whA, 2)
+		f.fail(breakertest.WhA, 2)
 		assert.False(t, ArmsAhead(f.get(), f.inputs()))
 		f.reconcile()
 		assert.Zero(t, f.cl.arming+f.cl.transitions)
 	})
 	t.Run("armed ahead, then recovered", func(t *testing.T) {
-		f := newBatchFixture(t, []string{whA}, 3, 2)
-		f.fail(whA, 2)
+		f := newBatchFixture(t, []string{breakertest.WhA}, 3, 2)
+		f.fail(breakertest.WhA, 2)
 		f.reconcile()
-		require.Equal(t, []string{whA}, f.armed())
+		require.Equal(t, []string{breakertest.WhA}, f.armed())
 		f.clock.Step(time.Second)
-		f.heal(whA, 1)
+		f.heal(breakertest.WhA, 1)
 		res := f.reconcile()
-		assert.Equal(t, []string{whA}, f.armed(), "not yet: disarmAfter after it was armed")
+		assert.Equal(t, []string{breakertest.WhA}, f.armed(), "not yet: disarmAfter after it was armed")
 		assert.Equal(t, disarmAfter-time.Second, res.RequeueAfter)
 		f.clock.Step(disarmAfter - time.Second)
 		res = f.reconcile()
@@ -418,18 +420,18 @@ func (c *laggingCache) Get(ctx context.Context, key client.ObjectKey, obj client
 // shows it decides from the object as written, not from the cache's
 // older copy: no Conflict.
 func TestConfigurationReconciler_readsItsOwnWritesBeforeTheCacheDoes(t *testing.T) {
-	f := newBatchFixture(t, []string{whA}, 2, 2)
+	f := newBatchFixture(t, []string{breakertest.WhA}, 2, 2)
 	cache := &laggingCache{countingClient: f.cl, frozen: f.get()}
 	f.r.Client = cache
-	f.fail(whA, 2)
+	f.fail(breakertest.WhA, 2)
 	f.reconcile() // arms
-	require.Equal(t, []string{whA}, f.armed())
+	require.Equal(t, []string{breakertest.WhA}, f.armed())
 	f.reconcile() // opens, from the object the arming wrote
-	assert.Equal(t, []string{whA}, f.record())
+	assert.Equal(t, []string{breakertest.WhA}, f.record())
 	assert.Zero(t, testutil.ToFloat64(f.r.Metrics.WriteConflicts))
 
 	cache.frozen = nil // caught up
-	f.heal(whA, 2)
+	f.heal(breakertest.WhA, 2)
 	f.reconcile()
 	assert.Empty(t, f.record())
 	assert.Zero(t, testutil.ToFloat64(f.r.Metrics.WriteConflicts))

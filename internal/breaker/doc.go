@@ -1,9 +1,9 @@
-// Package breaker owns the circuit: the pure state machine that turns
-// probe results into open and close decisions (Judge, JudgeTarget, Plan), the probe
-// runner that feeds it, and the reconciler that writes its decisions to
-// Mutating- and ValidatingWebhookConfigurations (seen through
-// circuit.View). The names and the record it writes belong to package
-// circuit.
+// Package breaker owns the circuit: the probe runner that gathers the
+// evidence, and the reconciler that writes the decisions to Mutating- and
+// ValidatingWebhookConfigurations (seen through circuit.View). The
+// decisions themselves, pure functions from evidence to the next
+// configuration (Judge, JudgeTarget, Plan), are package decide's. The
+// names and the record it writes belong to package circuit.
 //
 // Every transition is exactly one JSON patch of the owned fields, carrying
 // the resourceVersion it read, that changes the policy and the record

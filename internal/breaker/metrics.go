@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/webhook-guard/webhook-guard/internal/apimetrics"
+	"github.com/webhook-guard/webhook-guard/internal/breaker/decide"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 	"github.com/webhook-guard/webhook-guard/internal/probe"
@@ -194,10 +195,10 @@ var ProbeFailureReasons = []probe.FailureReason{
 }
 
 // ChangeKinds are the to values of webhook_guard_circuit_transitions_total.
-var ChangeKinds = []ChangeKind{Opened, Closed, HandedOff, DroppedStale, Overwritten, WouldOpen, WouldClose}
+var ChangeKinds = []decide.ChangeKind{decide.Opened, decide.Closed, decide.HandedOff, decide.DroppedStale, decide.Overwritten, decide.WouldOpen, decide.WouldClose}
 
 // Signals are the signal values of webhook_guard_circuit_openings_total.
-var Signals = []string{SignalProbe, SignalAPIServer, SignalBoth, SignalRoad}
+var Signals = []string{decide.SignalProbe, decide.SignalAPIServer, decide.SignalBoth, decide.SignalRoad}
 
 // Verdicts are the verdict values of webhook_guard_apiserver_observations_total.
 var Verdicts = []apimetrics.Verdict{apimetrics.Healthy, apimetrics.Failing, apimetrics.Unknown}

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/webhook-guard/webhook-guard/internal/breaker/decide"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 )
@@ -47,8 +48,8 @@ func TestMetrics_Initialize_createsEveryCounterSeriesAtZero(t *testing.T) {
 	} {
 		assert.Equal(t, c.want, testutil.CollectAndCount(c.collector), c.name)
 	}
-	assert.Zero(t, testutil.ToFloat64(m.Openings.WithLabelValues("Validating", "policy", "check.example.com", SignalProbe)))
-	assert.Zero(t, testutil.ToFloat64(m.Transitions.WithLabelValues("Validating", string(Opened))))
+	assert.Zero(t, testutil.ToFloat64(m.Openings.WithLabelValues("Validating", "policy", "check.example.com", decide.SignalProbe)))
+	assert.Zero(t, testutil.ToFloat64(m.Transitions.WithLabelValues("Validating", string(decide.Opened))))
 	assert.Zero(t, testutil.ToFloat64(m.ProbeFailures.WithLabelValues("Mutating", "inject", "inject.example.com", "timeout")))
 	assert.Zero(t, testutil.ToFloat64(m.ScrapeErrors.WithLabelValues(ScrapeForbidden)))
 }
@@ -102,6 +103,6 @@ func sortedStrings[S ~string](in []S) []string {
 func TestLabelValues_listEveryConstant(t *testing.T) {
 	assert.Equal(t, constantsOfType(t, "../probe/*.go", "FailureReason"), sortedStrings(ProbeFailureReasons),
 		"ProbeFailureReasons must list every probe.FailureReason constant")
-	assert.Equal(t, constantsOfType(t, "*.go", "ChangeKind"), sortedStrings(ChangeKinds),
+	assert.Equal(t, constantsOfType(t, "decide/*.go", "ChangeKind"), sortedStrings(ChangeKinds),
 		"ChangeKinds must list every ChangeKind constant")
 }

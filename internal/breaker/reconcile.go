@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	"github.com/webhook-guard/webhook-guard/internal/breaker/decide"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 	"github.com/webhook-guard/webhook-guard/internal/marking"
@@ -141,7 +142,7 @@ func (r *ConfigurationReconciler) reconcileOnce(ctx context.Context, name string
 	// policies already carry.
 	decidedAt := r.decisionTime(name)
 	in := r.State.Inputs(targets, decidedAt, r.Signer, Generation(view))
-	next, changes, err := Plan(view, in)
+	next, changes, err := decide.Plan(view, in)
 	if err != nil {
 		r.forgetDecision(name)
 		r.forgetHold(name)
@@ -162,7 +163,7 @@ func (r *ConfigurationReconciler) reconcileOnce(ctx context.Context, name string
 		r.holdDecision(name, decidedAt)
 		add, ahead, unconfirmed := step.add, step.ahead, step.unconfirmed
 		in.Wait = step.hold
-		if next, changes, err = Plan(view, in); err != nil {
+		if next, changes, err = decide.Plan(view, in); err != nil {
 			return 0, err
 		}
 		if step, err = r.armingFor(view, next, add, ahead); err != nil {
@@ -218,7 +219,7 @@ func (r *ConfigurationReconciler) reconcileOnce(ctx context.Context, name string
 		}
 		one := in
 		one.Only = c.Webhook
-		next, changes, err := Plan(view, one)
+		next, changes, err := decide.Plan(view, one)
 		if err != nil || len(changes) == 0 {
 			continue
 		}

@@ -20,6 +20,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"github.com/webhook-guard/webhook-guard/internal/breaker/breakertest"
+	"github.com/webhook-guard/webhook-guard/internal/breaker/decide"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 	"github.com/webhook-guard/webhook-guard/internal/marking"
@@ -78,21 +80,21 @@ func TestConfigurationReconciler_armsMarkingAroundEachTransition(t *testing.T) {
 	c := &canary{notYet: 1}
 	for i := range 10 {
 		name := fmt.Sprintf("w%d.pod-defaults.example.com", i)
-		hooks = append(hooks, newWebhook(name, policyFail))
-		targets = append(targets, target(name, config.ModeIgnore, 3, 2))
-		policy, binding := marking.Render(cfgName, name)
+		hooks = append(hooks, breakertest.Webhook(name, breakertest.PolicyFail))
+		targets = append(targets, breakertest.Target(name, config.ModeIgnore, 3, 2))
+		policy, binding := marking.Render(breakertest.ConfigName, name)
 		objs = append(objs, policy, binding)
-		c.circuits = append(c.circuits, marking.Circuit{Configuration: cfgName, Webhook: name})
+		c.circuits = append(c.circuits, marking.Circuit{Configuration: breakertest.ConfigName, Webhook: name})
 	}
 	scheme := runtime.NewScheme()
 	require.NoError(t, clientgoscheme.AddToScheme(scheme))
-	cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(append(objs, newConfig(hooks...))...).Build()
+	cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(append(objs, breakertest.Config(hooks...))...).Build()
 	c.reader = cl
 	state := NewState()
 	for _, tgt := range targets {
 		state.Register(tgt.Key())
 		for range 3 {
-			state.Observe(tgt.Key(), failedResult("timeout"), time.Now())
+			state.Observe(tgt.Key(), breakertest.FailedResult("timeout"), time.Now())
 		}
 	}
 	clock := clocktesting.NewFakeClock(time.Now())
@@ -103,10 +105,10 @@ func TestConfigurationReconciler_armsMarkingAroundEachTransition(t *testing.T) {
 	}
 	ctx := context.Background()
 	req := ctrl.Request{}
-	req.Name = cfgName
+	req.Name = breakertest.ConfigName
 	get := func() *admissionregistrationv1.MutatingWebhookConfiguration {
 		mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
-		require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: cfgName}, mwc))
+		require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: breakertest.ConfigName}, mwc))
 		return mwc
 	}
 	armed := func() circuit.Record {
@@ -150,7 +152,7 @@ func TestConfigurationReconciler_armsMarkingAroundEachTransition(t *testing.T) {
 		require.NoError(t, err)
 		for _, tgt := range targets {
 			for range 2 {
-				state.Observe(tgt.Key(), healthyResult(), time.Now())
+				state.Observe(tgt.Key(), breakertest.HealthyResult(), time.Now())
 			}
 		}
 		res, err := r.Reconcile(ctx, req)
@@ -184,17 +186,17 @@ func TestConfigurationReconciler_armsMarkingAroundEachTransition(t *testing.T) {
 // kube-apiserver showed the policy armed) leaves no arming entry behind:
 // it is removed disarmAfter after the breaker saw it.
 func TestConfigurationReconciler_anAbandonedArmingIsRemoved(t *testing.T) {
-	policy, binding := marking.Render(cfgName, whA)
+	policy, binding := marking.Render(breakertest.ConfigName, breakertest.WhA)
 	scheme := runtime.NewScheme()
 	require.NoError(t, clientgoscheme.AddToScheme(scheme))
-	cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(policy, binding, newConfig(newWebhook(whA, policyFail))).Build()
-	tgt := target(whA, config.ModeBypass, 3, 2)
+	cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(policy, binding, breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail))).Build()
+	tgt := breakertest.Target(breakertest.WhA, config.ModeBypass, 3, 2)
 	state := NewState()
 	state.Register(tgt.Key())
 	for range 3 {
-		state.Observe(tgt.Key(), failedResult("timeout"), time.Now())
+		state.Observe(tgt.Key(), breakertest.FailedResult("timeout"), time.Now())
 	}
-	c := &canary{notYet: 100, reader: cl, circuits: []marking.Circuit{{Configuration: cfgName, Webhook: whA}}}
+	c := &canary{notYet: 100, reader: cl, circuits: []marking.Circuit{{Configuration: breakertest.ConfigName, Webhook: breakertest.WhA}}}
 	clock := clocktesting.NewFakeClock(time.Now())
 	r := &ConfigurationReconciler{
 		Kind: circuit.KindMutating, Client: cl, Targets: []config.Target{tgt}, State: state,
@@ -203,23 +205,23 @@ func TestConfigurationReconciler_anAbandonedArmingIsRemoved(t *testing.T) {
 	}
 	ctx := context.Background()
 	req := ctrl.Request{}
-	req.Name = cfgName
+	req.Name = breakertest.ConfigName
 	for range 2 { // arm, then wait for the canary
 		_, err := r.Reconcile(ctx, req)
 		require.NoError(t, err)
 	}
 	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
-	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: cfgName}, mwc))
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: breakertest.ConfigName}, mwc))
 	require.Contains(t, mwc.Annotations, circuit.ArmingAnnotation)
 
-	state.Observe(tgt.Key(), healthyResult(), time.Now()) // recovered
+	state.Observe(tgt.Key(), breakertest.HealthyResult(), time.Now()) // recovered
 	res, err := r.Reconcile(ctx, req)
 	require.NoError(t, err)
 	assert.Equal(t, disarmAfter, res.RequeueAfter)
 	clock.Step(disarmAfter)
 	_, err = r.Reconcile(ctx, req)
 	require.NoError(t, err)
-	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: cfgName}, mwc))
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: breakertest.ConfigName}, mwc))
 	assert.Equal(t, map[string]string{"keep": "me"}, mwc.Annotations)
 	assert.Equal(t, 0, openCount(t, cl))
 }
@@ -231,12 +233,12 @@ func TestConfigurationReconciler_anAbandonedArmingIsRemoved(t *testing.T) {
 func TestConfigurationReconciler_aMissingMarkingPolicyHoldsTheOpeningForABound(t *testing.T) {
 	scheme := runtime.NewScheme()
 	require.NoError(t, clientgoscheme.AddToScheme(scheme))
-	cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(newConfig(newWebhook(whA, policyFail))).Build()
-	tgt := target(whA, config.ModeBypass, 3, 2)
+	cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail))).Build()
+	tgt := breakertest.Target(breakertest.WhA, config.ModeBypass, 3, 2)
 	state := NewState()
 	state.Register(tgt.Key())
 	for range 3 {
-		state.Observe(tgt.Key(), failedResult("timeout"), time.Now())
+		state.Observe(tgt.Key(), breakertest.FailedResult("timeout"), time.Now())
 	}
 	rec := events.NewFakeRecorder(10)
 	c := &canary{}
@@ -247,8 +249,8 @@ func TestConfigurationReconciler_aMissingMarkingPolicyHoldsTheOpeningForABound(t
 		Marker: &marking.Keeper{Reader: cl, Canary: c},
 	}
 	req := ctrl.Request{}
-	req.Name = cfgName
-	bound := markingBound(r.Targets, []marking.Circuit{{Configuration: cfgName, Webhook: whA}})
+	req.Name = breakertest.ConfigName
+	bound := markingBound(r.Targets, []marking.Circuit{{Configuration: breakertest.ConfigName, Webhook: breakertest.WhA}})
 	for elapsed := time.Duration(0); elapsed < bound; elapsed += markingPoll {
 		res, err := r.Reconcile(context.Background(), req)
 		require.NoError(t, err)
@@ -267,15 +269,15 @@ func TestConfigurationReconciler_aMissingMarkingPolicyHoldsTheOpeningForABound(t
 	assert.Equal(t, 1, openCount(t, cl), "the opening waited out its bound and went")
 	require.Len(t, rec.Events, 1)
 	event = <-rec.Events
-	assert.Contains(t, event, string(Opened))
+	assert.Contains(t, event, string(decide.Opened))
 	assert.Contains(t, event, "marking not confirmed: the marking policy of")
-	assert.Equal(t, 1.0, testutil.ToFloat64(r.Metrics.MarkingUnconfirmed.WithLabelValues(string(circuit.KindMutating), cfgName, whA)))
+	assert.Equal(t, 1.0, testutil.ToFloat64(r.Metrics.MarkingUnconfirmed.WithLabelValues(string(circuit.KindMutating), breakertest.ConfigName, breakertest.WhA)))
 }
 
 func openCount(t *testing.T, c client.Client) int {
 	t.Helper()
 	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
-	require.NoError(t, c.Get(context.Background(), client.ObjectKey{Name: cfgName}, mwc))
+	require.NoError(t, c.Get(context.Background(), client.ObjectKey{Name: breakertest.ConfigName}, mwc))
 	n := 0
 	for _, w := range mwc.Webhooks {
 		if *w.FailurePolicy == admissionregistrationv1.Ignore {
@@ -291,42 +293,42 @@ func openCount(t *testing.T, c client.Client) int {
 // its own disarms it; then the breaker arms nothing there and writes
 // nothing more.
 func TestConfigurationReconciler_aHandoffDisarmsInALaterWriteAndThenWritesNothing(t *testing.T) {
-	policy, binding := marking.Render(cfgName, whA)
-	mwc := newConfig(newWebhook(whA, policyIgnore, bypassMarker()))
-	entry := circuit.Entry{UID: testUID, Mode: circuit.ModeBypass, OpenedAt: metav1.Now(), Reason: "timeout", OriginalFailurePolicy: policyFail, By: testIdentity}
+	policy, binding := marking.Render(breakertest.ConfigName, breakertest.WhA)
+	mwc := breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyIgnore, breakertest.BypassMarker()))
+	entry := circuit.Entry{UID: breakertest.UID, Mode: circuit.ModeBypass, OpenedAt: metav1.Now(), Reason: "timeout", OriginalFailurePolicy: breakertest.PolicyFail, By: testIdentity}
 	var err error
-	mwc.Annotations, err = circuit.Encode(mwc.Annotations, circuit.Record{whA: entry})
+	mwc.Annotations, err = circuit.Encode(mwc.Annotations, circuit.Record{breakertest.WhA: entry})
 	require.NoError(t, err)
-	mwc.Annotations, err = circuit.EncodeArming(mwc.Annotations, circuit.Record{whA: entry})
+	mwc.Annotations, err = circuit.EncodeArming(mwc.Annotations, circuit.Record{breakertest.WhA: entry})
 	require.NoError(t, err)
 	mwc.Annotations[circuit.OverrideAnnotation] = "the platform team takes over"
 	r, cl, clock := armedReconciler(t, policy, binding, mwc)
 	ctx := context.Background()
 	req := ctrl.Request{}
-	req.Name = cfgName
+	req.Name = breakertest.ConfigName
 	_, err = r.Reconcile(ctx, req)
 	require.NoError(t, err)
 	handedOff := &admissionregistrationv1.MutatingWebhookConfiguration{}
-	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: cfgName}, handedOff))
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: breakertest.ConfigName}, handedOff))
 	assert.NotContains(t, handedOff.Annotations, circuit.Annotation, "handed off")
 	assert.Empty(t, handedOff.Webhooks[0].MatchConditions, "the bypass goes with the handoff")
 	armed, err := circuit.DecodeArming(handedOff.Annotations)
 	require.NoError(t, err)
-	assert.Contains(t, armed, whA, "still armed in the handoff's own write")
+	assert.Contains(t, armed, breakertest.WhA, "still armed in the handoff's own write")
 
 	res, err := r.Reconcile(ctx, req)
 	require.NoError(t, err)
 	assert.Positive(t, res.RequeueAfter, "comes back to disarm")
 	assert.LessOrEqual(t, res.RequeueAfter, disarmAfter)
 	same := &admissionregistrationv1.MutatingWebhookConfiguration{}
-	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: cfgName}, same))
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: breakertest.ConfigName}, same))
 	assert.Equal(t, handedOff.ResourceVersion, same.ResourceVersion, "disarmed before disarmAfter")
 
 	clock.Step(disarmAfter)
 	_, err = r.Reconcile(ctx, req)
 	require.NoError(t, err)
 	disarmed := &admissionregistrationv1.MutatingWebhookConfiguration{}
-	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: cfgName}, disarmed))
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: breakertest.ConfigName}, disarmed))
 	assert.NotContains(t, disarmed.Annotations, circuit.ArmingAnnotation, "disarmed disarmAfter after the handoff")
 	assert.Equal(t, "the platform team takes over", disarmed.Annotations[circuit.OverrideAnnotation])
 
@@ -335,17 +337,17 @@ func TestConfigurationReconciler_aHandoffDisarmsInALaterWriteAndThenWritesNothin
 	require.NoError(t, err)
 	assert.Zero(t, res.RequeueAfter)
 	again := &admissionregistrationv1.MutatingWebhookConfiguration{}
-	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: cfgName}, again))
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: breakertest.ConfigName}, again))
 	assert.Equal(t, disarmed.ResourceVersion, again.ResourceVersion, "written after the disarming")
 }
 
 // Another installation's arming entries on a configuration this breaker
 // reconciles (it carries a record) are left alone: no write, ever.
 func TestConfigurationReconciler_anotherInstallationsArmingIsLeftAlone(t *testing.T) {
-	mwc := newConfig(newWebhook(whA, policyFail))
-	entry := circuit.Entry{UID: testUID, Mode: circuit.ModeBypass, OpenedAt: metav1.Now(), Reason: "timeout", OriginalFailurePolicy: policyFail, By: "system:serviceaccount:elsewhere:webhook-guard"}
+	mwc := breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail))
+	entry := circuit.Entry{UID: breakertest.UID, Mode: circuit.ModeBypass, OpenedAt: metav1.Now(), Reason: "timeout", OriginalFailurePolicy: breakertest.PolicyFail, By: "system:serviceaccount:elsewhere:webhook-guard"}
 	var err error
-	mwc.Annotations, err = circuit.EncodeArming(mwc.Annotations, circuit.Record{whA: entry})
+	mwc.Annotations, err = circuit.EncodeArming(mwc.Annotations, circuit.Record{breakertest.WhA: entry})
 	require.NoError(t, err)
 	scheme := runtime.NewScheme()
 	require.NoError(t, clientgoscheme.AddToScheme(scheme))
@@ -358,9 +360,9 @@ func TestConfigurationReconciler_anotherInstallationsArmingIsLeftAlone(t *testin
 	}
 	ctx := context.Background()
 	req := ctrl.Request{}
-	req.Name = cfgName
+	req.Name = breakertest.ConfigName
 	before := &admissionregistrationv1.MutatingWebhookConfiguration{}
-	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: cfgName}, before))
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: breakertest.ConfigName}, before))
 	for range 2 {
 		res, err := r.Reconcile(ctx, req)
 		require.NoError(t, err)
@@ -368,7 +370,7 @@ func TestConfigurationReconciler_anotherInstallationsArmingIsLeftAlone(t *testin
 		clock.Step(disarmAfter)
 	}
 	after := &admissionregistrationv1.MutatingWebhookConfiguration{}
-	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: cfgName}, after))
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: breakertest.ConfigName}, after))
 	assert.Equal(t, before.ResourceVersion, after.ResourceVersion)
 }
 
@@ -379,22 +381,22 @@ func TestConfigurationReconciler_anotherInstallationsArmingIsLeftAlone(t *testin
 func TestConfigurationReconciler_anOpeningArmsTheNextInTheSameWrite(t *testing.T) {
 	var objs []client.Object
 	c := &canary{}
-	for _, hook := range []string{whA, whB} {
-		policy, binding := marking.Render(cfgName, hook)
+	for _, hook := range []string{breakertest.WhA, breakertest.WhB} {
+		policy, binding := marking.Render(breakertest.ConfigName, hook)
 		objs = append(objs, policy, binding)
-		c.circuits = append(c.circuits, marking.Circuit{Configuration: cfgName, Webhook: hook})
+		c.circuits = append(c.circuits, marking.Circuit{Configuration: breakertest.ConfigName, Webhook: hook})
 	}
 	scheme := runtime.NewScheme()
 	require.NoError(t, clientgoscheme.AddToScheme(scheme))
-	cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(append(objs, newConfig(newWebhook(whA, policyFail), newWebhook(whB, policyFail)))...).Build()
+	cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(append(objs, breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail), breakertest.Webhook(breakertest.WhB, breakertest.PolicyFail)))...).Build()
 	c.reader = cl
-	a, b := target(whA, config.ModeBypass, 3, 2), target(whB, config.ModeBypass, 3, 2)
+	a, b := breakertest.Target(breakertest.WhA, config.ModeBypass, 3, 2), breakertest.Target(breakertest.WhB, config.ModeBypass, 3, 2)
 	state := NewState()
 	state.Register(a.Key())
 	state.Register(b.Key())
 	fail := func(tgt config.Target) {
 		for range 3 {
-			state.Observe(tgt.Key(), failedResult("timeout"), time.Now())
+			state.Observe(tgt.Key(), breakertest.FailedResult("timeout"), time.Now())
 		}
 	}
 	r := &ConfigurationReconciler{
@@ -404,10 +406,10 @@ func TestConfigurationReconciler_anOpeningArmsTheNextInTheSameWrite(t *testing.T
 	}
 	ctx := context.Background()
 	req := ctrl.Request{}
-	req.Name = cfgName
+	req.Name = breakertest.ConfigName
 	get := func() (rec, armed circuit.Record, rv string) {
 		mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
-		require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: cfgName}, mwc))
+		require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: breakertest.ConfigName}, mwc))
 		rec, err := circuit.Decode(mwc.Annotations)
 		require.NoError(t, err)
 		armed, err = circuit.DecodeArming(mwc.Annotations)
@@ -420,21 +422,21 @@ func TestConfigurationReconciler_anOpeningArmsTheNextInTheSameWrite(t *testing.T
 	require.NoError(t, err)
 	rec, armed, _ := get()
 	require.Empty(t, rec)
-	require.Contains(t, armed, whA, "a is armed")
+	require.Contains(t, armed, breakertest.WhA, "a is armed")
 
 	fail(b)
 	_, err = r.Reconcile(ctx, req)
 	require.NoError(t, err)
 	rec, armed, rv := get()
-	assert.Contains(t, rec, whA, "a opened")
-	assert.NotContains(t, rec, whB, "b is not shown armed yet")
-	assert.Contains(t, armed, whB, "b was armed in the write that opened a")
-	assert.NotContains(t, armed, whA, "a's entry moved to the record")
+	assert.Contains(t, rec, breakertest.WhA, "a opened")
+	assert.NotContains(t, rec, breakertest.WhB, "b is not shown armed yet")
+	assert.Contains(t, armed, breakertest.WhB, "b was armed in the write that opened a")
+	assert.NotContains(t, armed, breakertest.WhA, "a's entry moved to the record")
 
 	_, err = r.Reconcile(ctx, req)
 	require.NoError(t, err)
 	rec, armed, rv2 := get()
-	assert.Contains(t, rec, whB, "b opened")
+	assert.Contains(t, rec, breakertest.WhB, "b opened")
 	assert.Empty(t, armed)
 	assert.NotEqual(t, rv, rv2)
 }
@@ -442,21 +444,21 @@ func TestConfigurationReconciler_anOpeningArmsTheNextInTheSameWrite(t *testing.T
 // Closings spread over time are disarmed together, disarmAfter after the
 // latest of them: one write, however many closed.
 func TestConfigurationReconciler_closingsAreDisarmedInOneWrite(t *testing.T) {
-	entry := circuit.Entry{UID: testUID, Mode: circuit.ModeBypass, OpenedAt: metav1.Now(), Reason: "timeout", OriginalFailurePolicy: policyFail, By: testIdentity}
-	mwc := newConfig(newWebhook(whA, policyIgnore, bypassMarker()), newWebhook(whB, policyIgnore, bypassMarker()))
+	entry := circuit.Entry{UID: breakertest.UID, Mode: circuit.ModeBypass, OpenedAt: metav1.Now(), Reason: "timeout", OriginalFailurePolicy: breakertest.PolicyFail, By: testIdentity}
+	mwc := breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyIgnore, breakertest.BypassMarker()), breakertest.Webhook(breakertest.WhB, breakertest.PolicyIgnore, breakertest.BypassMarker()))
 	var err error
-	mwc.Annotations, err = circuit.Encode(mwc.Annotations, circuit.Record{whA: entry, whB: entry})
+	mwc.Annotations, err = circuit.Encode(mwc.Annotations, circuit.Record{breakertest.WhA: entry, breakertest.WhB: entry})
 	require.NoError(t, err)
 	scheme := runtime.NewScheme()
 	require.NoError(t, clientgoscheme.AddToScheme(scheme))
 	cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(mwc).Build()
-	a, b := target(whA, config.ModeBypass, 3, 2), target(whB, config.ModeBypass, 3, 2)
+	a, b := breakertest.Target(breakertest.WhA, config.ModeBypass, 3, 2), breakertest.Target(breakertest.WhB, config.ModeBypass, 3, 2)
 	state := NewState()
 	state.Register(a.Key())
 	state.Register(b.Key())
 	heal := func(tgt config.Target) {
 		for range 2 {
-			state.Observe(tgt.Key(), healthyResult(), time.Now())
+			state.Observe(tgt.Key(), breakertest.HealthyResult(), time.Now())
 		}
 	}
 	clock := clocktesting.NewFakeClock(time.Now())
@@ -467,10 +469,10 @@ func TestConfigurationReconciler_closingsAreDisarmedInOneWrite(t *testing.T) {
 	}
 	ctx := context.Background()
 	req := ctrl.Request{}
-	req.Name = cfgName
+	req.Name = breakertest.ConfigName
 	armed := func() (circuit.Record, string) {
 		got := &admissionregistrationv1.MutatingWebhookConfiguration{}
-		require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: cfgName}, got))
+		require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: breakertest.ConfigName}, got))
 		rec, err := circuit.DecodeArming(got.Annotations)
 		require.NoError(t, err)
 		return rec, got.ResourceVersion
@@ -507,22 +509,22 @@ func TestConfigurationReconciler_closingsAreDisarmedInOneWrite(t *testing.T) {
 // write it back; it only stops waiting for it. docs/how-it-works.md
 // states this limit (issue 32, item 7).
 func TestConfigurationReconciler_anArmingEntryStrippedInItsGraceStaysStripped(t *testing.T) {
-	policy, binding := marking.Render(cfgName, whA)
-	mwc := newConfig(newWebhook(whA, policyFail))
-	entry := circuit.Entry{UID: testUID, Mode: circuit.ModeBypass, OpenedAt: metav1.Now(), Reason: "timeout", OriginalFailurePolicy: policyFail, By: testIdentity}
+	policy, binding := marking.Render(breakertest.ConfigName, breakertest.WhA)
+	mwc := breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail))
+	entry := circuit.Entry{UID: breakertest.UID, Mode: circuit.ModeBypass, OpenedAt: metav1.Now(), Reason: "timeout", OriginalFailurePolicy: breakertest.PolicyFail, By: testIdentity}
 	var err error
-	mwc.Annotations, err = circuit.EncodeArming(mwc.Annotations, circuit.Record{whA: entry}) // just closed
+	mwc.Annotations, err = circuit.EncodeArming(mwc.Annotations, circuit.Record{breakertest.WhA: entry}) // just closed
 	require.NoError(t, err)
 	r, cl, clock := armedReconciler(t, policy, binding, mwc)
 	ctx := context.Background()
 	req := ctrl.Request{}
-	req.Name = cfgName
+	req.Name = breakertest.ConfigName
 	res, err := r.Reconcile(ctx, req)
 	require.NoError(t, err)
 	require.Positive(t, res.RequeueAfter, "in its grace")
 
 	stripped := &admissionregistrationv1.MutatingWebhookConfiguration{}
-	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: cfgName}, stripped))
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: breakertest.ConfigName}, stripped))
 	delete(stripped.Annotations, circuit.ArmingAnnotation)
 	require.NoError(t, cl.Update(ctx, stripped))
 	clock.Step(disarmAfter / 2)
@@ -530,7 +532,7 @@ func TestConfigurationReconciler_anArmingEntryStrippedInItsGraceStaysStripped(t 
 	require.NoError(t, err)
 	assert.Zero(t, res.RequeueAfter, "nothing left to wait for")
 	got := &admissionregistrationv1.MutatingWebhookConfiguration{}
-	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: cfgName}, got))
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: breakertest.ConfigName}, got))
 	assert.Equal(t, stripped.ResourceVersion, got.ResourceVersion, "the breaker wrote the stripped entry back")
 	assert.NotContains(t, got.Annotations, circuit.ArmingAnnotation)
 }
@@ -542,7 +544,7 @@ func armedReconciler(t *testing.T, objs ...client.Object) (*ConfigurationReconci
 	scheme := runtime.NewScheme()
 	require.NoError(t, clientgoscheme.AddToScheme(scheme))
 	cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build()
-	tgt := target(whA, config.ModeBypass, 3, 2)
+	tgt := breakertest.Target(breakertest.WhA, config.ModeBypass, 3, 2)
 	state := NewState()
 	state.Register(tgt.Key())
 	clock := clocktesting.NewFakeClock(time.Now())

@@ -16,6 +16,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/webhook-guard/webhook-guard/internal/apimetrics"
+	"github.com/webhook-guard/webhook-guard/internal/breaker/decide"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 	"github.com/webhook-guard/webhook-guard/internal/marking"
@@ -113,7 +114,7 @@ func metricsWebhook(t config.Target) apimetrics.Webhook {
 }
 
 func (r *ProbeRunner) signalLoop(ctx context.Context, s *apiserverSignal) {
-	ctx = logf.IntoContext(ctx, logf.FromContext(ctx).WithValues("signal", SignalAPIServer))
+	ctx = logf.IntoContext(ctx, logf.FromContext(ctx).WithValues("signal", decide.SignalAPIServer))
 	for {
 		// Reads start every interval, not an interval after the last one
 		// ended: a slow read under load would otherwise stretch the gap
@@ -246,7 +247,7 @@ func (r *ProbeRunner) observeAPIServer(ctx context.Context, t config.Target, res
 	pr := probe.Result{Duration: res.Window}
 	switch res.Verdict {
 	case apimetrics.Failing:
-		pr.Outcome, pr.Reason, pr.Err = probe.OutcomeFailed, ReasonAPIServerCalls, errors.New(res.String())
+		pr.Outcome, pr.Reason, pr.Err = probe.OutcomeFailed, decide.ReasonAPIServerCalls, errors.New(res.String())
 	case apimetrics.Healthy:
 		pr.Outcome = probe.OutcomeHealthy
 	default:
@@ -261,7 +262,7 @@ func (r *ProbeRunner) observeAPIServer(ctx context.Context, t config.Target, res
 		log.V(1).Info("Apiserver signal observed", append(target, "verdict", res.Verdict, "observation", res.String())...)
 	}
 
-	for _, side := range []string{SignalAPIServer, SignalProbe} {
+	for _, side := range []string{decide.SignalAPIServer, decide.SignalProbe} {
 		r.Metrics.SignalsDisagree.WithLabelValues(append(labels, side)...).Set(boolGauge(st.Disagree == side && st.DisagreeFor >= DisagreeAfter))
 	}
 	if st.DisagreeFor == DisagreeAfter && pr.Outcome != probe.OutcomeUnknown {
@@ -323,9 +324,9 @@ func (r *ProbeRunner) refreshAdmitted(ctx context.Context, kind circuit.Kind, vi
 // disagreementMessage explains st's disagreement, pointing at the network
 // path between the control plane and the webhook.
 func disagreementMessage(t config.Target, st TargetStatus) string {
-	if st.Disagree == SignalAPIServer {
+	if st.Disagree == decide.SignalAPIServer {
 		return circuit.EventNote("%s: the direct probe is healthy but the apiserver's own calls fail (%v) for %d intervals%s",
-			t.Webhook, st.APIServer.Last.Err, st.DisagreeFor, pathSays(t, st.Path))
+			t.Webhook, st.APIServer.Last.Err, st.DisagreeFor, decide.PathSays(t, st.Path))
 	}
 	return fmt.Sprintf("%s: the direct probe fails (%s: %v) but the apiserver's own calls succeed, for %d intervals: the guard's path to the webhook is broken, not the webhook; check the guard's NetworkPolicy egress, DNS and its node",
 		t.Webhook, st.Counts.Last.Reason, st.Counts.Last.Err, st.DisagreeFor)

@@ -19,220 +19,90 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/webhook-guard/webhook-guard/internal/apimetrics"
+	"github.com/webhook-guard/webhook-guard/internal/breaker/breakertest"
+	"github.com/webhook-guard/webhook-guard/internal/breaker/decide"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 	"github.com/webhook-guard/webhook-guard/internal/marking"
 	"github.com/webhook-guard/webhook-guard/internal/probe"
 )
 
-func apiserverFailing(n int) Counts {
-	var c Counts
-	for range n {
-		c.Observe(probe.Result{Outcome: probe.OutcomeFailed, Reason: ReasonAPIServerCalls, Err: errors.New("apiserver: 37 of 40 calls failed (calling_webhook_error or fail-open) in the last 1s")})
-	}
-	return c
-}
-
-func withSignal(t config.Target) config.Target {
-	t.APIServerSignal = config.APIServerSignal{Enabled: true, MinRequests: 3, FailureRatio: 0.5}
-	return t
-}
-
-// pathFailing is n failed path probes in a row: kube-apiserver's service
-// proxy could not reach the webhook's server.
-func pathFailing(n int) Path {
-	p := Path{Road: RoadService}
-	for range n {
-		p.Observe(probe.Result{Outcome: probe.OutcomeFailed, Reason: probe.ReasonTimeout, Err: errors.New("no answer from kube-apiserver's service proxy within 1s")})
-	}
-	return p
-}
-
-// pathHealthy is n healthy path probes in a row: the road works.
-func pathHealthy(n int) Path {
-	p := Path{Road: RoadService}
-	for range n {
-		p.Observe(healthyResult())
-	}
-	return p
-}
-
-func TestJudgeTarget(t *testing.T) {
-	unknownAfterFailing := apiserverFailing(2)
-	unknownAfterFailing.Observe(probe.Result{Outcome: probe.OutcomeUnknown})
-	// An open circuit's probe that failed, then could not run.
-	probeUnknown := func(n int) Counts {
-		c := failing(3, probe.ReasonTimeout)
-		for range n {
-			c.Observe(probe.Result{Outcome: probe.OutcomeUnknown})
-		}
-		return c
-	}
-	pathUnknown := Path{Road: RoadService}
-	pathUnknown.Observe(probe.Result{Outcome: probe.OutcomeUnknown, Err: errors.New("forbidden")})
-	url := Path{Road: RoadURL}
-	urlShared := Path{Road: RoadURL, SharedWith: "istio-revision-canary"}
-	byAPIServer := circuit.Entry{Signal: SignalAPIServer}
-	byBoth := circuit.Entry{Signal: SignalBoth}
-	byProbe := circuit.Entry{Signal: SignalProbe}
-	byRoad := circuit.Entry{Signal: SignalRoad}
-	cases := map[string]struct {
-		open       bool
-		entry      circuit.Entry
-		probe, api Counts
-		path       Path
-		mode       config.Mode
-		disabled   bool
-		alone      bool // withoutPathProbe: Open
-		want       Action
-		wantSignal string
-	}{
-		"the probe alone opens": {probe: failing(3, probe.ReasonTimeout), api: healthy(5), want: Open, wantSignal: SignalProbe},
-		"the apiserver opens when the path probe confirms a broken road":               {probe: healthy(9), api: apiserverFailing(3), path: pathFailing(3), want: Open, wantSignal: SignalAPIServer},
-		"both at once open once, named both":                                           {probe: failing(3, probe.ReasonTimeout), api: apiserverFailing(3), path: pathFailing(3), want: Open, wantSignal: SignalBoth},
-		"the probe and unconfirmed apiserver failures: the probe's opening":            {probe: failing(3, probe.ReasonTimeout), api: apiserverFailing(3), path: pathHealthy(3), want: Open, wantSignal: SignalProbe},
-		"a tenant's failing requests open nothing: the road works":                     {probe: healthy(9), api: apiserverFailing(30), path: pathHealthy(30), want: Stay},
-		"the road not yet confirmed for openAfter probes opens nothing":                {probe: healthy(9), api: apiserverFailing(3), path: pathFailing(2), want: Stay},
-		"a path probe that cannot run opens nothing":                                   {probe: healthy(9), api: apiserverFailing(9), path: pathUnknown, want: Stay},
-		"a road not read yet opens nothing":                                            {probe: healthy(9), api: apiserverFailing(9), want: Stay},
-		"a url webhook's failing calls open nothing by default":                        {probe: healthy(9), api: apiserverFailing(9), path: url, want: Stay},
-		"a url webhook's failing calls open alone under withoutPathProbe: Open":        {probe: healthy(9), api: apiserverFailing(3), path: url, alone: true, want: Open, wantSignal: SignalAPIServer},
-		"a url webhook whose name another configuration shares opens nothing, even so": {probe: healthy(9), api: apiserverFailing(9), path: urlShared, alone: true, want: Stay},
-		"a disabled apiserver signal opens nothing":                                    {probe: healthy(9), api: apiserverFailing(9), path: pathFailing(9), disabled: true, want: Stay},
-		"too few failing intervals open nothing":                                       {probe: failing(2, probe.ReasonTimeout), api: apiserverFailing(2), path: pathFailing(2), want: Stay},
-		"a broken road opens alone while the direct probe is healthy":                  {probe: healthy(9), path: pathFailing(3), want: Open, wantSignal: SignalRoad},
-		"a broken road opens alone before any apiserver observation":                   {path: pathFailing(3), want: Open, wantSignal: SignalRoad},
-		"a road broken only openAfter-1 times opens nothing":                           {probe: healthy(9), api: apiserverFailing(1), path: pathFailing(2), want: Stay},
-		"a tenant's failing calls on a working road keep it closed":                    {probe: healthy(9), api: apiserverFailing(3), path: pathHealthy(1), want: Stay},
-		"a broken road opens nothing when the apiserver signal is disabled":            {probe: healthy(9), path: pathFailing(9), disabled: true, want: Stay},
-		"a url road has no path probe to open alone":                                   {probe: healthy(9), path: url, want: Stay},
-
-		"Bypass closes on the probe alone (no traffic while open)":                          {open: true, entry: byProbe, mode: config.ModeBypass, probe: healthy(2), api: apiserverFailing(4), want: Close},
-		"Ignore closes while a tenant's calls fail: the road works":                         {open: true, entry: byProbe, mode: config.ModeIgnore, probe: healthy(9), api: apiserverFailing(1), path: pathHealthy(1), want: Close},
-		"Ignore closes while calls fail and no path probe can tell":                         {open: true, entry: byProbe, mode: config.ModeIgnore, probe: healthy(9), api: apiserverFailing(1), path: pathUnknown, want: Close},
-		"no Fail goes back while the path probe fails (Ignore)":                             {open: true, entry: byProbe, mode: config.ModeIgnore, probe: healthy(9), api: apiserverFailing(1), path: pathFailing(1), want: Stay},
-		"no Fail goes back while the path probe fails (Bypass)":                             {open: true, entry: byProbe, mode: config.ModeBypass, probe: healthy(9), path: pathFailing(1), want: Stay},
-		"Ignore on a url road under withoutPathProbe: Open waits for the apiserver's calls": {open: true, entry: byProbe, mode: config.ModeIgnore, probe: healthy(9), api: apiserverFailing(1), path: url, alone: true, want: Stay},
-		"Ignore on a url road closes once the apiserver's calls stop (Unknown)":             {open: true, entry: byProbe, mode: config.ModeIgnore, probe: healthy(2), api: unknownAfterFailing, path: url, alone: true, want: Close},
-		"Ignore on a url road under Report does not wait for the apiserver's calls":         {open: true, entry: byProbe, mode: config.ModeIgnore, probe: healthy(2), api: apiserverFailing(1), path: url, want: Close},
-		"Ignore closes once the apiserver's calls succeed":                                  {open: true, entry: byProbe, mode: config.ModeIgnore, probe: healthy(2), api: healthy(1), want: Close},
-		"Ignore ignores the apiserver when the signal is disabled":                          {open: true, entry: byProbe, mode: config.ModeIgnore, probe: healthy(2), api: apiserverFailing(1), path: pathFailing(3), disabled: true, want: Close},
-		"an open circuit never closes on the apiserver signal only":                         {open: true, entry: byProbe, mode: config.ModeIgnore, probe: healthy(1), api: healthy(9), want: Stay},
-
-		"a circuit the road opened closes on closeAfter healthy path probes":                    {open: true, entry: byAPIServer, mode: config.ModeBypass, probe: healthy(1), path: pathHealthy(2), want: Close, wantSignal: SignalPath},
-		"a circuit the road opened stays while the path probe fails, however healthy the probe": {open: true, entry: byAPIServer, mode: config.ModeBypass, probe: healthy(99), path: pathFailing(1), want: Stay},
-		"a circuit the road opened waits for closeAfter path probes":                            {open: true, entry: byAPIServer, mode: config.ModeBypass, probe: healthy(99), path: pathHealthy(1), want: Stay},
-		"a circuit the road opened stays while the direct probe fails":                          {open: true, entry: byAPIServer, mode: config.ModeIgnore, probe: failing(1, probe.ReasonTimeout), path: pathHealthy(9), want: Stay},
-		"a circuit the road opened stays while the path probe cannot run":                       {open: true, entry: byAPIServer, mode: config.ModeBypass, probe: healthy(9), path: pathUnknown, want: Stay},
-		"a circuit the road opened ignores a tenant's failing calls (Ignore)":                   {open: true, entry: byAPIServer, mode: config.ModeIgnore, probe: healthy(9), api: apiserverFailing(9), path: pathHealthy(2), want: Close, wantSignal: SignalPath},
-		"a circuit both opened needs both probes healthy":                                       {open: true, entry: byBoth, mode: config.ModeBypass, probe: healthy(1), path: pathHealthy(9), want: Stay},
-		"a circuit both opened closes when both are healthy":                                    {open: true, entry: byBoth, mode: config.ModeBypass, probe: healthy(2), path: pathHealthy(2), want: Close, wantSignal: SignalPath},
-		"a circuit the apiserver opened on a url road closes on the probe":                      {open: true, entry: byAPIServer, mode: config.ModeBypass, probe: healthy(2), path: url, alone: true, want: Close},
-		"a circuit the road alone opened closes on closeAfter healthy path probes":              {open: true, entry: byRoad, mode: config.ModeBypass, probe: healthy(1), path: pathHealthy(2), want: Close, wantSignal: SignalPath},
-		"a circuit the road alone opened waits for closeAfter healthy path probes":              {open: true, entry: byRoad, mode: config.ModeIgnore, probe: healthy(99), path: pathHealthy(1), want: Stay},
-		"a circuit the road alone opened stays while the road is broken":                        {open: true, entry: byRoad, mode: config.ModeIgnore, probe: healthy(99), path: pathFailing(1), want: Stay},
-
-		"a probe Unknown for closeAfter intervals closes when the apiserver's calls succeed": {
-			open: true, entry: byProbe, mode: config.ModeIgnore, probe: probeUnknown(2), api: healthy(2), want: Close, wantSignal: SignalAPIServer},
-		"a probe Unknown for closeAfter intervals holds while the apiserver's calls fail": {
-			open: true, entry: byProbe, mode: config.ModeIgnore, probe: probeUnknown(2), api: apiserverFailing(5), want: Stay},
-		"a probe Unknown for closeAfter intervals holds without apiserver traffic (Bypass)": {
-			open: true, entry: byProbe, mode: config.ModeBypass, probe: probeUnknown(5), api: unknownAfterFailing, want: Stay},
-		"a probe Unknown for fewer than closeAfter intervals waits": {
-			open: true, entry: byProbe, mode: config.ModeIgnore, probe: probeUnknown(1), api: healthy(9), want: Stay},
-		"a probe Unknown holds when the apiserver signal is disabled": {
-			open: true, entry: byProbe, mode: config.ModeIgnore, probe: probeUnknown(9), api: healthy(9), disabled: true, want: Stay},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			tgt := withSignal(target(whA, tc.mode, 3, 2))
-			tgt.APIServerSignal.Enabled = !tc.disabled
-			if tc.alone {
-				tgt.APIServerSignal.WithoutPathProbe = config.WithoutPathProbeOpen
-			}
-			action, signal := JudgeTarget(tc.open, tc.entry, tc.probe, tc.api, tc.path, tgt)
-			assert.Equal(t, tc.want, action)
-			assert.Equal(t, tc.wantSignal, signal)
-		})
-	}
-}
-
 func TestPathProbeNeeded(t *testing.T) {
 	cases := map[string]struct {
 		open  bool
 		entry circuit.Entry
-		api   Counts
+		api   decide.Counts
 		want  bool
 	}{
-		"a closed circuit whose apiserver calls are fine costs nothing":    {api: healthy(3), want: false},
-		"a closed circuit whose apiserver calls fail is probed":            {api: apiserverFailing(1), want: true},
-		"an open circuit the apiserver opened is probed, calls or not":     {open: true, entry: circuit.Entry{Signal: SignalAPIServer}, want: true},
-		"an open circuit both opened is probed":                            {open: true, entry: circuit.Entry{Signal: SignalBoth}, want: true},
-		"an open circuit the road opened is probed":                        {open: true, entry: circuit.Entry{Signal: SignalRoad}, want: true},
-		"an open circuit the probe opened is probed only while calls fail": {open: true, entry: circuit.Entry{Signal: SignalProbe}, api: healthy(1), want: false},
-		"an open circuit the probe opened, calls failing (Ignore)":         {open: true, entry: circuit.Entry{Signal: SignalProbe}, api: apiserverFailing(1), want: true},
+		"a closed circuit whose apiserver calls are fine costs nothing":    {api: breakertest.Healthy(3), want: false},
+		"a closed circuit whose apiserver calls fail is probed":            {api: breakertest.APIServerFailing(1), want: true},
+		"an open circuit the apiserver opened is probed, calls or not":     {open: true, entry: circuit.Entry{Signal: decide.SignalAPIServer}, want: true},
+		"an open circuit both opened is probed":                            {open: true, entry: circuit.Entry{Signal: decide.SignalBoth}, want: true},
+		"an open circuit the road opened is probed":                        {open: true, entry: circuit.Entry{Signal: decide.SignalRoad}, want: true},
+		"an open circuit the probe opened is probed only while calls fail": {open: true, entry: circuit.Entry{Signal: decide.SignalProbe}, api: breakertest.Healthy(1), want: false},
+		"an open circuit the probe opened, calls failing (Ignore)":         {open: true, entry: circuit.Entry{Signal: decide.SignalProbe}, api: breakertest.APIServerFailing(1), want: true},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			assert.Equal(t, tc.want, PathProbeNeeded(tc.open, tc.entry, tc.api))
+			assert.Equal(t, tc.want, decide.PathProbeNeeded(tc.open, tc.entry, tc.api))
 		})
 	}
 }
 
 func TestPlan_apiserverSignalOpensAndSaysWhy(t *testing.T) {
-	cur := newConfig(newWebhook(whA, policyFail))
-	tgt := withSignal(target(whA, config.ModeBypass, 3, 2))
-	in := Inputs{
-		Targets: []config.Target{tgt}, Now: testNow, Signer: "breaker",
-		Counts: map[string]Counts{whA: healthy(7)}, APIServer: map[string]Counts{whA: apiserverFailing(3)}, Path: map[string]Path{whA: pathFailing(3)},
+	cur := breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail))
+	tgt := breakertest.WithSignal(breakertest.Target(breakertest.WhA, config.ModeBypass, 3, 2))
+	in := decide.Inputs{
+		Targets: []config.Target{tgt}, Now: breakertest.Now, Signer: "breaker",
+		Counts: map[string]decide.Counts{breakertest.WhA: breakertest.Healthy(7)}, APIServer: map[string]decide.Counts{breakertest.WhA: breakertest.APIServerFailing(3)}, Path: map[string]decide.Path{breakertest.WhA: breakertest.PathFailing(3)},
 	}
-	next, changes, err := Plan(cur, in)
+	next, changes, err := decide.Plan(cur, in)
 	require.NoError(t, err)
 	require.Len(t, changes, 1)
-	assert.Equal(t, Opened, changes[0].Kind)
-	assert.Equal(t, SignalAPIServer, changes[0].Signal)
-	assert.Equal(t, "opened the circuit on "+whA+" in Bypass mode after 3 consecutive failing intervals of the apiserver's own calls "+
+	assert.Equal(t, decide.Opened, changes[0].Kind)
+	assert.Equal(t, decide.SignalAPIServer, changes[0].Signal)
+	assert.Equal(t, "opened the circuit on "+breakertest.WhA+" in Bypass mode after 3 consecutive failing intervals of the apiserver's own calls "+
 		"(last: apiserver: 37 of 40 calls failed (calling_webhook_error or fail-open) in the last 1s) while the direct probe was healthy: "+
 		"the apiserver's path to the webhook is broken (konnectivity, a firewall or a NetworkPolicy between the control plane and the webhook); "+
 		"confirmed by 3 failed probes in a row through kube-apiserver's service proxy, which dials through the same egress as its webhook calls "+
 		"(last: timeout: no answer from kube-apiserver's service proxy within 1s); original failurePolicy Fail",
 		changes[0].Message)
-	entry := mustRecord(t, next)[whA]
-	assert.Equal(t, SignalAPIServer, entry.Signal)
-	assert.Equal(t, string(ReasonAPIServerCalls), entry.Reason)
-	assert.Equal(t, policyFail, entry.OriginalFailurePolicy)
-	assert.True(t, isBypassed(next, whA))
+	entry := breakertest.MustRecord(t, next)[breakertest.WhA]
+	assert.Equal(t, decide.SignalAPIServer, entry.Signal)
+	assert.Equal(t, string(decide.ReasonAPIServerCalls), entry.Reason)
+	assert.Equal(t, breakertest.PolicyFail, entry.OriginalFailurePolicy)
+	assert.True(t, isBypassed(next, breakertest.WhA))
 
 	t.Run("a tenant's failing calls, the road healthy, open nothing", func(t *testing.T) {
 		in := in
-		in.APIServer = map[string]Counts{whA: apiserverFailing(60)}
-		in.Path = map[string]Path{whA: pathHealthy(60)}
-		_, changes, err := Plan(cur, in)
+		in.APIServer = map[string]decide.Counts{breakertest.WhA: breakertest.APIServerFailing(60)}
+		in.Path = map[string]decide.Path{breakertest.WhA: breakertest.PathHealthy(60)}
+		_, changes, err := decide.Plan(cur, in)
 		require.NoError(t, err)
 		assert.Empty(t, changes)
 	})
 	t.Run("an outage both signals see is one change, named both", func(t *testing.T) {
-		in.Counts[whA] = failing(3, probe.ReasonTimeout)
-		_, changes, err := Plan(cur, in)
+		in.Counts[breakertest.WhA] = breakertest.Failing(3, probe.ReasonTimeout)
+		_, changes, err := decide.Plan(cur, in)
 		require.NoError(t, err)
 		require.Len(t, changes, 1)
-		assert.Equal(t, SignalBoth, changes[0].Signal)
+		assert.Equal(t, decide.SignalBoth, changes[0].Signal)
 	})
 	t.Run("the hold stops probe openings but not the apiserver's", func(t *testing.T) {
 		in := in
 		in.HoldOpen = true
-		in.Counts = map[string]Counts{whA: failing(3, probe.ReasonTimeout)}
-		in.APIServer = map[string]Counts{whA: healthy(3)}
-		_, changes, err := Plan(cur, in)
+		in.Counts = map[string]decide.Counts{breakertest.WhA: breakertest.Failing(3, probe.ReasonTimeout)}
+		in.APIServer = map[string]decide.Counts{breakertest.WhA: breakertest.Healthy(3)}
+		_, changes, err := decide.Plan(cur, in)
 		require.NoError(t, err)
 		assert.Empty(t, changes, "every probe failing at once, the apiserver's calls fine: the guard's network")
-		in.APIServer = map[string]Counts{whA: apiserverFailing(3)}
-		in.Path = map[string]Path{whA: pathHealthy(3)}
-		_, changes, err = Plan(cur, in)
+		in.APIServer = map[string]decide.Counts{breakertest.WhA: breakertest.APIServerFailing(3)}
+		in.Path = map[string]decide.Path{breakertest.WhA: breakertest.PathHealthy(3)}
+		_, changes, err = decide.Plan(cur, in)
 		require.NoError(t, err)
 		assert.Empty(t, changes, "the apiserver's calls fail, but the road and the webhook's server answer: a tenant's requests")
-		in.Path = map[string]Path{whA: pathFailing(3)}
-		_, changes, err = Plan(cur, in)
+		in.Path = map[string]decide.Path{breakertest.WhA: breakertest.PathFailing(3)}
+		_, changes, err = decide.Plan(cur, in)
 		require.NoError(t, err)
 		require.Len(t, changes, 1, "the apiserver and the path probe agree the webhook is unreachable")
 	})
@@ -244,14 +114,14 @@ func isBypassed(mwc *admissionregistrationv1.MutatingWebhookConfiguration, name 
 }
 
 func TestPlan_closingEventCountsWhatWasAdmittedWithoutTheWebhook(t *testing.T) {
-	entry := entryFor(config.ModeBypass, policyFail)
-	entry.OpenedAt.Time = testNow.Add(-13 * time.Minute).Truncate(time.Second)
-	cur := withEntries(t, newConfig(newWebhook(whA, policyFail)), circuit.Record{whA: entry})
-	in := Inputs{
-		Targets: []config.Target{withSignal(target(whA, config.ModeBypass, 3, 2))}, Now: testNow,
-		Counts: map[string]Counts{whA: healthy(2)}, APIServer: map[string]Counts{}, Admitted: map[string]float64{whA: 1234},
+	entry := breakertest.EntryFor(config.ModeBypass, breakertest.PolicyFail)
+	entry.OpenedAt.Time = breakertest.Now.Add(-13 * time.Minute).Truncate(time.Second)
+	cur := breakertest.WithEntries(t, breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail)), circuit.Record{breakertest.WhA: entry})
+	in := decide.Inputs{
+		Targets: []config.Target{breakertest.WithSignal(breakertest.Target(breakertest.WhA, config.ModeBypass, 3, 2))}, Now: breakertest.Now,
+		Counts: map[string]decide.Counts{breakertest.WhA: breakertest.Healthy(2)}, APIServer: map[string]decide.Counts{}, Admitted: map[string]float64{breakertest.WhA: 1234},
 	}
-	_, changes, err := Plan(cur, in)
+	_, changes, err := decide.Plan(cur, in)
 	require.NoError(t, err)
 	require.Len(t, changes, 1)
 	assert.True(t, strings.HasSuffix(changes[0].Message, "; the apiserver admitted 1234 requests without the mutation while open (13m1s), as counted from its /metrics"), changes[0].Message)
@@ -276,7 +146,7 @@ func (f *fakeScraper) Scrape(context.Context, map[apimetrics.Webhook]bool) (apim
 
 func sample(calls, errs float64) apimetrics.Sample {
 	return apimetrics.Sample{Instance: 1, Bytes: 1000, Webhooks: map[apimetrics.Webhook]apimetrics.Counters{
-		{Name: whA, Type: apimetrics.Mutating, MarkingPolicy: marking.Name(cfgName, whA)}: {Calls: calls, CallErrors: errs, Series: 2},
+		{Name: breakertest.WhA, Type: apimetrics.Mutating, MarkingPolicy: marking.Name(breakertest.ConfigName, breakertest.WhA)}: {Calls: calls, CallErrors: errs, Series: 2},
 	}}
 }
 
@@ -322,8 +192,8 @@ func TestProbeRunner_pathProbeDecidesWhetherTheApiserverSignalOpens(t *testing.T
 			explains: "cannot tell whether the road works (forbidden), so nothing opens"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			tgt := withSignal(target(whA, config.ModeBypass, 3, 2))
-			r, trigger := runnerFor(t, newConfig(newWebhook(whA, policyFail)), tgt, healthyResult())
+			tgt := breakertest.WithSignal(breakertest.Target(breakertest.WhA, config.ModeBypass, 3, 2))
+			r, trigger := runnerFor(t, breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail)), tgt, breakertest.HealthyResult())
 			clock := r.Clock.(*clocktesting.FakeClock)
 			scraper := &fakeScraper{}
 			for i := range 5 {
@@ -357,7 +227,7 @@ func TestProbeRunner_pathProbeDecidesWhetherTheApiserverSignalOpens(t *testing.T
 			assert.Equal(t, "https:svc:8443/mutate", paths.got, "the webhook's own Service, port and path")
 			st, _ := r.State.Get(tgt.Key())
 			assert.Equal(t, 3, st.APIServer.Failures)
-			assert.Equal(t, SignalAPIServer, st.Disagree)
+			assert.Equal(t, decide.SignalAPIServer, st.Disagree)
 			evs := drainEvents(r)
 			var disagree []string
 			for _, e := range evs {
@@ -373,8 +243,8 @@ func TestProbeRunner_pathProbeDecidesWhetherTheApiserverSignalOpens(t *testing.T
 }
 
 func TestProbeRunner_ScrapeOnce_missingRBACIsUnknownReportedOnce(t *testing.T) {
-	tgt := withSignal(target(whA, config.ModeBypass, 3, 2))
-	r, trigger := runnerFor(t, newConfig(newWebhook(whA, policyFail)), tgt, healthyResult())
+	tgt := breakertest.WithSignal(breakertest.Target(breakertest.WhA, config.ModeBypass, 3, 2))
+	r, trigger := runnerFor(t, breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail)), tgt, breakertest.HealthyResult())
 	r.Scraper = &fakeScraper{err: fmt.Errorf("reading the apiserver's /metrics: %w", apierrors.NewForbidden(schema.GroupResource{}, "", errors.New("no")))}
 	s := newAPIServerSignal(r.Targets, 0)
 	for range 10 {
@@ -391,11 +261,11 @@ func TestProbeRunner_ScrapeOnce_missingRBACIsUnknownReportedOnce(t *testing.T) {
 }
 
 func TestNewAPIServerSignal_oneScrapeAtTheConfiguredIntervalNotBelowTheFloor(t *testing.T) {
-	a := withSignal(target(whA, config.ModeBypass, 3, 2))
+	a := breakertest.WithSignal(breakertest.Target(breakertest.WhA, config.ModeBypass, 3, 2))
 	a.Probe.Interval = 2 * time.Second
-	b := withSignal(target(whB, config.ModeBypass, 3, 2))
+	b := breakertest.WithSignal(breakertest.Target(breakertest.WhB, config.ModeBypass, 3, 2))
 	b.Probe.Interval = 500 * time.Millisecond
-	c := target(whOther, config.ModeBypass, 3, 2)
+	c := breakertest.Target(breakertest.WhOther, config.ModeBypass, 3, 2)
 	c.Probe.Interval = 100 * time.Millisecond
 	s := newAPIServerSignal([]config.Target{a, b, c}, 30*time.Second)
 	assert.Equal(t, 30*time.Second, s.interval, "the configured interval, whatever the probes")
@@ -407,33 +277,33 @@ func TestNewAPIServerSignal_oneScrapeAtTheConfiguredIntervalNotBelowTheFloor(t *
 // A circuit the apiserver signal opened on a url road (withoutPathProbe:
 // Open), which no path probe can close, waits out MinOpen in Bypass mode.
 func TestPlan_bypassOpenedByTheApiserverOnAURLRoadStaysOpenAtLeastMinOpen(t *testing.T) {
-	entry := entryFor(config.ModeBypass, policyFail)
-	entry.Signal = SignalAPIServer
-	entry.OpenedAt.Time = testNow.Add(-20 * time.Second).Truncate(time.Second)
+	entry := breakertest.EntryFor(config.ModeBypass, breakertest.PolicyFail)
+	entry.Signal = decide.SignalAPIServer
+	entry.OpenedAt.Time = breakertest.Now.Add(-20 * time.Second).Truncate(time.Second)
 	for name, tc := range map[string]struct {
 		mode    config.Mode
 		signal  string
 		minOpen time.Duration
 		closes  bool
 	}{
-		"not before MinOpen":                              {mode: config.ModeBypass, signal: SignalAPIServer, minOpen: 30 * time.Second, closes: false},
-		"after MinOpen, as a trial":                       {mode: config.ModeBypass, signal: SignalAPIServer, minOpen: 10 * time.Second, closes: true},
-		"opened by both: the same":                        {mode: config.ModeBypass, signal: SignalBoth, minOpen: 30 * time.Second, closes: false},
-		"opened by the probe: closeAfter alone":           {mode: config.ModeBypass, signal: SignalProbe, minOpen: 30 * time.Second, closes: true},
-		"Ignore mode sees the apiserver's calls: no wait": {mode: config.ModeIgnore, signal: SignalAPIServer, minOpen: 30 * time.Second, closes: true},
+		"not before MinOpen":                              {mode: config.ModeBypass, signal: decide.SignalAPIServer, minOpen: 30 * time.Second, closes: false},
+		"after MinOpen, as a trial":                       {mode: config.ModeBypass, signal: decide.SignalAPIServer, minOpen: 10 * time.Second, closes: true},
+		"opened by both: the same":                        {mode: config.ModeBypass, signal: decide.SignalBoth, minOpen: 30 * time.Second, closes: false},
+		"opened by the probe: closeAfter alone":           {mode: config.ModeBypass, signal: decide.SignalProbe, minOpen: 30 * time.Second, closes: true},
+		"Ignore mode sees the apiserver's calls: no wait": {mode: config.ModeIgnore, signal: decide.SignalAPIServer, minOpen: 30 * time.Second, closes: true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			e := entry
 			e.Mode, e.Signal = tc.mode, tc.signal
-			cur := withEntries(t, newConfig(newWebhook(whA, policyFail)), circuit.Record{whA: e})
-			tgt := withSignal(target(whA, tc.mode, 3, 2))
+			cur := breakertest.WithEntries(t, breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail)), circuit.Record{breakertest.WhA: e})
+			tgt := breakertest.WithSignal(breakertest.Target(breakertest.WhA, tc.mode, 3, 2))
 			tgt.APIServerSignal.WithoutPathProbe = config.WithoutPathProbeOpen
-			in := Inputs{
-				Targets: []config.Target{tgt}, Now: testNow,
-				Counts: map[string]Counts{whA: healthy(5)}, MinOpen: map[string]time.Duration{whA: tc.minOpen},
-				Path: map[string]Path{whA: {Road: RoadURL}},
+			in := decide.Inputs{
+				Targets: []config.Target{tgt}, Now: breakertest.Now,
+				Counts: map[string]decide.Counts{breakertest.WhA: breakertest.Healthy(5)}, MinOpen: map[string]time.Duration{breakertest.WhA: tc.minOpen},
+				Path: map[string]decide.Path{breakertest.WhA: {Road: decide.RoadURL}},
 			}
-			_, changes, err := Plan(cur, in)
+			_, changes, err := decide.Plan(cur, in)
 			require.NoError(t, err)
 			assert.Equal(t, tc.closes, len(changes) == 1)
 		})
@@ -442,18 +312,18 @@ func TestPlan_bypassOpenedByTheApiserverOnAURLRoadStaysOpenAtLeastMinOpen(t *tes
 
 func TestState_minOpenDoublesPerReopeningUntilTheApiserverIsHealthy(t *testing.T) {
 	s := NewState()
-	tgt := withSignal(target(whA, config.ModeBypass, 3, 2))
+	tgt := breakertest.WithSignal(breakertest.Target(breakertest.WhA, config.ModeBypass, 3, 2))
 	tgt.APIServerSignal.MinOpen = time.Second
 	minOpenNow := func() time.Duration {
-		return s.Inputs([]config.Target{tgt}, testNow, "", "1").MinOpen[whA]
+		return s.Inputs([]config.Target{tgt}, breakertest.Now, "", "1").MinOpen[breakertest.WhA]
 	}
-	s.Observe(tgt.Key(), healthyResult(), testNow)
+	s.Observe(tgt.Key(), breakertest.HealthyResult(), breakertest.Now)
 	assert.Equal(t, time.Second, minOpenNow())
-	s.NoteOpening(tgt, SignalProbe, testNow)
+	s.NoteOpening(tgt, decide.SignalProbe, breakertest.Now)
 	assert.Equal(t, time.Second, minOpenNow(), "probe openings do not count")
 	var got []time.Duration
 	for range 8 {
-		s.NoteOpening(tgt, SignalAPIServer, testNow)
+		s.NoteOpening(tgt, decide.SignalAPIServer, breakertest.Now)
 		got = append(got, minOpenNow())
 	}
 	assert.Equal(t, []time.Duration{1, 2, 4, 8, 16, 32, 32, 32}, func() []time.Duration {
@@ -463,33 +333,33 @@ func TestState_minOpenDoublesPerReopeningUntilTheApiserverIsHealthy(t *testing.T
 		}
 		return out
 	}())
-	s.ObserveAPIServer(tgt.Key(), healthyResult(), 0, 0, false)
+	s.ObserveAPIServer(tgt.Key(), breakertest.HealthyResult(), 0, 0, false)
 	assert.Equal(t, time.Second, minOpenNow(), "a healthy apiserver observation ends the backoff")
 }
 
 // An Ignore circuit whose probe can no longer run closes on the
 // apiserver's successful calls, and the Event says so.
 func TestPlan_closesAnUnknownProbesCircuitOnTheApiserversWord(t *testing.T) {
-	cur := newConfig(newWebhook(whA, policyFail))
-	tgt := withSignal(target(whA, config.ModeIgnore, 3, 2))
-	in := Inputs{
-		Targets: []config.Target{tgt}, Now: testNow, Signer: "breaker",
-		Counts: map[string]Counts{whA: failing(3, probe.ReasonTimeout)}, APIServer: map[string]Counts{whA: healthy(1)},
+	cur := breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail))
+	tgt := breakertest.WithSignal(breakertest.Target(breakertest.WhA, config.ModeIgnore, 3, 2))
+	in := decide.Inputs{
+		Targets: []config.Target{tgt}, Now: breakertest.Now, Signer: "breaker",
+		Counts: map[string]decide.Counts{breakertest.WhA: breakertest.Failing(3, probe.ReasonTimeout)}, APIServer: map[string]decide.Counts{breakertest.WhA: breakertest.Healthy(1)},
 	}
-	open, changes, err := Plan(cur, in)
+	open, changes, err := decide.Plan(cur, in)
 	require.NoError(t, err)
 	require.Len(t, changes, 1)
-	c := failing(3, probe.ReasonTimeout)
+	c := breakertest.Failing(3, probe.ReasonTimeout)
 	for range 2 {
 		c.Observe(probe.Result{Outcome: probe.OutcomeUnknown, Err: errors.New("no resource kube-apiserver serves matches")})
 	}
-	in.Counts[whA], in.APIServer[whA] = c, healthy(2)
-	closed, changes, err := Plan(open, in)
+	in.Counts[breakertest.WhA], in.APIServer[breakertest.WhA] = c, breakertest.Healthy(2)
+	closed, changes, err := decide.Plan(open, in)
 	require.NoError(t, err)
 	require.Len(t, changes, 1)
-	assert.Equal(t, Closed, changes[0].Kind)
+	assert.Equal(t, decide.Closed, changes[0].Kind)
 	assert.Contains(t, changes[0].Message, "after 2 intervals in which the probe could not run (last: no resource kube-apiserver serves matches) while the apiserver's own calls to the webhook succeeded for 2 intervals")
-	assert.Equal(t, policyFail, circuit.FindWebhook(closed, whA).FailurePolicy)
+	assert.Equal(t, breakertest.PolicyFail, circuit.FindWebhook(closed, breakertest.WhA).FailurePolicy)
 }
 
 // A circuit the road opened closes on the path probe, with no minimum to
@@ -497,34 +367,34 @@ func TestPlan_closesAnUnknownProbesCircuitOnTheApiserversWord(t *testing.T) {
 // opening again.
 func TestPlan_aCircuitTheRoadOpenedClosesOnThePathProbeWithoutMinOpen(t *testing.T) {
 	s := NewState()
-	tgt := withSignal(target(whA, config.ModeBypass, 3, 2))
+	tgt := breakertest.WithSignal(breakertest.Target(breakertest.WhA, config.ModeBypass, 3, 2))
 	tgt.APIServerSignal.MinOpen = time.Hour
-	s.Observe(tgt.Key(), healthyResult(), testNow)
-	s.Observe(tgt.Key(), healthyResult(), testNow)
-	s.NoteOpening(tgt, SignalAPIServer, testNow)
-	s.ObservePath(tgt.Key(), RoadService, "", healthyResult())
-	s.ObservePath(tgt.Key(), RoadService, "", healthyResult())
+	s.Observe(tgt.Key(), breakertest.HealthyResult(), breakertest.Now)
+	s.Observe(tgt.Key(), breakertest.HealthyResult(), breakertest.Now)
+	s.NoteOpening(tgt, decide.SignalAPIServer, breakertest.Now)
+	s.ObservePath(tgt.Key(), decide.RoadService, "", breakertest.HealthyResult())
+	s.ObservePath(tgt.Key(), decide.RoadService, "", breakertest.HealthyResult())
 
-	e := entryFor(config.ModeBypass, policyFail)
-	e.Signal = SignalAPIServer
-	e.OpenedAt.Time = testNow.Add(-3 * time.Second).Truncate(time.Second)
-	cur := withEntries(t, newConfig(newWebhook(whA, policyFail)), circuit.Record{whA: e})
-	in := s.Inputs([]config.Target{tgt}, testNow, "", cur.ResourceVersion)
-	assert.NotContains(t, in.MinOpen, whA, "no minimum on a road the path probe travels")
-	next, changes, err := Plan(cur, in)
+	e := breakertest.EntryFor(config.ModeBypass, breakertest.PolicyFail)
+	e.Signal = decide.SignalAPIServer
+	e.OpenedAt.Time = breakertest.Now.Add(-3 * time.Second).Truncate(time.Second)
+	cur := breakertest.WithEntries(t, breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail)), circuit.Record{breakertest.WhA: e})
+	in := s.Inputs([]config.Target{tgt}, breakertest.Now, "", cur.ResourceVersion)
+	assert.NotContains(t, in.MinOpen, breakertest.WhA, "no minimum on a road the path probe travels")
+	next, changes, err := decide.Plan(cur, in)
 	require.NoError(t, err)
 	require.Len(t, changes, 1)
-	assert.Equal(t, Closed, changes[0].Kind)
+	assert.Equal(t, decide.Closed, changes[0].Kind)
 	assert.Contains(t, changes[0].Message, "after 2 consecutive healthy probes through kube-apiserver's service proxy: its road to the webhook works again")
 	assert.NotContains(t, changes[0].Message, "opens again", "not a trial")
-	assert.Equal(t, policyFail, circuit.FindWebhook(next, whA).FailurePolicy)
+	assert.Equal(t, breakertest.PolicyFail, circuit.FindWebhook(next, breakertest.WhA).FailurePolicy)
 
 	t.Run("one failed path probe keeps it open, however healthy the direct probe", func(t *testing.T) {
-		s.ObservePath(tgt.Key(), RoadService, "", probe.Result{Outcome: probe.OutcomeFailed, Reason: probe.ReasonTimeout, Err: errors.New("no answer")})
+		s.ObservePath(tgt.Key(), decide.RoadService, "", probe.Result{Outcome: probe.OutcomeFailed, Reason: probe.ReasonTimeout, Err: errors.New("no answer")})
 		for range 10 {
-			s.Observe(tgt.Key(), healthyResult(), testNow)
+			s.Observe(tgt.Key(), breakertest.HealthyResult(), breakertest.Now)
 		}
-		_, changes, err := Plan(cur, s.Inputs([]config.Target{tgt}, testNow, "", cur.ResourceVersion))
+		_, changes, err := decide.Plan(cur, s.Inputs([]config.Target{tgt}, breakertest.Now, "", cur.ResourceVersion))
 		require.NoError(t, err)
 		assert.Empty(t, changes)
 	})
@@ -534,25 +404,25 @@ func TestPlan_aCircuitTheRoadOpenedClosesOnThePathProbeWithoutMinOpen(t *testing
 // apiserver's calls recover, stale failures cannot confirm a later run.
 func TestState_SetRoadForgetsThePathProbesCountsWhenNotNeeded(t *testing.T) {
 	s := NewState()
-	key := withSignal(target(whA, config.ModeBypass, 3, 2)).Key()
+	key := breakertest.WithSignal(breakertest.Target(breakertest.WhA, config.ModeBypass, 3, 2)).Key()
 	for range 3 {
-		s.ObservePath(key, RoadService, "", probe.Result{Outcome: probe.OutcomeFailed, Reason: probe.ReasonTimeout})
+		s.ObservePath(key, decide.RoadService, "", probe.Result{Outcome: probe.OutcomeFailed, Reason: probe.ReasonTimeout})
 	}
-	s.SetRoad(key, RoadService, "", true)
+	s.SetRoad(key, decide.RoadService, "", true)
 	st, _ := s.Get(key)
 	assert.Equal(t, 3, st.Path.Failures, "still needed: kept")
-	s.SetRoad(key, RoadService, "", false)
+	s.SetRoad(key, decide.RoadService, "", false)
 	st, _ = s.Get(key)
 	assert.Zero(t, st.Path.Failures)
 	assert.Equal(t, probe.OutcomeFailed, st.Path.Last.Outcome, "the last result stays, for status")
-	assert.Equal(t, RoadService, st.Path.Road)
+	assert.Equal(t, decide.RoadService, st.Path.Road)
 }
 
 // Metrics without process_start_time_seconds cannot tell one apiserver
 // from another: the signal is Unknown, reported once, and opens nothing.
 func TestProbeRunner_ScrapeOnce_withoutAProcessStartTimeIsUnknownReportedOnce(t *testing.T) {
-	tgt := withSignal(target(whA, config.ModeBypass, 3, 2))
-	r, trigger := runnerFor(t, newConfig(newWebhook(whA, policyFail)), tgt, healthyResult())
+	tgt := breakertest.WithSignal(breakertest.Target(breakertest.WhA, config.ModeBypass, 3, 2))
+	r, trigger := runnerFor(t, breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail)), tgt, breakertest.HealthyResult())
 	scraper := &fakeScraper{}
 	for i := range 10 {
 		s := sample(float64(40*i), float64(37*i))
@@ -579,23 +449,23 @@ func TestProbeRunner_ScrapeOnce_withoutAProcessStartTimeIsUnknownReportedOnce(t 
 // road is recorded as url. Another configuration with a webhook of the
 // same name is found and named, since kube-apiserver counts both as one.
 func TestProbeRunner_aURLWebhookGetsNoPathProbeAndASharedNameIsFound(t *testing.T) {
-	tgt := withSignal(target(whA, config.ModeBypass, 3, 2))
-	wh := newWebhook(whA, policyFail)
+	tgt := breakertest.WithSignal(breakertest.Target(breakertest.WhA, config.ModeBypass, 3, 2))
+	wh := breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail)
 	wh.ClientConfig.Service, wh.ClientConfig.URL = nil, ptr.To("https://203.0.113.7/mutate")
-	r, _ := runnerFor(t, newConfig(wh), tgt, healthyResult())
-	other := newConfig(newWebhook(whA, policyIgnore))
-	other.Name, other.UID, other.ResourceVersion = "istio-revision-canary", otherUID, ""
+	r, _ := runnerFor(t, breakertest.Config(wh), tgt, breakertest.HealthyResult())
+	other := breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyIgnore))
+	other.Name, other.UID, other.ResourceVersion = "istio-revision-canary", breakertest.OtherUID, ""
 	require.NoError(t, r.Reader.(client.Client).Create(context.Background(), other))
-	paths := &stubPathProber{result: healthyResult()}
+	paths := &stubPathProber{result: breakertest.HealthyResult()}
 	r.PathProber = paths
-	r.State.ObserveAPIServer(tgt.Key(), probe.Result{Outcome: probe.OutcomeFailed, Reason: ReasonAPIServerCalls, Err: errors.New("failing")}, 0, 0, false)
+	r.State.ObserveAPIServer(tgt.Key(), probe.Result{Outcome: probe.OutcomeFailed, Reason: decide.ReasonAPIServerCalls, Err: errors.New("failing")}, 0, 0, false)
 	r.ProbeOnce(context.Background(), tgt)
 	assert.Zero(t, paths.calls)
 	st, _ := r.State.Get(tgt.Key())
-	assert.Equal(t, RoadURL, st.Path.Road)
+	assert.Equal(t, decide.RoadURL, st.Path.Road)
 	assert.Equal(t, "istio-revision-canary", st.Path.SharedWith)
-	assert.Contains(t, pathSays(tgt, st.Path), "no probe travels a url webhook's road, so nothing opens on them (withoutPathProbe: Report)")
-	assert.Contains(t, pathSays(tgt, st.Path), "MutatingWebhookConfiguration istio-revision-canary")
+	assert.Contains(t, decide.PathSays(tgt, st.Path), "no probe travels a url webhook's road, so nothing opens on them (withoutPathProbe: Report)")
+	assert.Contains(t, decide.PathSays(tgt, st.Path), "MutatingWebhookConfiguration istio-revision-canary")
 }
 
 // Just before a circuit closes, the runner reads the apiserver's counters
@@ -603,14 +473,14 @@ func TestProbeRunner_aURLWebhookGetsNoPathProbeAndASharedNameIsFound(t *testing.
 // the webhook up to the close, even when the circuit was open for less
 // than a scrape interval. At most once per MinScrapeInterval.
 func TestProbeRunner_aClosingReadsTheAdmittedCountOnceMore(t *testing.T) {
-	tgt := withSignal(target(whA, config.ModeBypass, 3, 2))
-	e := entryFor(config.ModeBypass, policyFail)
-	e.Signal = SignalProbe
-	cur := withEntries(t, newConfig(newWebhook(whA, policyFail)), circuit.Record{whA: e})
-	r, trigger := runnerFor(t, cur, tgt, healthyResult())
+	tgt := breakertest.WithSignal(breakertest.Target(breakertest.WhA, config.ModeBypass, 3, 2))
+	e := breakertest.EntryFor(config.ModeBypass, breakertest.PolicyFail)
+	e.Signal = decide.SignalProbe
+	cur := breakertest.WithEntries(t, breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail)), circuit.Record{breakertest.WhA: e})
+	r, trigger := runnerFor(t, cur, tgt, breakertest.HealthyResult())
 	excluded := func(n float64) apimetrics.Sample {
 		return apimetrics.Sample{Instance: 1, Webhooks: map[apimetrics.Webhook]apimetrics.Counters{
-			{Name: whA, Type: apimetrics.Mutating, MarkingPolicy: marking.Name(cfgName, whA)}: {Calls: 0, Excluded: n, Series: 1},
+			{Name: breakertest.WhA, Type: apimetrics.Mutating, MarkingPolicy: marking.Name(breakertest.ConfigName, breakertest.WhA)}: {Calls: 0, Excluded: n, Series: 1},
 		}}
 	}
 	scraper := &fakeScraper{samples: []apimetrics.Sample{excluded(100), excluded(112)}}
@@ -626,7 +496,7 @@ func TestProbeRunner_aClosingReadsTheAdmittedCountOnceMore(t *testing.T) {
 	require.Len(t, trigger, 1, "closeAfter healthy probes: the reconciler is woken")
 	st, _ = r.State.Get(tgt.Key())
 	assert.Equal(t, float64(12), st.Admitted, "the 12 requests bypassed since the last scrape are counted before the close")
-	_, changes, err := Plan(cur, r.inputs(tgt.Kind, cur))
+	_, changes, err := decide.Plan(cur, r.inputs(tgt.Kind, cur))
 	require.NoError(t, err)
 	require.Len(t, changes, 1)
 	assert.Contains(t, changes[0].Message, "the apiserver admitted 12 requests without the mutation")
@@ -657,8 +527,8 @@ func (f *slowScraper) Scrape(context.Context, map[apimetrics.Webhook]bool) (apim
 // stays fresh between two of them (trafficFresh is 1.5 intervals; a read
 // of 0.6 interval followed by a full one would leave a gap of 1.6).
 func TestProbeRunner_scrapesStartEveryIntervalHoweverLongAReadTakes(t *testing.T) {
-	tgt := withSignal(target(whA, config.ModeBypass, 3, 2))
-	r, _ := runnerFor(t, newConfig(newWebhook(whA, policyFail)), tgt, healthyResult())
+	tgt := breakertest.WithSignal(breakertest.Target(breakertest.WhA, config.ModeBypass, 3, 2))
+	r, _ := runnerFor(t, breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail)), tgt, breakertest.HealthyResult())
 	clock := r.Clock.(*clocktesting.FakeClock)
 	const interval = time.Second
 	scraper := &slowScraper{clock: clock, took: 600 * time.Millisecond, starts: make(chan time.Time, 1)}

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/webhook-guard/webhook-guard/internal/breaker/decide"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 	"github.com/webhook-guard/webhook-guard/internal/probe"
@@ -35,16 +36,16 @@ const PathProbeUnknown = "PathProbeUnknown"
 var PathOutcomes = []probe.Outcome{probe.OutcomeHealthy, probe.OutcomeFailed, probe.OutcomeUnknown}
 
 // RoadOf is how kube-apiserver reaches wh.
-func RoadOf(wh *admissionregistrationv1.MutatingWebhook) Road {
+func RoadOf(wh *admissionregistrationv1.MutatingWebhook) decide.Road {
 	switch {
 	case wh == nil:
-		return RoadUnknown
+		return decide.RoadUnknown
 	case wh.ClientConfig.Service != nil:
-		return RoadService
+		return decide.RoadService
 	case wh.ClientConfig.URL != nil:
-		return RoadURL
+		return decide.RoadURL
 	}
-	return RoadUnknown
+	return decide.RoadUnknown
 }
 
 // startPathProbe starts the path probe of t when it is needed
@@ -54,9 +55,9 @@ func RoadOf(wh *admissionregistrationv1.MutatingWebhook) Road {
 // waits for it, records the evidence (with the road, and any
 // configuration sharing the webhook's name) and returns it; it must be
 // called once.
-func (r *ProbeRunner) startPathProbe(ctx context.Context, t config.Target, obj client.Object, view *admissionregistrationv1.MutatingWebhookConfiguration, wh *admissionregistrationv1.MutatingWebhook) func() Path {
+func (r *ProbeRunner) startPathProbe(ctx context.Context, t config.Target, obj client.Object, view *admissionregistrationv1.MutatingWebhookConfiguration, wh *admissionregistrationv1.MutatingWebhook) func() decide.Path {
 	if !t.APIServerSignal.Enabled {
-		return func() Path { return Path{} }
+		return func() decide.Path { return decide.Path{} }
 	}
 	road := RoadOf(wh)
 	st, _ := r.State.Get(t.Key())
@@ -71,22 +72,22 @@ func (r *ProbeRunner) startPathProbe(ctx context.Context, t config.Target, obj c
 		// No record: what would be open is in memory.
 		open, entry = st.WouldBeOpen(), circuit.Entry{Signal: st.WouldOpenSignal}
 	}
-	need := PathProbeNeeded(open, entry, st.APIServer)
+	need := decide.PathProbeNeeded(open, entry, st.APIServer)
 	shared := ""
 	if need {
 		shared = r.sharedName(ctx, t)
 	}
-	if road == RoadService && r.roads != nil && r.roads.has(t.Key()) {
+	if road == decide.RoadService && r.roads != nil && r.roads.has(t.Key()) {
 		// The road schedule probes it every interval; its counts stay.
 		r.State.SetRoad(t.Key(), road, shared, true)
-		return func() Path {
+		return func() decide.Path {
 			st, _ := r.State.Get(t.Key())
 			return st.Path
 		}
 	}
-	if !need || road != RoadService {
+	if !need || road != decide.RoadService {
 		r.State.SetRoad(t.Key(), road, shared, need)
-		return func() Path {
+		return func() decide.Path {
 			st, _ := r.State.Get(t.Key())
 			return st.Path
 		}
@@ -99,7 +100,7 @@ func (r *ProbeRunner) startPathProbe(ctx context.Context, t config.Target, obj c
 		path, timeout := pathProbePath(t, svc), probe.PathTimeout(*wh, probe.Spec{Timeout: t.Probe.Timeout})
 		go func() { done <- r.PathProber.Probe(ctx, svc, path, timeout) }()
 	}
-	return func() Path {
+	return func() decide.Path {
 		res := <-done
 		if ctx.Err() != nil {
 			return st.Path
@@ -110,7 +111,7 @@ func (r *ProbeRunner) startPathProbe(ctx context.Context, t config.Target, obj c
 
 // recordPath records one path probe result of t, counts it, and reports
 // the first Unknown of a run.
-func (r *ProbeRunner) recordPath(ctx context.Context, t config.Target, obj client.Object, road Road, shared string, res probe.Result) Path {
+func (r *ProbeRunner) recordPath(ctx context.Context, t config.Target, obj client.Object, road decide.Road, shared string, res probe.Result) decide.Path {
 	path := r.State.ObservePath(t.Key(), road, shared, res)
 	r.Metrics.PathProbes.WithLabelValues(string(t.Kind), t.Configuration, t.Webhook, string(res.Outcome)).Inc()
 	log := logf.FromContext(ctx)
@@ -170,55 +171,4 @@ func (r *ProbeRunner) sharedName(ctx context.Context, t config.Target) string {
 		}
 	}
 	return ""
-}
-
-// pathNote says, for an opening Event, what confirmed the apiserver's
-// failing calls, or what the path probe alone found.
-func pathNote(signal string, path Path) string {
-	if signal == SignalRoad {
-		return fmt.Sprintf(": %d probes in a row through kube-apiserver's service proxy, which dials through the same egress as its webhook calls, failed to connect (last: %s: %v); no request a tenant sends can cause that",
-			path.Failures, path.Last.Reason, path.Last.Err)
-	}
-	if signal != SignalAPIServer && signal != SignalBoth {
-		return ""
-	}
-	switch path.Road {
-	case RoadService:
-		return fmt.Sprintf("; confirmed by %d failed probes in a row through kube-apiserver's service proxy, which dials through the same egress as its webhook calls (last: %s: %v)",
-			path.Failures, path.Last.Reason, path.Last.Err)
-	case RoadURL:
-		return "; no probe travels a url webhook's road, and withoutPathProbe: Open lets the apiserver's calls alone open it"
-	}
-	return ""
-}
-
-// pathClosedBecause says, for a closing Event, why the path probe closed
-// a circuit.
-func pathClosedBecause(path Path) string {
-	return fmt.Sprintf("after %d consecutive healthy probes through kube-apiserver's service proxy: its road to the webhook works again", path.Successes)
-}
-
-// pathSays explains, for the SignalsDisagree Event of a target whose
-// direct probe is healthy while the apiserver's calls fail, what the path
-// evidence says about the road.
-func pathSays(t config.Target, path Path) string {
-	shared := ""
-	if path.SharedWith != "" {
-		shared = fmt.Sprintf("; kube-apiserver also counts the webhook of the same name in %s %s under this name", t.Kind.ObjectKind(), path.SharedWith)
-	}
-	switch {
-	case path.Road == RoadService && path.Failures > 0:
-		return fmt.Sprintf(": a probe through kube-apiserver's service proxy, which dials through the same egress, fails too (%s: %v): the apiserver's path to the webhook is broken; "+
-			"check konnectivity or the egress proxy, firewalls between the control plane and the nodes, and NetworkPolicies allowing the control plane to the webhook's port%s", path.Last.Reason, path.Last.Err, shared)
-	case path.Road == RoadService && path.Successes > 0:
-		return fmt.Sprintf(": a probe through kube-apiserver's service proxy, which dials through the same egress, reaches the webhook's server, so the road works: "+
-			"the failing calls fail because of what they carry (requests the webhook cannot answer in time) or are another webhook's of the same name%s; nothing opens on them", shared)
-	case path.Road == RoadService && path.LastUnknown != nil:
-		return fmt.Sprintf(": the probe through kube-apiserver's service proxy cannot tell whether the road works (%v), so nothing opens on them%s", path.LastUnknown.Err, shared)
-	case path.Road == RoadURL && PathBroken(path, t, 1):
-		return ": the apiserver's path to the webhook is broken (withoutPathProbe: Open: no probe travels a url webhook's road, so the apiserver's calls alone open it); check the control plane's route to the webhook's URL"
-	case path.Road == RoadURL:
-		return fmt.Sprintf(": no probe travels a url webhook's road, so nothing opens on them (withoutPathProbe: Report): check the control plane's route to the webhook's URL, or requests that make the webhook fail%s", shared)
-	}
-	return ": the apiserver's path to the webhook may be broken; nothing opens until a probe through kube-apiserver's service proxy confirms it" + shared
 }

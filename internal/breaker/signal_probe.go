@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
+	"github.com/webhook-guard/webhook-guard/internal/breaker/decide"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 	"github.com/webhook-guard/webhook-guard/internal/probe"
@@ -236,7 +237,7 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 			return
 		}
 	}
-	r.State.SetBackend(t.Key(), Backend(wh))
+	r.State.SetBackend(t.Key(), decide.Backend(wh))
 	r.noteRoad(t, wh)
 	labels := []string{string(t.Kind), t.Configuration, t.Webhook}
 	r.Metrics.TargetMissing.WithLabelValues(labels...).Set(0)
@@ -335,19 +336,19 @@ func (r *ProbeRunner) judgeObserved(ctx context.Context, t config.Target, obj cl
 		return
 	}
 	r.Metrics.Transitions.WithLabelValues(string(t.Kind), string(c.Kind)).Inc()
-	r.Metrics.WouldOpen.WithLabelValues(string(t.Kind), t.Configuration, t.Webhook).Set(boolGauge(c.Kind == WouldOpen))
+	r.Metrics.WouldOpen.WithLabelValues(string(t.Kind), t.Configuration, t.Webhook).Set(boolGauge(c.Kind == decide.WouldOpen))
 	logf.FromContext(ctx).Info("Observe mode: a circuit transition that was not written", "change", c.Kind, "signal", c.Signal)
 	r.Recorder.Eventf(obj, nil, eventType(c.Kind), string(c.Kind), "Observe", "%s", c.Message)
 }
 
 // closes reports whether Plan, given in, would close a circuit on view.
-func closes(view *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) bool {
-	_, changes, err := Plan(view, in)
+func closes(view *admissionregistrationv1.MutatingWebhookConfiguration, in decide.Inputs) bool {
+	_, changes, err := decide.Plan(view, in)
 	if err != nil {
 		return false
 	}
 	for _, c := range changes {
-		if c.Kind == Closed {
+		if c.Kind == decide.Closed {
 			return true
 		}
 	}
@@ -358,7 +359,7 @@ func closes(view *admissionregistrationv1.MutatingWebhookConfiguration, in Input
 // rest at debug level), and says when an open circuit's probe has been
 // Unknown for closeAfter intervals: once with an Event, and with a gauge
 // for as long as it lasts.
-func (r *ProbeRunner) reportUnknown(ctx context.Context, t config.Target, obj client.Object, view *admissionregistrationv1.MutatingWebhookConfiguration, counts Counts, res probe.Result) {
+func (r *ProbeRunner) reportUnknown(ctx context.Context, t config.Target, obj client.Object, view *admissionregistrationv1.MutatingWebhookConfiguration, counts decide.Counts, res probe.Result) {
 	gauge := r.Metrics.UnknownWhileOpen.WithLabelValues(string(t.Kind), t.Configuration, t.Webhook)
 	if res.Outcome != probe.OutcomeUnknown {
 		gauge.Set(0)
@@ -390,7 +391,7 @@ func (r *ProbeRunner) reportUnknown(ctx context.Context, t config.Target, obj cl
 }
 
 // inputs are what Plan decides from for view, a configuration of kind.
-func (r *ProbeRunner) inputs(kind circuit.Kind, view *admissionregistrationv1.MutatingWebhookConfiguration) Inputs {
+func (r *ProbeRunner) inputs(kind circuit.Kind, view *admissionregistrationv1.MutatingWebhookConfiguration) decide.Inputs {
 	r.indexOnce.Do(func() {
 		r.byConfiguration = map[configurationKey][]config.Target{}
 		for _, t := range r.Targets {
@@ -404,8 +405,8 @@ func (r *ProbeRunner) inputs(kind circuit.Kind, view *admissionregistrationv1.Mu
 // wake triggers a reconcile of obj (whose circuit.View is view) when Plan,
 // given in, would change it. A record Plan cannot read
 // wakes nothing: the reconciler reports it when the object changes.
-func (r *ProbeRunner) wake(ctx context.Context, kind circuit.Kind, obj client.Object, view *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) {
-	_, changes, err := Plan(view, in)
+func (r *ProbeRunner) wake(ctx context.Context, kind circuit.Kind, obj client.Object, view *admissionregistrationv1.MutatingWebhookConfiguration, in decide.Inputs) {
+	_, changes, err := decide.Plan(view, in)
 	if err != nil || len(changes) == 0 && !ArmsAhead(view, in) {
 		return
 	}

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
+	"github.com/webhook-guard/webhook-guard/internal/breaker/breakertest"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 	"github.com/webhook-guard/webhook-guard/internal/probe"
@@ -43,7 +44,7 @@ func runnerFor(t *testing.T, mwc *admissionregistrationv1.MutatingWebhookConfigu
 		Metrics:  NewMetrics(),
 		Recorder: events.NewFakeRecorder(100),
 		Triggers: map[circuit.Kind]chan<- event.GenericEvent{circuit.KindMutating: trigger},
-		Clock:    clocktesting.NewFakeClock(testNow),
+		Clock:    clocktesting.NewFakeClock(breakertest.Now),
 	}, trigger
 }
 
@@ -59,29 +60,29 @@ func TestProbeRunner_ProbeOnce_wakesOnlyWhenPlanWouldWrite(t *testing.T) {
 		wantWake []bool // after each probe
 	}{
 		"a failing webhook with Fail wakes it one probe before the opening threshold, to arm marking ahead": {
-			policy: policyFail, mode: config.ModeIgnore, result: failedResult(probe.ReasonTimeout),
+			policy: breakertest.PolicyFail, mode: config.ModeIgnore, result: breakertest.FailedResult(probe.ReasonTimeout),
 			wantWake: []bool{false, true, true, true},
 		},
 		"a failing webhook on an administrator's Ignore baseline never wakes it in Ignore mode": {
-			policy: policyIgnore, mode: config.ModeIgnore, result: failedResult(probe.ReasonTimeout),
+			policy: breakertest.PolicyIgnore, mode: config.ModeIgnore, result: breakertest.FailedResult(probe.ReasonTimeout),
 			wantWake: []bool{false, false, false, false, false, false},
 		},
 		"the Ignore baseline in Bypass mode still wants the marker (armed ahead)": {
-			policy: policyIgnore, mode: config.ModeBypass, result: failedResult(probe.ReasonTimeout),
+			policy: breakertest.PolicyIgnore, mode: config.ModeBypass, result: breakertest.FailedResult(probe.ReasonTimeout),
 			wantWake: []bool{false, true, true},
 		},
 		"a healthy closed webhook never wakes it": {
-			policy: policyFail, mode: config.ModeBypass, result: healthyResult(),
+			policy: breakertest.PolicyFail, mode: config.ModeBypass, result: breakertest.HealthyResult(),
 			wantWake: []bool{false, false, false, false, false},
 		},
 		"Unknown never wakes it": {
-			policy: policyFail, mode: config.ModeBypass, result: probe.Result{Outcome: probe.OutcomeUnknown},
+			policy: breakertest.PolicyFail, mode: config.ModeBypass, result: probe.Result{Outcome: probe.OutcomeUnknown},
 			wantWake: []bool{false, false, false, false, false},
 		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			r, trigger := runnerFor(t, newConfig(newWebhook(whA, tc.policy)), target(whA, tc.mode, 3, 2), tc.result)
+			r, trigger := runnerFor(t, breakertest.Config(breakertest.Webhook(breakertest.WhA, tc.policy)), breakertest.Target(breakertest.WhA, tc.mode, 3, 2), tc.result)
 			for i, want := range tc.wantWake {
 				r.ProbeOnce(context.Background(), r.Targets[0])
 				assert.Equal(t, want, len(trigger) == 1, "probe %d", i+1)
@@ -94,8 +95,8 @@ func TestProbeRunner_ProbeOnce_wakesOnlyWhenPlanWouldWrite(t *testing.T) {
 }
 
 func TestProbeRunner_ProbeOnce_openCircuitWakesAtTheClosingThreshold(t *testing.T) {
-	open := withEntries(t, newConfig(newWebhook(whA, policyFail)), circuit.Record{whA: entryFor(config.ModeBypass, policyFail)})
-	r, trigger := runnerFor(t, open, target(whA, config.ModeBypass, 3, 2), healthyResult())
+	open := breakertest.WithEntries(t, breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail)), circuit.Record{breakertest.WhA: breakertest.EntryFor(config.ModeBypass, breakertest.PolicyFail)})
+	r, trigger := runnerFor(t, open, breakertest.Target(breakertest.WhA, config.ModeBypass, 3, 2), breakertest.HealthyResult())
 	r.ProbeOnce(context.Background(), r.Targets[0])
 	assert.Empty(t, trigger)
 	r.ProbeOnce(context.Background(), r.Targets[0])
@@ -114,16 +115,16 @@ func (p *hangingProber) Probe(ctx context.Context, _ admissionregistrationv1.Mut
 	case <-ctx.Done():
 	case <-p.release:
 	}
-	return failedResult(probe.ReasonTimeout)
+	return breakertest.FailedResult(probe.ReasonTimeout)
 }
 
 // A probe starts every interval even while earlier ones still wait on a
 // hanging webhook, up to MaxProbesInFlight: the failures of a hang then
 // come one per interval, not one per timeout.
 func TestProbeRunner_startsAProbeEveryIntervalWhileEarlierOnesWait(t *testing.T) {
-	tgt := target(whA, config.ModeBypass, 3, 2)
+	tgt := breakertest.Target(breakertest.WhA, config.ModeBypass, 3, 2)
 	tgt.Probe.Interval = time.Second
-	r, _ := runnerFor(t, newConfig(newWebhook(whA, policyFail)), tgt, probe.Result{})
+	r, _ := runnerFor(t, breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail)), tgt, probe.Result{})
 	p := &hangingProber{release: make(chan struct{})}
 	r.Prober = p
 	clock := r.Clock.(*clocktesting.FakeClock)

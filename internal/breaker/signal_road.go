@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/webhook-guard/webhook-guard/internal/breaker/decide"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 	"github.com/webhook-guard/webhook-guard/internal/probe"
@@ -203,9 +204,9 @@ func (r *ProbeRunner) roadResult(ctx context.Context, t config.Target, res probe
 		return
 	}
 	st, _ := r.State.Get(t.Key())
-	path := r.recordPath(ctx, t, obj, RoadService, st.Path.SharedWith, res)
+	path := r.recordPath(ctx, t, obj, decide.RoadService, st.Path.SharedWith, res)
 	r.judgeObserved(ctx, t, obj)
-	if view.Annotations[circuit.Annotation] == "" && !roadBroken(path, t.OpenAfter) {
+	if view.Annotations[circuit.Annotation] == "" && !decide.RoadBroken(path, t.OpenAfter) {
 		return // nothing open to close, and nothing to open
 	}
 	r.wake(ctx, t.Kind, obj, view, r.inputs(t.Kind, view))

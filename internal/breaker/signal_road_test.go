@@ -13,13 +13,15 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
+	"github.com/webhook-guard/webhook-guard/internal/breaker/breakertest"
+	"github.com/webhook-guard/webhook-guard/internal/breaker/decide"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 	"github.com/webhook-guard/webhook-guard/internal/probe"
 )
 
 func roadTargetFor(webhook, service string) roadTarget {
-	tgt := target(webhook, config.ModeBypass, 3, 2)
+	tgt := breakertest.Target(webhook, config.ModeBypass, 3, 2)
 	tgt.Probe.Interval = time.Second
 	return roadTarget{t: tgt, svc: admissionregistrationv1.ServiceReference{Namespace: "webhooks", Name: service, Port: ptr.To[int32](443)}, path: "/", timeout: 4 * time.Second}
 }
@@ -28,13 +30,13 @@ func TestRoadSchedule_oneProbePerServiceAndInterval(t *testing.T) {
 	s := newRoadSchedule()
 	s.set(roadTargetFor("a.example.com", "hook"))
 	s.set(roadTargetFor("b.example.com", "hook"))
-	rp, ok := s.next(testNow)
+	rp, ok := s.next(breakertest.Now)
 	require.True(t, ok)
 	assert.Len(t, rp.members, 2, "two webhooks behind one Service share one probe")
 	s.done(rp.road)
-	_, ok = s.next(testNow.Add(500 * time.Millisecond))
+	_, ok = s.next(breakertest.Now.Add(500 * time.Millisecond))
 	assert.False(t, ok, "not due before its interval")
-	_, ok = s.next(testNow.Add(time.Second))
+	_, ok = s.next(breakertest.Now.Add(time.Second))
 	assert.True(t, ok)
 }
 
@@ -46,7 +48,7 @@ func TestRoadSchedule_budgetRoundRobin(t *testing.T) {
 	}
 	probed := map[string][]time.Time{}
 	tick := time.Second / PathProbesPerSecond
-	for now := testNow; now.Before(testNow.Add(30 * time.Second)); now = now.Add(tick) {
+	for now := breakertest.Now; now.Before(breakertest.Now.Add(30 * time.Second)); now = now.Add(tick) {
 		if rp, ok := s.next(now); ok { // one start per tick: the budget
 			probed[rp.road] = append(probed[rp.road], now)
 			s.done(rp.road)
@@ -66,10 +68,10 @@ func TestRoadSchedule_atMostMaxProbesInFlight(t *testing.T) {
 	rt := roadTargetFor("a.example.com", "hook")
 	s.set(rt)
 	for i := range MaxProbesInFlight(rt.t) {
-		_, ok := s.next(testNow.Add(time.Duration(i) * time.Second))
+		_, ok := s.next(breakertest.Now.Add(time.Duration(i) * time.Second))
 		require.True(t, ok)
 	}
-	_, ok := s.next(testNow.Add(time.Hour))
+	_, ok := s.next(breakertest.Now.Add(time.Hour))
 	assert.False(t, ok, "a hanging road holds no more than MaxProbesInFlight probes")
 }
 
@@ -84,12 +86,12 @@ func (p *failingPathProber) Probe(context.Context, admissionregistrationv1.Servi
 // A cut road behind a healthy webhook wakes the reconciler to open after
 // openAfter path probes, one per interval, with no apiserver observation.
 func TestProbeRunner_roadScheduleOpensOnTheRoadAlone(t *testing.T) {
-	wh := newWebhook(whA, policyFail)
+	wh := breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail)
 	wh.ClientConfig = admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{Namespace: "webhooks", Name: "hook", Port: ptr.To[int32](443)}}
-	tgt := withSignal(target(whA, config.ModeBypass, 3, 2))
+	tgt := breakertest.WithSignal(breakertest.Target(breakertest.WhA, config.ModeBypass, 3, 2))
 	tgt.Probe.Interval = time.Second
 	tgt.APIServerSignal.PathProbe.Service = &config.Service{Namespace: "webhooks", Name: "hook", Port: 443}
-	r, trigger := runnerFor(t, newConfig(wh), tgt, healthyResult())
+	r, trigger := runnerFor(t, breakertest.Config(wh), tgt, breakertest.HealthyResult())
 	pp := &failingPathProber{}
 	r.PathProber = pp
 	clock := r.Clock.(*clocktesting.FakeClock)
@@ -108,7 +110,7 @@ func TestProbeRunner_roadScheduleOpensOnTheRoadAlone(t *testing.T) {
 	st, _ := r.State.Get(tgt.Key())
 	assert.GreaterOrEqual(t, st.Path.Failures, 3)
 	in := r.State.Inputs(r.Targets, clock.Now(), "", "1")
-	action, signal := JudgeTarget(false, circuit.Entry{}, in.Counts[whA], in.APIServer[whA], in.Path[whA], tgt)
-	assert.Equal(t, Open, action)
-	assert.Equal(t, SignalRoad, signal)
+	action, signal := decide.JudgeTarget(false, circuit.Entry{}, in.Counts[breakertest.WhA], in.APIServer[breakertest.WhA], in.Path[breakertest.WhA], tgt)
+	assert.Equal(t, decide.Open, action)
+	assert.Equal(t, decide.SignalRoad, signal)
 }

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/webhook-guard/webhook-guard/internal/apimetrics"
+	"github.com/webhook-guard/webhook-guard/internal/breaker/breakertest"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 	"github.com/webhook-guard/webhook-guard/internal/probe"
@@ -53,15 +54,15 @@ func trafficSample(calls, errs, slow float64) apimetrics.Sample {
 // as the probe, a 1 s probe timeout, over objs (the first one whA's).
 func trafficRunner(t *testing.T, objs ...*admissionregistrationv1.MutatingWebhookConfiguration) (*ProbeRunner, *countingProber, *clocktesting.FakeClock) {
 	t.Helper()
-	tgt := withSignal(target(whA, config.ModeBypass, 3, 2))
+	tgt := breakertest.WithSignal(breakertest.Target(breakertest.WhA, config.ModeBypass, 3, 2))
 	tgt.APIServerSignal.TrafficAsProbe = true
 	tgt.Probe.Timeout = time.Second
 	tgt.Probe.Interval = time.Second
-	r, _ := runnerFor(t, objs[0], tgt, healthyResult())
+	r, _ := runnerFor(t, objs[0], tgt, breakertest.HealthyResult())
 	for _, o := range objs[1:] {
 		require.NoError(t, r.Reader.(client.Client).Create(context.Background(), o))
 	}
-	prober := &countingProber{result: healthyResult()}
+	prober := &countingProber{result: breakertest.HealthyResult()}
 	r.Prober = prober
 	r.signal = newAPIServerSignal(r.Targets, 0)
 	require.NotNil(t, r.signal)
@@ -70,7 +71,7 @@ func trafficRunner(t *testing.T, objs ...*admissionregistrationv1.MutatingWebhoo
 }
 
 func TestProbeRunner_trafficStandsInForTheProbeWhileFresh(t *testing.T) {
-	r, prober, clock := trafficRunner(t, newConfig(newWebhook(whA, policyFail)))
+	r, prober, clock := trafficRunner(t, breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail)))
 	ctx := context.Background()
 	tgt := r.Targets[0]
 	scrape := func(s apimetrics.Sample) {
@@ -121,12 +122,12 @@ func TestProbeRunner_trafficStandsInForTheProbeWhileFresh(t *testing.T) {
 }
 
 func TestProbeRunner_trafficNeverStandsInForAFailingProbe(t *testing.T) {
-	r, prober, clock := trafficRunner(t, newConfig(newWebhook(whA, policyFail)))
+	r, prober, clock := trafficRunner(t, breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail)))
 	ctx := context.Background()
 	tgt := r.Targets[0]
 	r.Scraper = &fakeScraper{samples: []apimetrics.Sample{trafficSample(0, 0, 0), trafficSample(5, 0, 0)}}
 	r.ScrapeOnce(ctx, r.signal)
-	prober.result = failedResult(probe.ReasonTimeout)
+	prober.result = breakertest.FailedResult(probe.ReasonTimeout)
 	r.ProbeOnce(ctx, tgt)
 	clock.Step(time.Second)
 	r.ScrapeOnce(ctx, r.signal)
@@ -138,18 +139,18 @@ func TestProbeRunner_trafficNeverStandsInForAFailingProbe(t *testing.T) {
 }
 
 func TestProbeRunner_trafficDoesNotStandInFor(t *testing.T) {
-	open := newConfig(newWebhook(whA, policyIgnore, bypassMarker()))
+	open := breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyIgnore, breakertest.BypassMarker()))
 	var err error
-	open.Annotations, err = circuit.Encode(open.Annotations, circuit.Record{whA: circuit.Entry{UID: testUID, Mode: circuit.ModeBypass, OriginalFailurePolicy: policyFail}})
+	open.Annotations, err = circuit.Encode(open.Annotations, circuit.Record{breakertest.WhA: circuit.Entry{UID: breakertest.UID, Mode: circuit.ModeBypass, OriginalFailurePolicy: breakertest.PolicyFail}})
 	require.NoError(t, err)
-	other := newConfig(newWebhook(whA, policyFail))
-	other.ObjectMeta = metav1.ObjectMeta{Name: "another-" + cfgName}
+	other := breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail))
+	other.ObjectMeta = metav1.ObjectMeta{Name: "another-" + breakertest.ConfigName}
 	for name, tc := range map[string]struct {
 		objs   []*admissionregistrationv1.MutatingWebhookConfiguration
 		change func(*config.Target)
 	}{
 		"an open circuit, whose webhook only the probe sees":       {objs: []*admissionregistrationv1.MutatingWebhookConfiguration{open}},
-		"a webhook whose name another configuration also has":      {objs: []*admissionregistrationv1.MutatingWebhookConfiguration{newConfig(newWebhook(whA, policyFail)), other}},
+		"a webhook whose name another configuration also has":      {objs: []*admissionregistrationv1.MutatingWebhookConfiguration{breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail)), other}},
 		"a target probed more often than the apiserver is scraped": {change: func(t *config.Target) { t.Probe.Interval = 500 * time.Millisecond }},
 		"a target that turned trafficAsProbe off":                  {change: func(t *config.Target) { t.APIServerSignal.TrafficAsProbe = false }},
 		"a target whose apiserver signal is off, whatever it says": {change: func(t *config.Target) { t.APIServerSignal.Enabled = false }},
@@ -157,7 +158,7 @@ func TestProbeRunner_trafficDoesNotStandInFor(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			objs := tc.objs
 			if objs == nil {
-				objs = []*admissionregistrationv1.MutatingWebhookConfiguration{newConfig(newWebhook(whA, policyFail))}
+				objs = []*admissionregistrationv1.MutatingWebhookConfiguration{breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail))}
 			}
 			r, prober, clock := trafficRunner(t, objs...)
 			if tc.change != nil {
@@ -175,13 +176,13 @@ func TestProbeRunner_trafficDoesNotStandInFor(t *testing.T) {
 }
 
 func TestTrafficTooRare(t *testing.T) {
-	fast := withSignal(target(whA, config.ModeBypass, 3, 2))
+	fast := breakertest.WithSignal(breakertest.Target(breakertest.WhA, config.ModeBypass, 3, 2))
 	fast.APIServerSignal.TrafficAsProbe = true
 	fast.Probe.Interval = time.Second
 	slow := fast
-	slow.Webhook, slow.Probe.Interval = whB, time.Minute
+	slow.Webhook, slow.Probe.Interval = breakertest.WhB, time.Minute
 	off := fast
-	off.Webhook, off.APIServerSignal.TrafficAsProbe = whOther, false
+	off.Webhook, off.APIServerSignal.TrafficAsProbe = breakertest.WhOther, false
 	assert.Equal(t, []string{fast.Key()}, trafficTooRare([]config.Target{fast, slow, off}, 30*time.Second))
 	assert.Empty(t, trafficTooRare([]config.Target{fast, slow, off}, time.Second))
 }

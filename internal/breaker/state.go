@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/webhook-guard/webhook-guard/internal/breaker/decide"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 	"github.com/webhook-guard/webhook-guard/internal/probe"
@@ -14,13 +15,13 @@ import (
 // object: its probe counts and whether it could be probed at all.
 type TargetStatus struct {
 	// Counts are the direct probe's.
-	Counts
+	decide.Counts
 	// APIServer are the apiserver signal's counts: one observation per
 	// scrape of kube-apiserver's /metrics.
-	APIServer Counts
+	APIServer decide.Counts
 	// Path is the path probe's evidence: one probe through kube-apiserver's
 	// service proxy per interval while PathProbeNeeded.
-	Path Path
+	Path decide.Path
 	// Admitted is how many requests the apiserver admitted without the
 	// webhook since its circuit opened (apiserver signal; memory only).
 	Admitted float64
@@ -105,7 +106,7 @@ func Generation(obj interface{ GetGeneration() int64 }) string {
 }
 
 // Observe records a probe result for key and returns the new counts.
-func (s *State) Observe(key string, r probe.Result, at time.Time) Counts {
+func (s *State) Observe(key string, r probe.Result, at time.Time) decide.Counts {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.targets[key]
@@ -127,14 +128,14 @@ func (s *State) SetProblem(key, problem string, unprobeable bool) bool {
 	st.Problem, st.Unprobeable = problem, unprobeable
 	st.Failures, st.Successes = 0, 0
 	st.APIServer.Failures, st.APIServer.Successes = 0, 0
-	st.Path.Counts = Counts{}
+	st.Path.Counts = decide.Counts{}
 	s.targets[key] = st
 	return changed
 }
 
 // ObservePath records a path probe result for key, about road, and
 // returns the new evidence. shared is Path.SharedWith.
-func (s *State) ObservePath(key string, road Road, shared string, r probe.Result) Path {
+func (s *State) ObservePath(key string, road decide.Road, shared string, r probe.Result) decide.Path {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.targets[key]
@@ -148,7 +149,7 @@ func (s *State) ObservePath(key string, road Road, shared string, r probe.Result
 // webhook's name, and, when the path probe is not needed (run false),
 // zeroes its counts: they would be stale when it is needed again. The
 // last results stay, for status.
-func (s *State) SetRoad(key string, road Road, shared string, run bool) {
+func (s *State) SetRoad(key string, road decide.Road, shared string, run bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.targets[key]
@@ -208,8 +209,8 @@ func (s *State) NoteOpening(t config.Target, signal string, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.targets[t.Key()]
-	st.Reopenings = Reopenings(t, st.Reopenings, st.ClosedAt, now)
-	if signal == SignalAPIServer || signal == SignalBoth {
+	st.Reopenings = decide.Reopenings(t, st.Reopenings, st.ClosedAt, now)
+	if signal == decide.SignalAPIServer || signal == decide.SignalBoth {
 		st.APIServerOpenings++
 	}
 	s.targets[t.Key()] = st
@@ -226,12 +227,12 @@ func (s *State) NoteClosing(key string, now time.Time) {
 
 // disagreement names the failing signal when the probe's last result and
 // the apiserver's observation disagree.
-func disagreement(probeCounts Counts, apiserver probe.Outcome) string {
+func disagreement(probeCounts decide.Counts, apiserver probe.Outcome) string {
 	switch {
 	case probeCounts.Last.Outcome == probe.OutcomeHealthy && apiserver == probe.OutcomeFailed:
-		return SignalAPIServer
+		return decide.SignalAPIServer
 	case probeCounts.Last.Outcome == probe.OutcomeFailed && apiserver == probe.OutcomeHealthy:
-		return SignalProbe
+		return decide.SignalProbe
 	}
 	return ""
 }
@@ -259,34 +260,34 @@ func (s *State) Reset(key string) {
 // whose circuit would be open would close (as Plan closes an open one).
 // Deciding and applying under one lock, the probe loop and the apiserver
 // signal's loop never report one transition twice.
-func (s *State) JudgeObserved(t config.Target, now time.Time) (Change, bool) {
+func (s *State) JudgeObserved(t config.Target, now time.Time) (decide.Change, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st, ok := s.targets[t.Key()]
 	if !ok {
-		return Change{}, false
+		return decide.Change{}, false
 	}
-	var action Action
+	var action decide.Action
 	var signal string
 	switch {
 	case st.Unprobeable:
 		if st.WouldBeOpen() {
-			action = Close
+			action = decide.Close
 		}
 	case st.Problem != "":
 	default:
-		action, signal = JudgeObserved(st.WouldBeOpen(), st.WouldOpenSignal, st.Counts, st.APIServer, st.Path, t, s.heldLocked(now))
+		action, signal = decide.JudgeObserved(st.WouldBeOpen(), st.WouldOpenSignal, st.Counts, st.APIServer, st.Path, t, s.heldLocked(now))
 	}
-	if action == Close && !st.Unprobeable && now.Sub(st.WouldOpenSince) < Damp(t, st.WouldReopenings) {
-		return Change{}, false // flap damping, as for a written circuit
+	if action == decide.Close && !st.Unprobeable && now.Sub(st.WouldOpenSince) < decide.Damp(t, st.WouldReopenings) {
+		return decide.Change{}, false // flap damping, as for a written circuit
 	}
-	if action != Open && action != Close {
-		return Change{}, false
+	if action != decide.Open && action != decide.Close {
+		return decide.Change{}, false
 	}
 	c := observedChange(t, st, action, signal, now)
-	if action == Open {
+	if action == decide.Open {
 		st.WouldOpenSince, st.WouldOpenSignal = now, signal
-		st.WouldReopenings = Reopenings(t, st.WouldReopenings, st.WouldClosedAt, now)
+		st.WouldReopenings = decide.Reopenings(t, st.WouldReopenings, st.WouldClosedAt, now)
 	} else {
 		st.WouldOpenSince, st.WouldOpenSignal, st.WouldClosedAt = time.Time{}, "", now
 	}
@@ -309,8 +310,8 @@ func (s *State) Get(key string) (TargetStatus, bool) {
 // on the object at generation (see Refuse): the counts of every target
 // that is being probed and whose transition was not refused at that
 // generation, stamped now, for the signer.
-func (s *State) Inputs(targets []config.Target, now time.Time, signer, generation string) Inputs {
-	in := Inputs{Targets: targets, Counts: map[string]Counts{}, APIServer: map[string]Counts{}, Path: map[string]Path{}, Admitted: map[string]float64{}, Marked: map[string]float64{}, MinOpen: map[string]time.Duration{},
+func (s *State) Inputs(targets []config.Target, now time.Time, signer, generation string) decide.Inputs {
+	in := decide.Inputs{Targets: targets, Counts: map[string]decide.Counts{}, APIServer: map[string]decide.Counts{}, Path: map[string]decide.Path{}, Admitted: map[string]float64{}, Marked: map[string]float64{}, MinOpen: map[string]time.Duration{},
 		Damp: map[string]time.Duration{}, Unprobeable: map[string]string{}, Now: now, Signer: signer}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -327,10 +328,10 @@ func (s *State) Inputs(targets []config.Target, now time.Time, signer, generatio
 			in.Path[t.Webhook] = st.Path
 			in.Admitted[t.Webhook] = st.Admitted
 			in.Marked[t.Webhook] = st.Marked
-			if d := Damp(t, st.Reopenings); d > 0 {
+			if d := decide.Damp(t, st.Reopenings); d > 0 {
 				in.Damp[t.Webhook] = d
 			}
-			if st.Path.Road != RoadService {
+			if st.Path.Road != decide.RoadService {
 				// Only a circuit no path probe can close waits out a
 				// minimum: the path probe closes the others.
 				in.MinOpen[t.Webhook] = minOpen(t.APIServerSignal.MinOpen, st.APIServerOpenings)
@@ -492,11 +493,5 @@ const maxMinOpenDoublings = 5
 // minOpen is base doubled for every apiserver opening after the first
 // since the apiserver's calls last succeeded.
 func minOpen(base time.Duration, openings int) time.Duration {
-	return doubled(base, openings-1, maxMinOpenDoublings)
-}
-
-// doubled is base doubled times times (none below zero), at most
-// maxDoublings times: the backoff of MinOpen and of flap damping.
-func doubled(base time.Duration, times, maxDoublings int) time.Duration {
-	return base << min(max(times, 0), maxDoublings)
+	return decide.Doubled(base, openings-1, maxMinOpenDoublings)
 }

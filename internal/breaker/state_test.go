@@ -7,6 +7,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"k8s.io/utils/ptr"
 
+	"github.com/webhook-guard/webhook-guard/internal/breaker/breakertest"
+	"github.com/webhook-guard/webhook-guard/internal/breaker/decide"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 	"github.com/webhook-guard/webhook-guard/internal/probe"
 )
@@ -15,8 +17,8 @@ import (
 // second, opening after one failure.
 func holdTargets(n int) []config.Target {
 	var out []config.Target
-	for _, hook := range []string{whA, whB, whOther}[:n] {
-		t := target(hook, config.ModeBypass, 1, 1)
+	for _, hook := range []string{breakertest.WhA, breakertest.WhB, breakertest.WhOther}[:n] {
+		t := breakertest.Target(hook, config.ModeBypass, 1, 1)
 		t.Probe.Interval = time.Second
 		out = append(out, t)
 	}
@@ -39,16 +41,16 @@ func holdState(targets []config.Target, hold int) *State {
 func TestState_HoldOpen_onlyFreshResults(t *testing.T) {
 	tgts := holdTargets(3)
 	s := holdState(tgts, 2)
-	s.Observe(tgts[2].Key(), healthyResult(), testNow)
-	later := testNow.Add(2 * time.Second)
-	s.Observe(tgts[0].Key(), failedResult(probe.ReasonTimeout), later)
-	s.Observe(tgts[1].Key(), failedResult(probe.ReasonRefused), later)
+	s.Observe(tgts[2].Key(), breakertest.HealthyResult(), breakertest.Now)
+	later := breakertest.Now.Add(2 * time.Second)
+	s.Observe(tgts[0].Key(), breakertest.FailedResult(probe.ReasonTimeout), later)
+	s.Observe(tgts[1].Key(), breakertest.FailedResult(probe.ReasonRefused), later)
 	held, _ := s.HoldOpen(later)
 	assert.False(t, held, "a fresh healthy result lifts the hold")
 
-	stale := testNow.Add(HoldFreshFor*time.Second + time.Millisecond)
-	s.Observe(tgts[0].Key(), failedResult(probe.ReasonTimeout), stale)
-	s.Observe(tgts[1].Key(), failedResult(probe.ReasonRefused), stale)
+	stale := breakertest.Now.Add(HoldFreshFor*time.Second + time.Millisecond)
+	s.Observe(tgts[0].Key(), breakertest.FailedResult(probe.ReasonTimeout), stale)
+	s.Observe(tgts[1].Key(), breakertest.FailedResult(probe.ReasonRefused), stale)
 	held, _ = s.HoldOpen(stale)
 	assert.True(t, held, "a stale healthy result does not lift it")
 }
@@ -59,10 +61,10 @@ func TestState_HoldOpen_onlyFreshResults(t *testing.T) {
 func TestState_HoldOpen_bounded(t *testing.T) {
 	tgts := holdTargets(2)
 	s := holdState(tgts, 2)
-	at := testNow
+	at := breakertest.Now
 	fail := func() {
 		for _, tg := range tgts {
-			s.Observe(tg.Key(), failedResult(probe.ReasonTimeout), at)
+			s.Observe(tg.Key(), breakertest.FailedResult(probe.ReasonTimeout), at)
 		}
 	}
 	fail()
@@ -85,7 +87,7 @@ func TestState_HoldOpen_bounded(t *testing.T) {
 
 	// One healthy result ends the episode; the next one is held afresh.
 	at = at.Add(time.Second)
-	s.Observe(tgts[0].Key(), healthyResult(), at)
+	s.Observe(tgts[0].Key(), breakertest.HealthyResult(), at)
 	held, expired = s.HoldOpen(at)
 	assert.False(t, held)
 	assert.False(t, expired)
@@ -114,21 +116,21 @@ func TestState_HoldOpen_sharedBackendCountsOnce(t *testing.T) {
 			s := holdState(tgts, 3)
 			for i, tg := range tgts {
 				s.SetBackend(tg.Key(), tc.backends[i])
-				s.Observe(tg.Key(), failedResult(probe.ReasonTimeout), testNow)
+				s.Observe(tg.Key(), breakertest.FailedResult(probe.ReasonTimeout), breakertest.Now)
 			}
-			held, _ := s.HoldOpen(testNow)
+			held, _ := s.HoldOpen(breakertest.Now)
 			assert.Equal(t, tc.want, held)
 		})
 	}
 }
 
 func TestBackend(t *testing.T) {
-	svc := newWebhook(whA, policyFail)
-	assert.Equal(t, "service:ns/svc:8443", Backend(&svc))
+	svc := breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail)
+	assert.Equal(t, "service:ns/svc:8443", decide.Backend(&svc))
 	svc.ClientConfig.Service.Port = nil
-	assert.Equal(t, "service:ns/svc:443", Backend(&svc), "clientConfig.service.port defaults to 443")
-	u := newWebhook(whB, policyFail)
+	assert.Equal(t, "service:ns/svc:443", decide.Backend(&svc), "clientConfig.service.port defaults to 443")
+	u := breakertest.Webhook(breakertest.WhB, breakertest.PolicyFail)
 	u.ClientConfig.Service = nil
 	u.ClientConfig.URL = ptr.To("https://hooks.example.com:9443/mutate?x=1")
-	assert.Equal(t, "url:hooks.example.com:9443", Backend(&u))
+	assert.Equal(t, "url:hooks.example.com:9443", decide.Backend(&u))
 }

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/webhook-guard/webhook-guard/internal/breaker/decide"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 )
@@ -18,7 +19,7 @@ import (
 // resourceVersion read: one write per transition, refused on conflict, and
 // no field this client's types do not know can be lost (a full Update could
 // drop it). It records, reports and counts what it wrote.
-func (r *ConfigurationReconciler) write(ctx context.Context, cur client.Object, view, next *admissionregistrationv1.MutatingWebhookConfiguration, changes []Change, targets []config.Target) error {
+func (r *ConfigurationReconciler) write(ctx context.Context, cur client.Object, view, next *admissionregistrationv1.MutatingWebhookConfiguration, changes []decide.Change, targets []config.Target) error {
 	patch, err := circuit.Patch(view, next)
 	if err != nil {
 		return err
@@ -44,18 +45,18 @@ func (r *ConfigurationReconciler) write(ctx context.Context, cur client.Object, 
 			r.State.Reset(t.Key())
 			switch {
 			case t.Webhook != c.Webhook:
-			case c.Kind == Opened:
+			case c.Kind == decide.Opened:
 				r.State.NoteOpening(t, c.Signal, now(r.Clock))
-			case c.Kind == Closed:
+			case c.Kind == decide.Closed:
 				r.State.NoteClosing(t.Key(), now(r.Clock))
 			}
 		}
 		r.Metrics.Transitions.WithLabelValues(string(r.Kind), string(c.Kind)).Inc()
-		if c.Kind == Opened {
+		if c.Kind == decide.Opened {
 			r.Metrics.Openings.WithLabelValues(string(r.Kind), view.Name, c.Webhook, c.Signal).Inc()
 		}
 		r.Recorder.Eventf(written, nil, eventType(c.Kind), string(c.Kind), "Update", "%s", c.Message)
-		if r.Kind == circuit.KindValidating && c.Kind == Opened {
+		if r.Kind == circuit.KindValidating && c.Kind == decide.Opened {
 			r.Recorder.Eventf(written, nil, corev1.EventTypeWarning, "AdmittingWithoutValidation", "Update",
 				"%s: requests this webhook validates are admitted without its validation while the circuit is open; "+
 					"webhook_guard_circuit_transitions_total{kind=\"Validating\",to=\"CircuitOpened\"} counts these openings", c.Webhook)
@@ -97,8 +98,8 @@ func boolGauge(b bool) float64 {
 	return 0
 }
 
-func eventType(k ChangeKind) string {
-	if k == Opened || k == WouldOpen || k == DroppedStale || k == Overwritten {
+func eventType(k decide.ChangeKind) string {
+	if k == decide.Opened || k == decide.WouldOpen || k == decide.DroppedStale || k == decide.Overwritten {
 		return corev1.EventTypeWarning
 	}
 	return corev1.EventTypeNormal

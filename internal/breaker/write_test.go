@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	"github.com/webhook-guard/webhook-guard/internal/breaker/breakertest"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 )
@@ -34,7 +35,7 @@ func TestConfigurationReconciler_anInvalidWriteFallsBackToOneWebhookAtATime(t *t
 	require.NoError(t, clientgoscheme.AddToScheme(scheme))
 	var patches, refused int
 	cl := fake.NewClientBuilder().WithScheme(scheme).
-		WithObjects(newConfig(newWebhook(whA, policyFail), newWebhook(whB, policyFail))).
+		WithObjects(breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail), breakertest.Webhook(breakertest.WhB, breakertest.PolicyFail))).
 		WithInterceptorFuncs(interceptor.Funcs{Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
 			patches++
 			data, err := patch.Data(obj)
@@ -43,47 +44,47 @@ func TestConfigurationReconciler_anInvalidWriteFallsBackToOneWebhookAtATime(t *t
 			// matchCondition too many.
 			if strings.Contains(string(data), `"path":"/webhooks/1/matchConditions"`) {
 				refused++
-				return apierrors.NewInvalid(schema.GroupKind{Group: admissionregistrationv1.GroupName, Kind: "MutatingWebhookConfiguration"}, cfgName,
+				return apierrors.NewInvalid(schema.GroupKind{Group: admissionregistrationv1.GroupName, Kind: "MutatingWebhookConfiguration"}, breakertest.ConfigName,
 					field.ErrorList{field.TooMany(field.NewPath("webhooks").Index(1).Child("matchConditions"), 65, 64)})
 			}
 			return c.Patch(ctx, obj, patch, opts...)
 		}}).Build()
 	state := NewState()
-	targets := []config.Target{target(whA, config.ModeBypass, 3, 2), target(whB, config.ModeBypass, 3, 2)}
+	targets := []config.Target{breakertest.Target(breakertest.WhA, config.ModeBypass, 3, 2), breakertest.Target(breakertest.WhB, config.ModeBypass, 3, 2)}
 	for _, tgt := range targets {
 		state.Register(tgt.Key())
 		for range 3 {
-			state.Observe(tgt.Key(), failedResult("timeout"), time.Now())
+			state.Observe(tgt.Key(), breakertest.FailedResult("timeout"), time.Now())
 		}
 	}
 	rec := events.NewFakeRecorder(10)
 	// No marking: the fallback is about the writes.
 	r := &ConfigurationReconciler{Kind: circuit.KindMutating, Client: cl, Targets: targets, State: state, Recorder: rec, Metrics: NewMetrics(), Signer: testIdentity}
 	req := ctrl.Request{}
-	req.Name = cfgName
+	req.Name = breakertest.ConfigName
 
 	_, err := r.Reconcile(context.Background(), req)
 	require.NoError(t, err, "a refused webhook does not fail the reconcile")
 	assert.Equal(t, 3, patches, "both together, then each alone")
 	assert.Equal(t, 2, refused)
 	got := &admissionregistrationv1.MutatingWebhookConfiguration{}
-	require.NoError(t, cl.Get(context.Background(), client.ObjectKey{Name: cfgName}, got))
-	assert.True(t, isBypassed(got, whA), "the other webhook's opening went through")
-	assert.Equal(t, admissionregistrationv1.Fail, *circuit.FindWebhook(got, whB).FailurePolicy, "the refused one is left as it is")
-	rec0 := mustRecord(t, got)
-	assert.Contains(t, rec0, whA)
-	assert.NotContains(t, rec0, whB)
+	require.NoError(t, cl.Get(context.Background(), client.ObjectKey{Name: breakertest.ConfigName}, got))
+	assert.True(t, isBypassed(got, breakertest.WhA), "the other webhook's opening went through")
+	assert.Equal(t, admissionregistrationv1.Fail, *circuit.FindWebhook(got, breakertest.WhB).FailurePolicy, "the refused one is left as it is")
+	rec0 := breakertest.MustRecord(t, got)
+	assert.Contains(t, rec0, breakertest.WhA)
+	assert.NotContains(t, rec0, breakertest.WhB)
 	var reasons []string
 	for len(rec.Events) > 0 {
 		reasons = append(reasons, <-rec.Events)
 	}
 	assert.Len(t, reasons, 2)
 	assert.Contains(t, strings.Join(reasons, "\n"), "WriteRefused")
-	assert.Contains(t, strings.Join(reasons, "\n"), "the apiserver refused CircuitOpened for "+whB+" as invalid")
+	assert.Contains(t, strings.Join(reasons, "\n"), "the apiserver refused CircuitOpened for "+breakertest.WhB+" as invalid")
 
 	// whB keeps failing; nothing is tried again at this generation.
 	for range 3 {
-		state.Observe(targets[1].Key(), failedResult("timeout"), time.Now())
+		state.Observe(targets[1].Key(), breakertest.FailedResult("timeout"), time.Now())
 	}
 	_, err = r.Reconcile(context.Background(), req)
 	require.NoError(t, err)

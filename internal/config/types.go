@@ -191,7 +191,7 @@ type Target struct {
 	// it. Default 5.
 	CloseAfter int
 	// DampFlapping keeps a circuit that re-opens soon after its last close
-	// open longer before it may close again (internal/breaker, damping.go).
+	// open longer before it may close again (internal/breaker/decide, damping.go).
 	// Default true.
 	DampFlapping bool
 	// Probe says how the webhook is probed.

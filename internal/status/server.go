@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/webhook-guard/webhook-guard/internal/breaker"
+	"github.com/webhook-guard/webhook-guard/internal/breaker/decide"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 	"github.com/webhook-guard/webhook-guard/internal/probe"
@@ -113,7 +114,7 @@ func probeRow(t config.Target, state *breaker.State) Row {
 	if t.Observes() {
 		reopenings = st.WouldReopenings
 	}
-	if d := breaker.Damp(t, reopenings); d > 0 {
+	if d := decide.Damp(t, reopenings); d > 0 {
 		row.Reopenings, row.DampedFor = reopenings, d.String()
 	}
 	if st.DisagreeFor >= breaker.DisagreeAfter {

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 
 	"github.com/webhook-guard/webhook-guard/internal/breaker"
+	"github.com/webhook-guard/webhook-guard/internal/breaker/decide"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 	"github.com/webhook-guard/webhook-guard/internal/probe"
@@ -29,7 +30,7 @@ func TestProbeRow_observeCarriesTheWouldBeState(t *testing.T) {
 
 	row := probeRow(observe, state)
 	assert.Equal(t, "2026-12-01T12:00:00Z", row.WouldOpenSince)
-	assert.Equal(t, breaker.SignalProbe, row.WouldOpenSignal)
+	assert.Equal(t, decide.SignalProbe, row.WouldOpenSignal)
 	assert.Empty(t, row.WouldClosedAt)
 	assert.Empty(t, row.Since)
 
@@ -53,15 +54,15 @@ func TestProbeRow_showsTheFlapDamping(t *testing.T) {
 	state := breaker.NewState()
 	at := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	state.Observe(tgt.Key(), probe.Result{Outcome: probe.OutcomeHealthy}, at)
-	state.NoteOpening(tgt, breaker.SignalProbe, at)
+	state.NoteOpening(tgt, decide.SignalProbe, at)
 	row := probeRow(tgt, state)
 	assert.Zero(t, row.Reopenings)
 	assert.Empty(t, row.DampedFor, "a first opening is not damped")
 
 	state.NoteClosing(tgt.Key(), at.Add(20*time.Second))
-	state.NoteOpening(tgt, breaker.SignalProbe, at.Add(60*time.Second))
+	state.NoteOpening(tgt, decide.SignalProbe, at.Add(60*time.Second))
 	state.NoteClosing(tgt.Key(), at.Add(80*time.Second))
-	state.NoteOpening(tgt, breaker.SignalProbe, at.Add(100*time.Second))
+	state.NoteOpening(tgt, decide.SignalProbe, at.Add(100*time.Second))
 	row = probeRow(tgt, state)
 	assert.Equal(t, 2, row.Reopenings)
 	assert.Equal(t, "20s", row.DampedFor)

@@ -83,7 +83,7 @@ type Row struct {
 	Owner string `json:"owner,omitempty"`
 	// Original is, for a circuit handed to its administrators, what the
 	// breaker's entry said before the handoff removed it: the original
-	// failurePolicy, the mode and when it opened (breaker.HandOffOriginal).
+	// failurePolicy, the mode and when it opened (decide.HandOffOriginal).
 	Original string `json:"original,omitempty"`
 	// The apiserver signal: its last observation, its consecutive failing
 	// observations, the requests admitted without the webhook while open,

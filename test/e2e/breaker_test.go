@@ -28,7 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	"github.com/webhook-guard/webhook-guard/internal/breaker"
+	"github.com/webhook-guard/webhook-guard/internal/breaker/decide"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
 )
@@ -421,7 +421,7 @@ func TestBreaker_fullCycle(t *testing.T) {
 			row := statusLine(t, status, s.hook)
 			assert.Equal(t, []string{s.name, s.hook, "Open", tc.mode, entry.OpenedAt.UTC().Format(time.RFC3339)}, row[:5], status)
 			assert.Equal(t, entry.Signal, row[6], "OPENED BY is the record's signal")
-			assert.True(t, strings.HasPrefix(entry.Signal, breaker.SignalProbe), "a slow webhook is seen by the probe: %q", entry.Signal)
+			assert.True(t, strings.HasPrefix(entry.Signal, decide.SignalProbe), "a slow webhook is seen by the probe: %q", entry.Signal)
 			assert.Contains(t, status, "Failed (timeout")
 
 			// What the open circuit buys: admission works, and in Bypass
@@ -467,7 +467,7 @@ func TestBreaker_fullCycle(t *testing.T) {
 
 			require.Eventually(t, func() bool {
 				reasons := eventReasons(t, s.name)
-				return contains(reasons, string(breaker.Opened)) && contains(reasons, string(breaker.Closed))
+				return contains(reasons, string(decide.Opened)) && contains(reasons, string(decide.Closed))
 			}, transition, 50*time.Millisecond, "no CircuitOpened/CircuitClosed Events on the configuration")
 		})
 	}
@@ -566,7 +566,7 @@ func TestBreaker_overrideHandoffDuringOpenLosesNoUpdate(t *testing.T) {
 	assert.Equal(t, "incident-42", handed.Annotations[circuit.OverrideAnnotation])
 	assert.Equal(t, "oncall", handed.Labels["owner"], "a concurrent label edit was lost")
 	assert.Equal(t, int32(3), *w.TimeoutSeconds, "a concurrent timeoutSeconds edit was lost")
-	require.Eventually(t, func() bool { return contains(eventReasons(t, s.name), string(breaker.HandedOff)) },
+	require.Eventually(t, func() bool { return contains(eventReasons(t, s.name), string(decide.HandedOff)) },
 		transition, 50*time.Millisecond, "no HandedOff Event")
 	// guard status believes the Event only by these two fields, as core/v1
 	// shows them (internal/cli/status handedOffOriginal).
@@ -574,7 +574,7 @@ func TestBreaker_overrideHandoffDuringOpenLosesNoUpdate(t *testing.T) {
 	require.NoError(t, env.Client.List(ctx, coreEvents, client.InNamespace(metav1.NamespaceDefault)))
 	handedOffEvents := 0
 	for _, ev := range coreEvents.Items {
-		if ev.Reason == string(breaker.HandedOff) && ev.InvolvedObject.Name == s.name {
+		if ev.Reason == string(decide.HandedOff) && ev.InvolvedObject.Name == s.name {
 			handedOffEvents++
 			assert.Equal(t, circuit.ReportingController, ev.ReportingController, "reportingComponent")
 			assert.Equal(t, handed.UID, ev.InvolvedObject.UID)

@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/webhook-guard/webhook-guard/internal/admission"
-	"github.com/webhook-guard/webhook-guard/internal/breaker"
+	"github.com/webhook-guard/webhook-guard/internal/breaker/decide"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
 )
@@ -90,7 +90,7 @@ func TestGuard_kubectlApplyExplainsAndOverrideHandsOff(t *testing.T) {
 	m := s.get()
 	assert.Equal(t, admissionregistrationv1.Fail, *findWebhook(m, s.hook).FailurePolicy, "the administrator's Fail must stand")
 	assert.False(t, hasMarker(findWebhook(m, s.hook)))
-	require.Eventually(t, func() bool { return contains(eventReasons(t, s.name), string(breaker.HandedOff)) }, transition, 50*time.Millisecond)
+	require.Eventually(t, func() bool { return contains(eventReasons(t, s.name), string(decide.HandedOff)) }, transition, 50*time.Millisecond)
 	r = env.Kubectl(ctx, "", nil, "get", "events", "-n", "default", "--field-selector", "involvedObject.name="+s.name, "-o", "custom-columns=REASON:.reason,MESSAGE:.message")
 	t.Logf("$ kubectl get events -n default --field-selector involvedObject.name=%s\n%s", s.name, r.Stdout)
 }

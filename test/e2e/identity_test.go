@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/webhook-guard/webhook-guard/internal/admission"
-	"github.com/webhook-guard/webhook-guard/internal/breaker"
+	"github.com/webhook-guard/webhook-guard/internal/breaker/decide"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
 )
@@ -174,7 +174,7 @@ func requireTakenOverEvent(t *testing.T, name, want string) {
 		}
 		notes = notes[:0]
 		for _, e := range list.Items {
-			if e.Reason == breaker.TakenOver && e.Regarding.Kind == circuit.KindMutating.ObjectKind() && e.Regarding.Name == name {
+			if e.Reason == decide.TakenOver && e.Regarding.Kind == circuit.KindMutating.ObjectKind() && e.Regarding.Name == name {
 				notes = append(notes, e.Note)
 				if strings.Contains(e.Note, want) {
 					t.Logf("CircuitTakenOver: %s", e.Note)

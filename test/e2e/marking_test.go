@@ -23,7 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/webhook-guard/webhook-guard/internal/breaker"
+	"github.com/webhook-guard/webhook-guard/internal/breaker/decide"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/marking"
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
@@ -182,7 +182,7 @@ func TestMarking_bypassMarksWhatWasAdmittedWithoutTheMutation(t *testing.T) {
 		}
 	}
 	t.Logf("%d streamed creates across open and close: %d marked, %d escaped both the mutation and the mark", len(streamed), markedCount, escaped)
-	closing := eventNotes(t, circuit.KindMutating, s.name)[string(breaker.Closed)]
+	closing := eventNotes(t, circuit.KindMutating, s.name)[string(decide.Closed)]
 	t.Logf("CircuitClosed: %s", closing)
 	assert.Contains(t, closing, "objects were marked "+circuit.UnmutatedLabel+"="+marking.ID(s.name, s.hook)+" (guard unmutated lists them)",
 		"the apiserver's count of the marking policy's applications")

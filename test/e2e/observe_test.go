@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/webhook-guard/webhook-guard/internal/admission"
-	"github.com/webhook-guard/webhook-guard/internal/breaker"
+	"github.com/webhook-guard/webhook-guard/internal/breaker/decide"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
 )
@@ -60,7 +60,7 @@ func TestObserve_outageWritesNothingAndReportsWhatWouldHaveHappened(t *testing.T
 	target := fmt.Sprintf(`configuration="%s",kind="Mutating",webhook="%s"`, s.name, s.hook)
 	wouldOpen := series("webhook_guard_circuit_would_open", target)
 	open := series("webhook_guard_circuit_open", target)
-	transitions := func(to breaker.ChangeKind) string {
+	transitions := func(to decide.ChangeKind) string {
 		return series("webhook_guard_circuit_transitions_total", `kind="Mutating",to="`+string(to)+`"`)
 	}
 
@@ -68,7 +68,7 @@ func TestObserve_outageWritesNothingAndReportsWhatWouldHaveHappened(t *testing.T
 	s.wh.SetBehaviour(webhookPath, harness.Delayed(2*time.Second, harness.Allow()))
 	var note string
 	require.Eventually(t, func() bool {
-		note = eventNotes(t, circuit.KindMutating, s.name)[string(breaker.WouldOpen)]
+		note = eventNotes(t, circuit.KindMutating, s.name)[string(decide.WouldOpen)]
 		return note != ""
 	}, transition, 50*time.Millisecond, "no CircuitWouldOpen Event on the configuration")
 	t.Logf("CircuitWouldOpen: %s", note)
@@ -78,10 +78,10 @@ func TestObserve_outageWritesNothingAndReportsWhatWouldHaveHappened(t *testing.T
 	var body string
 	require.Eventually(t, func() bool {
 		body, err = scrape(metricsAddr, reader)
-		return err == nil && metricValue(body, wouldOpen) == 1 && metricValue(body, transitions(breaker.WouldOpen)) == 1
+		return err == nil && metricValue(body, wouldOpen) == 1 && metricValue(body, transitions(decide.WouldOpen)) == 1
 	}, transition, 100*time.Millisecond, "webhook_guard_circuit_would_open and the CircuitWouldOpen transition were not reported")
 	assert.Zero(t, metricValue(body, open), "webhook_guard_circuit_open stays 0: nothing opened")
-	assert.Zero(t, metricValue(body, transitions(breaker.Opened)))
+	assert.Zero(t, metricValue(body, transitions(decide.Opened)))
 
 	status := s.status(g)
 	t.Logf("$ guard status --config guard.yaml\n%s", status)
@@ -90,19 +90,19 @@ func TestObserve_outageWritesNothingAndReportsWhatWouldHaveHappened(t *testing.T
 	since, err := time.Parse(time.RFC3339, row[4])
 	require.NoError(t, err, "SINCE is when it would have opened: %s", status)
 	assert.WithinDuration(t, time.Now(), since, transition)
-	assert.Equal(t, breaker.SignalProbe, row[6], "OPENED BY is the signal that would have opened it")
+	assert.Equal(t, decide.SignalProbe, row[6], "OPENED BY is the signal that would have opened it")
 
 	// The recovery.
 	s.wh.SetBehaviour(webhookPath, harness.Allow())
 	require.Eventually(t, func() bool {
-		note = eventNotes(t, circuit.KindMutating, s.name)[string(breaker.WouldClose)]
+		note = eventNotes(t, circuit.KindMutating, s.name)[string(decide.WouldClose)]
 		return note != ""
 	}, transition, 50*time.Millisecond, "no CircuitWouldClose Event on the configuration")
 	t.Logf("CircuitWouldClose: %s", note)
 	assert.Contains(t, note, "would have closed the circuit on "+s.hook+" after 2 consecutive healthy probes")
 	require.Eventually(t, func() bool {
 		body, err = scrape(metricsAddr, reader)
-		return err == nil && metricValue(body, transitions(breaker.WouldClose)) == 1
+		return err == nil && metricValue(body, transitions(decide.WouldClose)) == 1
 	}, transition, 100*time.Millisecond, "the CircuitWouldClose transition was not counted")
 	assert.Zero(t, metricValue(body, wouldOpen))
 	row = statusLine(t, s.status(g), s.hook)

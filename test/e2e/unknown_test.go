@@ -16,7 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/webhook-guard/webhook-guard/internal/breaker"
+	"github.com/webhook-guard/webhook-guard/internal/breaker/decide"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
 )
@@ -92,7 +92,7 @@ func TestUnknown_whileOpen(t *testing.T) {
 				// The Event follows the write; wait for it.
 				var closing string
 				require.Eventually(t, func() bool {
-					closing = eventNotes(t, circuit.KindMutating, s.name)[string(breaker.Closed)]
+					closing = eventNotes(t, circuit.KindMutating, s.name)[string(decide.Closed)]
 					return closing != ""
 				}, transition, 50*time.Millisecond, "no CircuitClosed Event")
 				assert.Contains(t, closing, "intervals in which the probe could not run")

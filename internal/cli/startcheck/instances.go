@@ -22,7 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	"github.com/webhook-guard/webhook-guard/internal/admission"
-	"github.com/webhook-guard/webhook-guard/internal/breaker"
+	"github.com/webhook-guard/webhook-guard/internal/breaker/decide"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 	"github.com/webhook-guard/webhook-guard/internal/status"
@@ -299,7 +299,7 @@ func signerRetired(ctx context.Context, c client.Reader, signer string, now time
 // or moved to another namespace or ServiceAccount, would otherwise find
 // its own earlier circuits signed by a stranger and leave them open for
 // ever. Each configuration gets one patch, which signs those entries with
-// this installation's signer and changes nothing else (breaker.TakeOver),
+// this installation's signer and changes nothing else (decide.TakeOver),
 // with the resourceVersion of the read as precondition (a conflict is
 // read and decided again: replicas starting together take over once), and
 // a CircuitTakenOver Event per circuit that names both identities. The
@@ -359,7 +359,7 @@ func takeOverRetired(ctx context.Context, c client.Client, rec recorder.EventRec
 				if len(retired) == 0 {
 					return nil
 				}
-				next, taken, err := breaker.TakeOver(view, signer, retired)
+				next, taken, err := decide.TakeOver(view, signer, retired)
 				if err != nil || len(taken) == 0 {
 					return err
 				}
@@ -377,7 +377,7 @@ func takeOverRetired(ctx context.Context, c client.Client, rec recorder.EventRec
 					return err
 				}
 				for _, tk := range taken {
-					rec.Eventf(obj, nil, corev1.EventTypeNormal, breaker.TakenOver, "TakeOver", "%s", tk.Message)
+					rec.Eventf(obj, nil, corev1.EventTypeNormal, decide.TakenOver, "TakeOver", "%s", tk.Message)
 					log.Info("Took over an open circuit of a breaker identity that no longer runs", "kind", kind, "configuration", name, "webhook", tk.Webhook, "from", tk.From, "by", signer)
 				}
 				return nil

@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/webhook-guard/webhook-guard/internal/breaker"
+	"github.com/webhook-guard/webhook-guard/internal/breaker/decide"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 	statusapi "github.com/webhook-guard/webhook-guard/internal/status"
@@ -39,7 +39,7 @@ func objectRow(ctx context.Context, c client.Reader, t config.Target) statusapi.
 		// original was; after, only the HandedOff Event does.
 		if rec, err := circuit.Decode(annotations); err == nil {
 			if e, open := rec[t.Webhook]; open {
-				row.Owner, row.Original = e.By, breaker.HandOffOriginal(e)
+				row.Owner, row.Original = e.By, decide.HandOffOriginal(e)
 				row.Problem += "; not released by the breaker yet; " + row.Original
 				return row
 			}
@@ -73,7 +73,7 @@ func objectRow(ctx context.Context, c client.Reader, t config.Target) statusapi.
 // handedOffOriginal finds the latest HandedOff Event about t's webhook on
 // its configuration (in namespace default, where Events about
 // cluster-scoped objects go) and returns what it says the original was
-// (breaker.HandOffOriginal), followed by where it read that: "" when there
+// (decide.HandOffOriginal), followed by where it read that: "" when there
 // is none (Events expire, an hour after the handoff by default). It
 // believes only an Event about this configuration, by UID, reported by
 // the guard (circuit.ReportingController): anyone who may create Events
@@ -85,7 +85,7 @@ func objectRow(ctx context.Context, c client.Reader, t config.Target) statusapi.
 func handedOffOriginal(ctx context.Context, c client.Reader, t config.Target, uid types.UID) (original string, ignored int, err error) {
 	events := &corev1.EventList{}
 	if err := c.List(ctx, events, client.InNamespace(metav1.NamespaceDefault), client.MatchingFields{
-		"involvedObject.kind": t.Kind.ObjectKind(), "involvedObject.name": t.Configuration, "reason": string(breaker.HandedOff),
+		"involvedObject.kind": t.Kind.ObjectKind(), "involvedObject.name": t.Configuration, "reason": string(decide.HandedOff),
 	}); err != nil {
 		return "", 0, err
 	}
@@ -98,7 +98,7 @@ func handedOffOriginal(ctx context.Context, c client.Reader, t config.Target, ui
 			ignored++
 			continue
 		}
-		_, rest, ok := strings.Cut(ev.Message, " released "+t.Webhook+" ("+breaker.OriginalPrefix)
+		_, rest, ok := strings.Cut(ev.Message, " released "+t.Webhook+" ("+decide.OriginalPrefix)
 		if !ok {
 			continue // about another webhook of the configuration
 		}
@@ -110,7 +110,7 @@ func handedOffOriginal(ctx context.Context, c client.Reader, t config.Target, ui
 	if latest == nil {
 		return "", ignored, nil
 	}
-	return fmt.Sprintf("%s%s (from Event %s/%s, reported by %s at %s)", breaker.OriginalPrefix, what,
+	return fmt.Sprintf("%s%s (from Event %s/%s, reported by %s at %s)", decide.OriginalPrefix, what,
 		latest.Namespace, latest.Name, latest.ReportingController, latestAt.UTC().Format(time.RFC3339)), ignored, nil
 }
 
@@ -132,5 +132,5 @@ func eventTime(ev corev1.Event) time.Time {
 // Events.
 func handedOffEventsCommand(t config.Target) string {
 	return fmt.Sprintf("kubectl get events -n %s --field-selector involvedObject.kind=%s,involvedObject.name=%s,reason=%s",
-		metav1.NamespaceDefault, t.Kind.ObjectKind(), t.Configuration, breaker.HandedOff)
+		metav1.NamespaceDefault, t.Kind.ObjectKind(), t.Configuration, decide.HandedOff)
 }

@@ -24,7 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/webhook-guard/webhook-guard/internal/admission"
-	"github.com/webhook-guard/webhook-guard/internal/breaker"
+	"github.com/webhook-guard/webhook-guard/internal/breaker/decide"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/cli"
 	"github.com/webhook-guard/webhook-guard/internal/cli/clitest"
@@ -40,7 +40,7 @@ func TestObjectRow_showsTheOwnerAndTheHandedOffOriginal(t *testing.T) {
 	handedOff := &corev1.Event{
 		ObjectMeta:          metav1.ObjectMeta{Namespace: "default", Name: clitest.Conf + ".1", CreationTimestamp: metav1.NewTime(clitest.Clock)},
 		InvolvedObject:      corev1.ObjectReference{Kind: "MutatingWebhookConfiguration", Name: clitest.Conf, UID: "uid-1"},
-		Reason:              string(breaker.HandedOff),
+		Reason:              string(decide.HandedOff),
 		Message:             "administrator override: webhook-guard released " + clitest.Hook + " (" + original + ") and keeps its hands off this configuration; …",
 		ReportingController: circuit.ReportingController,
 	}
@@ -89,7 +89,7 @@ func TestObjectRow_believesOnlyTheGuardsHandedOffEventForThisUID(t *testing.T) {
 		return &corev1.Event{
 			ObjectMeta:          metav1.ObjectMeta{Namespace: "default", Name: name, CreationTimestamp: metav1.NewTime(at)},
 			InvolvedObject:      corev1.ObjectReference{Kind: "MutatingWebhookConfiguration", Name: clitest.Conf, UID: uid},
-			Reason:              string(breaker.HandedOff),
+			Reason:              string(decide.HandedOff),
 			Message:             "administrator override: webhook-guard released " + clitest.Hook + " (" + original + ") and keeps its hands off this configuration; …",
 			ReportingController: controller,
 			EventTime:           metav1.NewMicroTime(at),
@@ -260,7 +260,7 @@ func TestRun_observeShowsWhatWouldHaveHappened(t *testing.T) {
 		wantSince string
 	}{
 		"would be open": {
-			leader:    statusapi.Row{WouldOpenSince: since, WouldOpenSignal: breaker.SignalProbe, WouldClosedAt: closedAt},
+			leader:    statusapi.Row{WouldOpenSince: since, WouldOpenSignal: decide.SignalProbe, WouldClosedAt: closedAt},
 			wantState: statusapi.StateWouldOpen, wantSince: since,
 		},
 		"would have closed": {

@@ -25,6 +25,7 @@ import (
 
 	"github.com/webhook-guard/webhook-guard/internal/apimetrics"
 	"github.com/webhook-guard/webhook-guard/internal/breaker"
+	"github.com/webhook-guard/webhook-guard/internal/breaker/decide"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
 )
@@ -361,10 +362,10 @@ func TestPartition_apiserverSignalOpensWhatTheProbeCannotSee(t *testing.T) {
 	excludedAtOpen := w.excluded()
 	// The continuous path probe (issue 31) sees the cut road before the
 	// apiserver's counters reach openAfter reads: the road opens it.
-	assert.Equal(t, breaker.SignalRoad, entry.Signal)
-	assert.Equal(t, breaker.SignalRoad, entry.Reason)
+	assert.Equal(t, decide.SignalRoad, entry.Signal)
+	assert.Equal(t, decide.SignalRoad, entry.Reason)
 	assert.Equal(t, admissionregistrationv1.Fail, *entry.OriginalFailurePolicy)
-	msg := w.waitEvent(string(breaker.Opened))
+	msg := w.waitEvent(string(decide.Opened))
 	assert.Contains(t, msg, "kube-apiserver cannot reach the webhook's server")
 	assert.Contains(t, msg, "while the direct probe from the guard's pod is healthy")
 	assert.Contains(t, msg, "probes in a row through kube-apiserver's service proxy")
@@ -395,7 +396,7 @@ func TestPartition_apiserverSignalOpensWhatTheProbeCannotSee(t *testing.T) {
 
 	// What was admitted without the webhook, against the apiserver's own
 	// accounting and against what the test sent.
-	closing := w.waitEvent(string(breaker.Closed))
+	closing := w.waitEvent(string(decide.Closed))
 	t.Logf("events:\n%s", strings.Join(w.events(""), "\n"))
 	assert.Contains(t, closing, "consecutive healthy probes through kube-apiserver's service proxy: its road to the webhook works again")
 	assert.NotContains(t, closing, "opens again", "closed on the road's evidence, not as a trial")
@@ -446,7 +447,7 @@ func TestPartition_outageBothSignalsSeeOpensOnceAndTheProbeCloses(t *testing.T) 
 	w.wh.SetBehaviour(path, harness.Drop())
 	entry := w.waitOpen()
 	t.Logf("opened by %q", entry.Signal)
-	assert.Contains(t, []string{breaker.SignalProbe, breaker.SignalAPIServer, breaker.SignalBoth}, entry.Signal)
+	assert.Contains(t, []string{decide.SignalProbe, decide.SignalAPIServer, decide.SignalBoth}, entry.Signal)
 
 	// No call reaches the webhook while it is bypassed, even once healthy.
 	// A create that succeeds against the dropping webhook shows the
@@ -467,7 +468,7 @@ func TestPartition_outageBothSignalsSeeOpensOnceAndTheProbeCloses(t *testing.T) 
 	w.waitClosed()
 	l.Stop()
 	assert.Equal(t, int32(2), writes.Load(), "one write to open, one to close")
-	assert.Len(t, w.events(string(breaker.Opened)), 1)
+	assert.Len(t, w.events(string(decide.Opened)), 1)
 
 	// This apiserver does not serve MutatingAdmissionPolicy: the circuit
 	// cycled without marking, and that was said once.

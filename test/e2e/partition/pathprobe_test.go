@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/webhook-guard/webhook-guard/internal/breaker"
+	"github.com/webhook-guard/webhook-guard/internal/breaker/decide"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
 )
@@ -211,7 +212,7 @@ func TestPartition_aTenantsTimeoutsOpenNothing(t *testing.T) {
 			// never openAfter of them in a row.
 			assert.Less(t, maxPathFailures, openAfter, "the path probe failed %d times in a row on a healthy road", maxPathFailures)
 			assert.Zero(t, writes.Load(), "the configuration was never written")
-			assert.Empty(t, w.events(string(breaker.Opened)))
+			assert.Empty(t, w.events(string(decide.Opened)))
 			assert.Contains(t, w.waitEvent("SignalsDisagree"), "reaches the webhook's server, so the road works: the failing calls fail because of what they carry")
 		})
 	}
@@ -243,7 +244,7 @@ func TestPartition_aLongPartitionRefusesNothingAfterTheFirstOpening(t *testing.T
 			opened := time.Now()
 			// The continuous path probe sees the cut before the
 			// apiserver's counters have openAfter reads (issue 31).
-			assert.Equal(t, breaker.SignalRoad, entry.Signal)
+			assert.Equal(t, decide.SignalRoad, entry.Signal)
 
 			// Held for partitionHeld: the circuit stays open the whole time.
 			assert.Never(t, func() bool {
@@ -289,7 +290,7 @@ func TestPartition_aLongPartitionRefusesNothingAfterTheFirstOpening(t *testing.T
 			assert.Zero(t, rejected(after), "a create was refused after the first opening")
 			assert.Greater(t, len(after), int(partitionHeld.Seconds())*rate*9/10)
 			assert.Equal(t, int32(2), writes.Load(), "one write to open, one to close: no trial")
-			assert.Len(t, w.events(string(breaker.Opened)), 1)
+			assert.Len(t, w.events(string(decide.Opened)), 1)
 			// The test sees the close up to one poll (20 ms) late, and a
 			// loaded machine runs the guard's timers late too; in Ignore
 			// mode the apiserver is still draining the dials it held when
@@ -299,7 +300,7 @@ func TestPartition_aLongPartitionRefusesNothingAfterTheFirstOpening(t *testing.T
 			// catches a close that waits for minOpen or a trial, not a
 			// slow machine.
 			assert.LessOrEqual(t, toClose, bound+2*time.Second, "closing took longer than closeAfter intervals plus one scrape")
-			assert.Contains(t, w.waitEvent(string(breaker.Closed)), "through kube-apiserver's service proxy: its road to the webhook works again")
+			assert.Contains(t, w.waitEvent(string(decide.Closed)), "through kube-apiserver's service proxy: its road to the webhook works again")
 		})
 	}
 }

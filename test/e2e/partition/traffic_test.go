@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/webhook-guard/webhook-guard/internal/breaker"
+	"github.com/webhook-guard/webhook-guard/internal/breaker/decide"
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
 )
 
@@ -69,7 +69,7 @@ targets:
 	took := time.Since(failed)
 	l.Stop()
 	t.Logf("opened %s after the webhook failed (openAfter %d × interval %s), by %q", took.Round(10*time.Millisecond), openAfter, interval, entry.Signal)
-	assert.Contains(t, []string{breaker.SignalProbe, breaker.SignalBoth}, entry.Signal, "the probe, not the apiserver's calls alone, opened it")
+	assert.Contains(t, []string{decide.SignalProbe, decide.SignalBoth}, entry.Signal, "the probe, not the apiserver's calls alone, opened it")
 	assert.Less(t, took, openAfter*interval+time.Second, "traffic delayed the opening beyond openAfter intervals")
 	assert.GreaterOrEqual(t, probes(), openAfter, "the probe ran again")
 }

@@ -1,4 +1,4 @@
-package breaker
+package decide
 
 import (
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
@@ -170,9 +170,9 @@ func PathProbeNeeded(open bool, entry circuit.Entry, apiserver Counts) bool {
 	return (open && openedByRoad(entry)) || apiserver.Failures > 0
 }
 
-// roadBroken reports whether path, about a service road, has openAfter
+// RoadBroken reports whether path, about a service road, has openAfter
 // failed path probes in a row, the last of them Failed.
-func roadBroken(path Path, openAfter int) bool {
+func RoadBroken(path Path, openAfter int) bool {
 	return path.Road == RoadService && path.Last.Outcome == probe.OutcomeFailed && path.Failures >= max(openAfter, 1)
 }
 
@@ -220,7 +220,7 @@ func JudgeTarget(open bool, entry circuit.Entry, probeCounts, apiserver Counts, 
 			return Open, SignalProbe
 		case byAPIServer:
 			return Open, SignalAPIServer
-		case t.APIServerSignal.Enabled && roadBroken(path, t.OpenAfter):
+		case t.APIServerSignal.Enabled && RoadBroken(path, t.OpenAfter):
 			return Open, SignalRoad
 		}
 		return Stay, ""
@@ -254,4 +254,22 @@ func JudgeTarget(open bool, entry circuit.Entry, probeCounts, apiserver Counts, 
 		}
 	}
 	return Close, ""
+}
+
+// JudgeObserved is JudgeTarget for a target in Observe mode, whose
+// circuit would be open (wouldOpen) since an opening by signal. It opens
+// and closes on the same evidence as the other modes, so that its
+// Events come at the moment they would have. Nothing is bypassed, so the
+// apiserver keeps calling the webhook: the closing rules are Ignore
+// mode's, where the apiserver's calls stay visible, and no minimum open
+// time applies. While holdOpen (every probed target failing at once) an
+// opening on the probe alone is held, as Plan holds it.
+func JudgeObserved(wouldOpen bool, signal string, probeCounts, apiserver Counts, path Path, t config.Target, holdOpen bool) (Action, string) {
+	judged := t
+	judged.Mode = circuit.ModeIgnore
+	action, sig := JudgeTarget(wouldOpen, circuit.Entry{Signal: signal}, probeCounts, apiserver, path, judged)
+	if action == Open && holdOpen && sig == SignalProbe {
+		return Stay, ""
+	}
+	return action, sig
 }

@@ -1,4 +1,4 @@
-package breaker
+package decide
 
 import (
 	"time"
@@ -50,7 +50,7 @@ func Damp(t config.Target, reopenings int) time.Duration {
 	if reopenings <= 0 || !t.DampFlapping {
 		return 0
 	}
-	return doubled(DampClosePeriods*closePeriod(t), reopenings-1, MaxDampDoublings)
+	return Doubled(DampClosePeriods*closePeriod(t), reopenings-1, MaxDampDoublings)
 }
 
 // Reopenings is the count of re-openings in a row after an opening at
@@ -62,4 +62,10 @@ func Reopenings(t config.Target, before int, closedAt, now time.Time) int {
 		return 0
 	}
 	return before + 1
+}
+
+// Doubled is base doubled times times (none below zero), at most
+// maxDoublings times: the backoff of MinOpen and of flap damping.
+func Doubled(base time.Duration, times, maxDoublings int) time.Duration {
+	return base << min(max(times, 0), maxDoublings)
 }

@@ -1,4 +1,4 @@
-package breaker
+package decide_test
 
 import (
 	"encoding/json"
@@ -7,6 +7,8 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 
+	"github.com/webhook-guard/webhook-guard/internal/breaker/breakertest"
+	"github.com/webhook-guard/webhook-guard/internal/breaker/decide"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 	"github.com/webhook-guard/webhook-guard/internal/probe"
@@ -30,23 +32,23 @@ func FuzzPlan(f *testing.F) {
 		if len(data) < 2 {
 			return
 		}
-		policies := []*admissionregistrationv1.FailurePolicyType{nil, policyFail, policyIgnore}
+		policies := []*admissionregistrationv1.FailurePolicyType{nil, breakertest.PolicyFail, breakertest.PolicyIgnore}
 		modes := []config.Mode{config.ModeIgnore, config.ModeBypass}
 		setup, ops := data[0], data[1:]
 		tgts := []config.Target{
-			withSignal(target(whA, modes[setup&1], 1+int(setup>>1&3), 1+int(setup>>3&3))),
-			target(whB, modes[setup>>5&1], 2, 2),
+			breakertest.WithSignal(breakertest.Target(breakertest.WhA, modes[setup&1], 1+int(setup>>1&3), 1+int(setup>>3&3))),
+			breakertest.Target(breakertest.WhB, modes[setup>>5&1], 2, 2),
 		}
 		tgts[1].APIServerSignal.Enabled = setup>>6&1 == 1
-		orig := newConfig(newWebhook(whA, policies[int(data[1])%3], mc("x")), newWebhook(whOther, policyFail), newWebhook(whB, policyFail))
+		orig := breakertest.Config(breakertest.Webhook(breakertest.WhA, policies[int(data[1])%3], breakertest.MC("x")), breakertest.Webhook(breakertest.WhOther, breakertest.PolicyFail), breakertest.Webhook(breakertest.WhB, breakertest.PolicyFail))
 		cur := orig.DeepCopy()
-		counts, apiserver := map[string]Counts{}, map[string]Counts{}
-		now := testNow
+		counts, apiserver := map[string]decide.Counts{}, map[string]decide.Counts{}
+		now := breakertest.Now
 		step := func() {
 			now = now.Add(time.Second)
 			prev := cur.DeepCopy()
-			next, _, err := Plan(cur, Inputs{Targets: tgts, Counts: counts, APIServer: apiserver, Now: now, Signer: "me",
-				MinOpen: map[string]time.Duration{whA: 2 * time.Second, whB: 0}})
+			next, _, err := decide.Plan(cur, decide.Inputs{Targets: tgts, Counts: counts, APIServer: apiserver, Now: now, Signer: "me",
+				MinOpen: map[string]time.Duration{breakertest.WhA: 2 * time.Second, breakertest.WhB: 0}})
 			if err != nil {
 				t.Fatalf("Plan failed on a record it wrote: %v", err)
 			}
@@ -58,7 +60,7 @@ func FuzzPlan(f *testing.F) {
 			if err != nil {
 				t.Fatalf("Plan wrote an unreadable record: %v", err)
 			}
-			if !equalJSON(circuit.FindWebhook(cur, whOther), circuit.FindWebhook(orig, whOther)) || len(cur.Webhooks) != 3 || cur.Webhooks[1].Name != whOther {
+			if !equalJSON(circuit.FindWebhook(cur, breakertest.WhOther), circuit.FindWebhook(orig, breakertest.WhOther)) || len(cur.Webhooks) != 3 || cur.Webhooks[1].Name != breakertest.WhOther {
 				t.Fatal("the non-target webhook or the order changed")
 			}
 			for _, tg := range tgts {
@@ -75,15 +77,15 @@ func FuzzPlan(f *testing.F) {
 		for _, op := range ops {
 			switch op % 10 {
 			case 0, 1, 2: // a failed probe of each
-				for _, n := range []string{whA, whB} {
+				for _, n := range []string{breakertest.WhA, breakertest.WhB} {
 					c := counts[n]
-					c.Observe(failedResult(probe.ReasonTimeout))
+					c.Observe(breakertest.FailedResult(probe.ReasonTimeout))
 					counts[n] = c
 				}
 			case 3, 4: // a healthy probe of each
-				for _, n := range []string{whA, whB} {
+				for _, n := range []string{breakertest.WhA, breakertest.WhB} {
 					c := counts[n]
-					c.Observe(healthyResult())
+					c.Observe(breakertest.HealthyResult())
 					counts[n] = c
 				}
 			case 5: // the administrator toggles the override
@@ -93,17 +95,17 @@ func FuzzPlan(f *testing.F) {
 					delete(cur.Annotations, circuit.OverrideAnnotation)
 				}
 			case 6: // someone removes the marker of whA despite the guard
-				circuit.RemoveBypass(circuit.FindWebhook(cur, whA))
+				circuit.RemoveBypass(circuit.FindWebhook(cur, breakertest.WhA))
 			case 7: // an Unknown result moves nothing
-				c := counts[whA]
-				c.Observe(unknownResult())
-				counts[whA] = c
+				c := counts[breakertest.WhA]
+				c.Observe(breakertest.UnknownResult())
+				counts[breakertest.WhA] = c
 			case 8, 9: // the apiserver's calls fail (8) or succeed (9)
-				r := healthyResult()
+				r := breakertest.HealthyResult()
 				if op%10 == 8 {
-					r = failedResult(ReasonAPIServerCalls)
+					r = breakertest.FailedResult(decide.ReasonAPIServerCalls)
 				}
-				for _, n := range []string{whA, whB} {
+				for _, n := range []string{breakertest.WhA, breakertest.WhB} {
 					c := apiserver[n]
 					c.Observe(r)
 					apiserver[n] = c
@@ -113,12 +115,12 @@ func FuzzPlan(f *testing.F) {
 		}
 		delete(cur.Annotations, circuit.OverrideAnnotation)
 		for i := 0; i < 6; i++ {
-			for _, n := range []string{whA, whB} {
+			for _, n := range []string{breakertest.WhA, breakertest.WhB} {
 				c := counts[n]
-				c.Observe(healthyResult())
+				c.Observe(breakertest.HealthyResult())
 				counts[n] = c
 				a := apiserver[n]
-				a.Observe(healthyResult())
+				a.Observe(breakertest.HealthyResult())
 				apiserver[n] = a
 			}
 			step()

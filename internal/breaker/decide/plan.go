@@ -1,4 +1,4 @@
-package breaker
+package decide
 
 import (
 	"fmt"
@@ -242,8 +242,8 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 				continue // Ignore is already the administrator's baseline.
 			}
 			original := cur.Webhooks[circuit.WebhookIndex(cur, t.Webhook)].FailurePolicy
-			reason, why := openedBecause(signal, c, in.APIServer[t.Webhook])
-			why += pathNote(signal, in.Path[t.Webhook])
+			reason, why := OpenedBecause(signal, c, in.APIServer[t.Webhook])
+			why += PathNote(signal, in.Path[t.Webhook])
 			rec[t.Webhook] = circuit.Entry{
 				UID:                   cur.UID,
 				Mode:                  t.Mode,
@@ -268,11 +268,11 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 			delete(rec, t.Webhook)
 			because, trial := fmt.Sprintf("after %d consecutive healthy probes", c.Successes), trialNote(t, entry)
 			if signal == SignalPath {
-				because, trial = pathClosedBecause(in.Path[t.Webhook]), ""
+				because, trial = PathClosedBecause(in.Path[t.Webhook]), ""
 			}
 			if signal == SignalAPIServer {
 				because = fmt.Sprintf("after %d intervals in which the probe could not run (last: %v) while the apiserver's own calls to the webhook succeeded for %d intervals",
-					c.Unknowns, unknownErr(c), in.APIServer[t.Webhook].Successes)
+					c.Unknowns, UnknownErr(c), in.APIServer[t.Webhook].Successes)
 			}
 			changes = append(changes, Change{Webhook: t.Webhook, Kind: Closed, Message: fmt.Sprintf(
 				"closed the circuit on %s %s; restored failurePolicy %s (open since %s)%s",
@@ -333,3 +333,13 @@ func handOffUnreadable(cur *admissionregistrationv1.MutatingWebhookConfiguration
 			"it removed the record and its bypass markers, failurePolicy stays as it is now; remove the annotation %s to hand it back; override reason: %q; the record was: %q",
 		circuit.OverrideAnnotation, reason, cur.Annotations[circuit.Annotation])}}, nil
 }
+
+// The transitions of a target in Observe mode (config.ModeObserve): what
+// the breaker would have written. Nothing is written; they are reported
+// as Events and counted in webhook_guard_circuit_transitions_total.
+const (
+	// WouldOpen: the circuit would have opened.
+	WouldOpen ChangeKind = "CircuitWouldOpen"
+	// WouldClose: a circuit that would have been open would have closed.
+	WouldClose ChangeKind = "CircuitWouldClose"
+)

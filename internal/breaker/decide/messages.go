@@ -1,4 +1,4 @@
-package breaker
+package decide
 
 import (
 	"fmt"
@@ -26,17 +26,17 @@ func HandOffOriginal(e circuit.Entry) string {
 // Event (guard status) can find it in the note.
 const OriginalPrefix = "original failurePolicy "
 
-// unknownErr is the error of c's last Unknown result.
-func unknownErr(c Counts) error {
+// UnknownErr is the error of c's last Unknown result.
+func UnknownErr(c Counts) error {
 	if c.LastUnknown == nil {
 		return nil
 	}
 	return c.LastUnknown.Err
 }
 
-// openedBecause returns the record's reason and the Event's explanation of
+// OpenedBecause returns the record's reason and the Event's explanation of
 // an opening by signal.
-func openedBecause(signal string, probeCounts, apiserver Counts) (string, string) {
+func OpenedBecause(signal string, probeCounts, apiserver Counts) (string, string) {
 	probeSays := func() string {
 		return fmt.Sprintf("after %d consecutive failed probes (last: %s: %v)", probeCounts.Failures, probeCounts.Last.Reason, probeCounts.Last.Err)
 	}
@@ -106,4 +106,55 @@ func admittedNote(t config.Target, entry circuit.Entry, in Inputs) string {
 		note += fmt.Sprintf("; %.0f objects were marked %s=%s (guard unmutated lists them)", m, circuit.UnmutatedLabel, marking.ID(t.Configuration, t.Webhook))
 	}
 	return note
+}
+
+// PathNote says, for an opening Event, what confirmed the apiserver's
+// failing calls, or what the path probe alone found.
+func PathNote(signal string, path Path) string {
+	if signal == SignalRoad {
+		return fmt.Sprintf(": %d probes in a row through kube-apiserver's service proxy, which dials through the same egress as its webhook calls, failed to connect (last: %s: %v); no request a tenant sends can cause that",
+			path.Failures, path.Last.Reason, path.Last.Err)
+	}
+	if signal != SignalAPIServer && signal != SignalBoth {
+		return ""
+	}
+	switch path.Road {
+	case RoadService:
+		return fmt.Sprintf("; confirmed by %d failed probes in a row through kube-apiserver's service proxy, which dials through the same egress as its webhook calls (last: %s: %v)",
+			path.Failures, path.Last.Reason, path.Last.Err)
+	case RoadURL:
+		return "; no probe travels a url webhook's road, and withoutPathProbe: Open lets the apiserver's calls alone open it"
+	}
+	return ""
+}
+
+// PathClosedBecause says, for a closing Event, why the path probe closed
+// a circuit.
+func PathClosedBecause(path Path) string {
+	return fmt.Sprintf("after %d consecutive healthy probes through kube-apiserver's service proxy: its road to the webhook works again", path.Successes)
+}
+
+// PathSays explains, for the SignalsDisagree Event of a target whose
+// direct probe is healthy while the apiserver's calls fail, what the path
+// evidence says about the road.
+func PathSays(t config.Target, path Path) string {
+	shared := ""
+	if path.SharedWith != "" {
+		shared = fmt.Sprintf("; kube-apiserver also counts the webhook of the same name in %s %s under this name", t.Kind.ObjectKind(), path.SharedWith)
+	}
+	switch {
+	case path.Road == RoadService && path.Failures > 0:
+		return fmt.Sprintf(": a probe through kube-apiserver's service proxy, which dials through the same egress, fails too (%s: %v): the apiserver's path to the webhook is broken; "+
+			"check konnectivity or the egress proxy, firewalls between the control plane and the nodes, and NetworkPolicies allowing the control plane to the webhook's port%s", path.Last.Reason, path.Last.Err, shared)
+	case path.Road == RoadService && path.Successes > 0:
+		return fmt.Sprintf(": a probe through kube-apiserver's service proxy, which dials through the same egress, reaches the webhook's server, so the road works: "+
+			"the failing calls fail because of what they carry (requests the webhook cannot answer in time) or are another webhook's of the same name%s; nothing opens on them", shared)
+	case path.Road == RoadService && path.LastUnknown != nil:
+		return fmt.Sprintf(": the probe through kube-apiserver's service proxy cannot tell whether the road works (%v), so nothing opens on them%s", path.LastUnknown.Err, shared)
+	case path.Road == RoadURL && PathBroken(path, t, 1):
+		return ": the apiserver's path to the webhook is broken (withoutPathProbe: Open: no probe travels a url webhook's road, so the apiserver's calls alone open it); check the control plane's route to the webhook's URL"
+	case path.Road == RoadURL:
+		return fmt.Sprintf(": no probe travels a url webhook's road, so nothing opens on them (withoutPathProbe: Report): check the control plane's route to the webhook's URL, or requests that make the webhook fail%s", shared)
+	}
+	return ": the apiserver's path to the webhook may be broken; nothing opens until a probe through kube-apiserver's service proxy confirms it" + shared
 }

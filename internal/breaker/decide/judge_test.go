@@ -1,0 +1,289 @@
+package decide_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/webhook-guard/webhook-guard/internal/breaker/breakertest"
+	"github.com/webhook-guard/webhook-guard/internal/breaker/decide"
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
+	"github.com/webhook-guard/webhook-guard/internal/config"
+	"github.com/webhook-guard/webhook-guard/internal/probe"
+)
+
+func TestJudge_table(t *testing.T) {
+	cases := map[string]struct {
+		open                  bool
+		failures, successes   int
+		openAfter, closeAfter int
+		want                  decide.Action
+	}{
+		"a closed circuit with no probes stays":                       {open: false, openAfter: 3, closeAfter: 5, want: decide.Stay},
+		"a closed circuit below the failure threshold stays":          {open: false, failures: 2, openAfter: 3, closeAfter: 5, want: decide.Stay},
+		"a closed circuit at the failure threshold opens":             {open: false, failures: 3, openAfter: 3, closeAfter: 5, want: decide.Open},
+		"a closed circuit above the failure threshold opens":          {open: false, failures: 7, openAfter: 3, closeAfter: 5, want: decide.Open},
+		"a closed circuit with successes stays closed":                {open: false, successes: 10, openAfter: 3, closeAfter: 5, want: decide.Stay},
+		"an open circuit below the success threshold stays":           {open: true, successes: 4, openAfter: 3, closeAfter: 5, want: decide.Stay},
+		"an open circuit at the success threshold closes":             {open: true, successes: 5, openAfter: 3, closeAfter: 5, want: decide.Close},
+		"an open circuit above the success threshold closes":          {open: true, successes: 9, openAfter: 3, closeAfter: 5, want: decide.Close},
+		"an open circuit with failures stays open":                    {open: true, failures: 10, openAfter: 3, closeAfter: 5, want: decide.Stay},
+		"an open circuit with no probes stays":                        {open: true, openAfter: 3, closeAfter: 5, want: decide.Stay},
+		"a closed circuit with threshold one opens after one failure": {open: false, failures: 1, openAfter: 1, closeAfter: 1, want: decide.Open},
+		"a closed circuit with threshold one stays with no failure":   {open: false, successes: 1, openAfter: 1, closeAfter: 1, want: decide.Stay},
+		"an open circuit with threshold one closes after one success": {open: true, successes: 1, openAfter: 1, closeAfter: 1, want: decide.Close},
+		"an open circuit with threshold one stays with no success":    {open: true, failures: 1, openAfter: 1, closeAfter: 1, want: decide.Stay},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			c := decide.Counts{Failures: tc.failures, Successes: tc.successes}
+			assert.Equal(t, tc.want, decide.Judge(tc.open, c, tc.openAfter, tc.closeAfter))
+		})
+	}
+}
+
+func TestCounts_Observe_sequences(t *testing.T) {
+	cases := map[string]struct {
+		seq                 string
+		failures, successes int
+		last                probe.Outcome
+		lastUnknown         bool
+	}{
+		"no probes leaves everything zero":                   {seq: "", last: ""},
+		"two failures count two":                             {seq: "FF", failures: 2, last: probe.OutcomeFailed},
+		"a success after failures resets the failures":       {seq: "FFH", successes: 1, last: probe.OutcomeHealthy},
+		"a failure after a success resets the successes":     {seq: "FFHF", failures: 1, last: probe.OutcomeFailed},
+		"alternating ends on the last outcome":               {seq: "HFHFHF", failures: 1, last: probe.OutcomeFailed},
+		"a run of successes counts them all":                 {seq: "FHHHH", successes: 4, last: probe.OutcomeHealthy},
+		"unknown in the middle of failures does not reset":   {seq: "FFUF", failures: 3, last: probe.OutcomeFailed},
+		"unknown in the middle of successes does not reset":  {seq: "HUUH", successes: 2, last: probe.OutcomeHealthy},
+		"trailing unknown keeps the counts and is recorded":  {seq: "FFU", failures: 2, last: probe.OutcomeFailed, lastUnknown: true},
+		"only unknowns move nothing":                         {seq: "UUU", last: "", lastUnknown: true},
+		"a known result after an unknown clears LastUnknown": {seq: "UH", successes: 1, last: probe.OutcomeHealthy},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var c decide.Counts
+			observeSeq(t, &c, tc.seq)
+			assert.Equal(t, tc.failures, c.Failures, "failures")
+			assert.Equal(t, tc.successes, c.Successes, "successes")
+			assert.Equal(t, tc.last, c.Last.Outcome, "last outcome")
+			if tc.lastUnknown {
+				require.NotNil(t, c.LastUnknown)
+				assert.Equal(t, probe.OutcomeUnknown, c.LastUnknown.Outcome)
+			} else {
+				assert.Nil(t, c.LastUnknown)
+			}
+		})
+	}
+}
+
+func TestCounts_Observe_unknownMovesNothing(t *testing.T) {
+	cases := map[string]decide.Counts{
+		"zero counts stay zero":                     {},
+		"failures are not reset":                    {Failures: 2, Last: breakertest.FailedResult(probe.ReasonTLS)},
+		"successes are not reset":                   {Successes: 4, Last: breakertest.HealthyResult()},
+		"an earlier unknown is replaced by the new": {Failures: 1, Last: breakertest.FailedResult(probe.ReasonRefused), LastUnknown: &probe.Result{Outcome: probe.OutcomeUnknown}},
+	}
+	for name, before := range cases {
+		t.Run(name, func(t *testing.T) {
+			c := before
+			u := breakertest.UnknownResult()
+			c.Observe(u)
+			assert.Equal(t, before.Failures, c.Failures)
+			assert.Equal(t, before.Successes, c.Successes)
+			assert.Equal(t, before.Last, c.Last, "Last is the last known result")
+			require.NotNil(t, c.LastUnknown)
+			assert.Equal(t, u, *c.LastUnknown, "LastUnknown is the newest unknown")
+		})
+	}
+}
+
+func TestCounts_Observe_lastBookkeeping(t *testing.T) {
+	var c decide.Counts
+	c.Observe(breakertest.FailedResult(probe.ReasonRefused))
+	c.Observe(breakertest.FailedResult(probe.ReasonTLS))
+	assert.Equal(t, probe.ReasonTLS, c.Last.Reason, "Last is the most recent known result")
+	assert.Nil(t, c.LastUnknown)
+
+	u1 := breakertest.UnknownResult()
+	c.Observe(u1)
+	u2 := probe.Result{Outcome: probe.OutcomeUnknown, Err: errors.New("second unknown")}
+	c.Observe(u2)
+	assert.Equal(t, probe.ReasonTLS, c.Last.Reason, "unknowns do not replace Last")
+	require.NotNil(t, c.LastUnknown)
+	assert.Equal(t, "second unknown", c.LastUnknown.Err.Error(), "LastUnknown is the newest unknown")
+	assert.Equal(t, 2, c.Failures)
+
+	c.Observe(breakertest.FailedResult(probe.ReasonNoRoute))
+	assert.Equal(t, 3, c.Failures)
+	assert.Equal(t, probe.ReasonNoRoute, c.Last.Reason)
+	assert.Nil(t, c.LastUnknown, "a known result clears LastUnknown")
+
+	c.Observe(breakertest.HealthyResult())
+	assert.Equal(t, 0, c.Failures)
+	assert.Equal(t, 1, c.Successes)
+	assert.Equal(t, probe.OutcomeHealthy, c.Last.Outcome)
+	assert.Empty(t, c.Last.Reason)
+}
+
+// An unknown outcome the breaker does not know by name (for example the
+// zero value) must be treated as Unknown too.
+func TestCounts_Observe_unrecognisedOutcomeMovesNothing(t *testing.T) {
+	c := decide.Counts{Failures: 2, Last: breakertest.FailedResult(probe.ReasonTimeout)}
+	c.Observe(probe.Result{})
+	assert.Equal(t, 2, c.Failures)
+	assert.Equal(t, 0, c.Successes)
+	assert.Equal(t, probe.ReasonTimeout, c.Last.Reason)
+}
+
+func TestCounts_ExpireFailures(t *testing.T) {
+	cases := map[string]struct {
+		seq          string
+		after        int
+		wantFailures int
+	}{
+		"failures followed by fewer Unknowns still count":       {"FFU", 3, 2},
+		"failures followed by openAfter Unknowns stop counting": {"FFUUU", 3, 0},
+		"a failure after the Unknowns starts a new run":         {"FFUUUF", 3, 1},
+		"0 keeps them however many Unknowns follow":             {"FFUUUUUU", 0, 2},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var c decide.Counts
+			for _, ch := range tc.seq {
+				observeSeq(t, &c, string(ch))
+				c.ExpireFailures(tc.after)
+			}
+			assert.Equal(t, tc.wantFailures, c.Failures)
+		})
+	}
+}
+
+func TestPlan_holdOpenStopsOpeningsNotClosings(t *testing.T) {
+	base := breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail), breakertest.Webhook(breakertest.WhB, breakertest.PolicyFail))
+	tgts := []config.Target{breakertest.Target(breakertest.WhA, config.ModeBypass, 1, 1), breakertest.Target(breakertest.WhB, config.ModeBypass, 1, 1)}
+	cur := breakertest.WithEntries(t, base, circuit.Record{breakertest.WhB: breakertest.EntryFor(config.ModeBypass, breakertest.PolicyFail)})
+	_, changes := breakertest.Plan(t, cur, decide.Inputs{Targets: tgts, HoldOpen: true, Counts: map[string]decide.Counts{breakertest.WhA: breakertest.Failing(3, probe.ReasonTimeout), breakertest.WhB: breakertest.Healthy(3)}})
+	assert.Equal(t, map[string]decide.ChangeKind{breakertest.WhB: decide.Closed}, breakertest.Kinds(changes))
+}
+
+// observeSeq feeds a sequence written as letters: H healthy, F failed
+// (reason timeout), U unknown.
+func observeSeq(t *testing.T, c *decide.Counts, seq string) {
+	t.Helper()
+	for _, ch := range seq {
+		switch ch {
+		case 'H':
+			c.Observe(breakertest.HealthyResult())
+		case 'F':
+			c.Observe(breakertest.FailedResult(probe.ReasonTimeout))
+		case 'U':
+			c.Observe(breakertest.UnknownResult())
+		default:
+			t.Fatalf("bad sequence letter %q", ch)
+		}
+	}
+}
+
+func TestJudgeTarget(t *testing.T) {
+	unknownAfterFailing := breakertest.APIServerFailing(2)
+	unknownAfterFailing.Observe(probe.Result{Outcome: probe.OutcomeUnknown})
+	// An open circuit's probe that failed, then could not run.
+	probeUnknown := func(n int) decide.Counts {
+		c := breakertest.Failing(3, probe.ReasonTimeout)
+		for range n {
+			c.Observe(probe.Result{Outcome: probe.OutcomeUnknown})
+		}
+		return c
+	}
+	pathUnknown := decide.Path{Road: decide.RoadService}
+	pathUnknown.Observe(probe.Result{Outcome: probe.OutcomeUnknown, Err: errors.New("forbidden")})
+	url := decide.Path{Road: decide.RoadURL}
+	urlShared := decide.Path{Road: decide.RoadURL, SharedWith: "istio-revision-canary"}
+	byAPIServer := circuit.Entry{Signal: decide.SignalAPIServer}
+	byBoth := circuit.Entry{Signal: decide.SignalBoth}
+	byProbe := circuit.Entry{Signal: decide.SignalProbe}
+	byRoad := circuit.Entry{Signal: decide.SignalRoad}
+	cases := map[string]struct {
+		open       bool
+		entry      circuit.Entry
+		probe, api decide.Counts
+		path       decide.Path
+		mode       config.Mode
+		disabled   bool
+		alone      bool // withoutPathProbe: Open
+		want       decide.Action
+		wantSignal string
+	}{
+		"the probe alone opens": {probe: breakertest.Failing(3, probe.ReasonTimeout), api: breakertest.Healthy(5), want: decide.Open, wantSignal: decide.SignalProbe},
+		"the apiserver opens when the path probe confirms a broken road":               {probe: breakertest.Healthy(9), api: breakertest.APIServerFailing(3), path: breakertest.PathFailing(3), want: decide.Open, wantSignal: decide.SignalAPIServer},
+		"both at once open once, named both":                                           {probe: breakertest.Failing(3, probe.ReasonTimeout), api: breakertest.APIServerFailing(3), path: breakertest.PathFailing(3), want: decide.Open, wantSignal: decide.SignalBoth},
+		"the probe and unconfirmed apiserver failures: the probe's opening":            {probe: breakertest.Failing(3, probe.ReasonTimeout), api: breakertest.APIServerFailing(3), path: breakertest.PathHealthy(3), want: decide.Open, wantSignal: decide.SignalProbe},
+		"a tenant's failing requests open nothing: the road works":                     {probe: breakertest.Healthy(9), api: breakertest.APIServerFailing(30), path: breakertest.PathHealthy(30), want: decide.Stay},
+		"the road not yet confirmed for openAfter probes opens nothing":                {probe: breakertest.Healthy(9), api: breakertest.APIServerFailing(3), path: breakertest.PathFailing(2), want: decide.Stay},
+		"a path probe that cannot run opens nothing":                                   {probe: breakertest.Healthy(9), api: breakertest.APIServerFailing(9), path: pathUnknown, want: decide.Stay},
+		"a road not read yet opens nothing":                                            {probe: breakertest.Healthy(9), api: breakertest.APIServerFailing(9), want: decide.Stay},
+		"a url webhook's failing calls open nothing by default":                        {probe: breakertest.Healthy(9), api: breakertest.APIServerFailing(9), path: url, want: decide.Stay},
+		"a url webhook's failing calls open alone under withoutPathProbe: Open":        {probe: breakertest.Healthy(9), api: breakertest.APIServerFailing(3), path: url, alone: true, want: decide.Open, wantSignal: decide.SignalAPIServer},
+		"a url webhook whose name another configuration shares opens nothing, even so": {probe: breakertest.Healthy(9), api: breakertest.APIServerFailing(9), path: urlShared, alone: true, want: decide.Stay},
+		"a disabled apiserver signal opens nothing":                                    {probe: breakertest.Healthy(9), api: breakertest.APIServerFailing(9), path: breakertest.PathFailing(9), disabled: true, want: decide.Stay},
+		"too few failing intervals open nothing":                                       {probe: breakertest.Failing(2, probe.ReasonTimeout), api: breakertest.APIServerFailing(2), path: breakertest.PathFailing(2), want: decide.Stay},
+		"a broken road opens alone while the direct probe is healthy":                  {probe: breakertest.Healthy(9), path: breakertest.PathFailing(3), want: decide.Open, wantSignal: decide.SignalRoad},
+		"a broken road opens alone before any apiserver observation":                   {path: breakertest.PathFailing(3), want: decide.Open, wantSignal: decide.SignalRoad},
+		"a road broken only openAfter-1 times opens nothing":                           {probe: breakertest.Healthy(9), api: breakertest.APIServerFailing(1), path: breakertest.PathFailing(2), want: decide.Stay},
+		"a tenant's failing calls on a working road keep it closed":                    {probe: breakertest.Healthy(9), api: breakertest.APIServerFailing(3), path: breakertest.PathHealthy(1), want: decide.Stay},
+		"a broken road opens nothing when the apiserver signal is disabled":            {probe: breakertest.Healthy(9), path: breakertest.PathFailing(9), disabled: true, want: decide.Stay},
+		"a url road has no path probe to open alone":                                   {probe: breakertest.Healthy(9), path: url, want: decide.Stay},
+
+		"Bypass closes on the probe alone (no traffic while open)":                          {open: true, entry: byProbe, mode: config.ModeBypass, probe: breakertest.Healthy(2), api: breakertest.APIServerFailing(4), want: decide.Close},
+		"Ignore closes while a tenant's calls fail: the road works":                         {open: true, entry: byProbe, mode: config.ModeIgnore, probe: breakertest.Healthy(9), api: breakertest.APIServerFailing(1), path: breakertest.PathHealthy(1), want: decide.Close},
+		"Ignore closes while calls fail and no path probe can tell":                         {open: true, entry: byProbe, mode: config.ModeIgnore, probe: breakertest.Healthy(9), api: breakertest.APIServerFailing(1), path: pathUnknown, want: decide.Close},
+		"no Fail goes back while the path probe fails (Ignore)":                             {open: true, entry: byProbe, mode: config.ModeIgnore, probe: breakertest.Healthy(9), api: breakertest.APIServerFailing(1), path: breakertest.PathFailing(1), want: decide.Stay},
+		"no Fail goes back while the path probe fails (Bypass)":                             {open: true, entry: byProbe, mode: config.ModeBypass, probe: breakertest.Healthy(9), path: breakertest.PathFailing(1), want: decide.Stay},
+		"Ignore on a url road under withoutPathProbe: Open waits for the apiserver's calls": {open: true, entry: byProbe, mode: config.ModeIgnore, probe: breakertest.Healthy(9), api: breakertest.APIServerFailing(1), path: url, alone: true, want: decide.Stay},
+		"Ignore on a url road closes once the apiserver's calls stop (Unknown)":             {open: true, entry: byProbe, mode: config.ModeIgnore, probe: breakertest.Healthy(2), api: unknownAfterFailing, path: url, alone: true, want: decide.Close},
+		"Ignore on a url road under Report does not wait for the apiserver's calls":         {open: true, entry: byProbe, mode: config.ModeIgnore, probe: breakertest.Healthy(2), api: breakertest.APIServerFailing(1), path: url, want: decide.Close},
+		"Ignore closes once the apiserver's calls succeed":                                  {open: true, entry: byProbe, mode: config.ModeIgnore, probe: breakertest.Healthy(2), api: breakertest.Healthy(1), want: decide.Close},
+		"Ignore ignores the apiserver when the signal is disabled":                          {open: true, entry: byProbe, mode: config.ModeIgnore, probe: breakertest.Healthy(2), api: breakertest.APIServerFailing(1), path: breakertest.PathFailing(3), disabled: true, want: decide.Close},
+		"an open circuit never closes on the apiserver signal only":                         {open: true, entry: byProbe, mode: config.ModeIgnore, probe: breakertest.Healthy(1), api: breakertest.Healthy(9), want: decide.Stay},
+
+		"a circuit the road opened closes on closeAfter healthy path probes":                    {open: true, entry: byAPIServer, mode: config.ModeBypass, probe: breakertest.Healthy(1), path: breakertest.PathHealthy(2), want: decide.Close, wantSignal: decide.SignalPath},
+		"a circuit the road opened stays while the path probe fails, however healthy the probe": {open: true, entry: byAPIServer, mode: config.ModeBypass, probe: breakertest.Healthy(99), path: breakertest.PathFailing(1), want: decide.Stay},
+		"a circuit the road opened waits for closeAfter path probes":                            {open: true, entry: byAPIServer, mode: config.ModeBypass, probe: breakertest.Healthy(99), path: breakertest.PathHealthy(1), want: decide.Stay},
+		"a circuit the road opened stays while the direct probe fails":                          {open: true, entry: byAPIServer, mode: config.ModeIgnore, probe: breakertest.Failing(1, probe.ReasonTimeout), path: breakertest.PathHealthy(9), want: decide.Stay},
+		"a circuit the road opened stays while the path probe cannot run":                       {open: true, entry: byAPIServer, mode: config.ModeBypass, probe: breakertest.Healthy(9), path: pathUnknown, want: decide.Stay},
+		"a circuit the road opened ignores a tenant's failing calls (Ignore)":                   {open: true, entry: byAPIServer, mode: config.ModeIgnore, probe: breakertest.Healthy(9), api: breakertest.APIServerFailing(9), path: breakertest.PathHealthy(2), want: decide.Close, wantSignal: decide.SignalPath},
+		"a circuit both opened needs both probes healthy":                                       {open: true, entry: byBoth, mode: config.ModeBypass, probe: breakertest.Healthy(1), path: breakertest.PathHealthy(9), want: decide.Stay},
+		"a circuit both opened closes when both are healthy":                                    {open: true, entry: byBoth, mode: config.ModeBypass, probe: breakertest.Healthy(2), path: breakertest.PathHealthy(2), want: decide.Close, wantSignal: decide.SignalPath},
+		"a circuit the apiserver opened on a url road closes on the probe":                      {open: true, entry: byAPIServer, mode: config.ModeBypass, probe: breakertest.Healthy(2), path: url, alone: true, want: decide.Close},
+		"a circuit the road alone opened closes on closeAfter healthy path probes":              {open: true, entry: byRoad, mode: config.ModeBypass, probe: breakertest.Healthy(1), path: breakertest.PathHealthy(2), want: decide.Close, wantSignal: decide.SignalPath},
+		"a circuit the road alone opened waits for closeAfter healthy path probes":              {open: true, entry: byRoad, mode: config.ModeIgnore, probe: breakertest.Healthy(99), path: breakertest.PathHealthy(1), want: decide.Stay},
+		"a circuit the road alone opened stays while the road is broken":                        {open: true, entry: byRoad, mode: config.ModeIgnore, probe: breakertest.Healthy(99), path: breakertest.PathFailing(1), want: decide.Stay},
+
+		"a probe Unknown for closeAfter intervals closes when the apiserver's calls succeed": {
+			open: true, entry: byProbe, mode: config.ModeIgnore, probe: probeUnknown(2), api: breakertest.Healthy(2), want: decide.Close, wantSignal: decide.SignalAPIServer},
+		"a probe Unknown for closeAfter intervals holds while the apiserver's calls fail": {
+			open: true, entry: byProbe, mode: config.ModeIgnore, probe: probeUnknown(2), api: breakertest.APIServerFailing(5), want: decide.Stay},
+		"a probe Unknown for closeAfter intervals holds without apiserver traffic (Bypass)": {
+			open: true, entry: byProbe, mode: config.ModeBypass, probe: probeUnknown(5), api: unknownAfterFailing, want: decide.Stay},
+		"a probe Unknown for fewer than closeAfter intervals waits": {
+			open: true, entry: byProbe, mode: config.ModeIgnore, probe: probeUnknown(1), api: breakertest.Healthy(9), want: decide.Stay},
+		"a probe Unknown holds when the apiserver signal is disabled": {
+			open: true, entry: byProbe, mode: config.ModeIgnore, probe: probeUnknown(9), api: breakertest.Healthy(9), disabled: true, want: decide.Stay},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			tgt := breakertest.WithSignal(breakertest.Target(breakertest.WhA, tc.mode, 3, 2))
+			tgt.APIServerSignal.Enabled = !tc.disabled
+			if tc.alone {
+				tgt.APIServerSignal.WithoutPathProbe = config.WithoutPathProbeOpen
+			}
+			action, signal := decide.JudgeTarget(tc.open, tc.entry, tc.probe, tc.api, tc.path, tgt)
+			assert.Equal(t, tc.want, action)
+			assert.Equal(t, tc.wantSignal, signal)
+		})
+	}
+}
