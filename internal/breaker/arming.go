@@ -156,7 +156,7 @@ func (r *ConfigurationReconciler) showAhead(ctx context.Context, view *admission
 		if _, ok := ahead[t.Webhook]; !ok || armed[t.Webhook].UID != view.UID || !armed[t.Webhook].Mine(r.Signer) {
 			continue
 		}
-		due = due || in.Counts[t.Webhook].Failures >= ArmAheadAt(t)
+		due = due || in.Evidence[t.Webhook].Probe.Failures >= ArmAheadAt(t)
 		cs = append(cs, marking.Circuit{Configuration: view.Name, Webhook: t.Webhook})
 	}
 	if !due {
@@ -258,7 +258,7 @@ func (r *ConfigurationReconciler) armAhead(view *admissionregistrationv1.Mutatin
 			delete(entries, t.Webhook)
 			continue
 		}
-		due = due || in.Counts[t.Webhook].Failures >= ArmAheadAt(t)
+		due = due || in.Evidence[t.Webhook].Probe.Failures >= ArmAheadAt(t)
 	}
 	if !due {
 		return ahead, nil
@@ -284,15 +284,15 @@ func aheadEntries(view *admissionregistrationv1.MutatingWebhookConfiguration, in
 		return nil
 	}
 	pretend := in
-	pretend.Counts, pretend.Wait, pretend.Only = map[string]decide.Counts{}, nil, ""
+	pretend.Evidence, pretend.Wait, pretend.Only = map[string]decide.Evidence{}, nil, ""
 	var names []string
 	for _, t := range in.Targets {
-		c, probed := in.Counts[t.Webhook]
-		if _, open := rec[t.Webhook]; !probed || open || t.Observes() || c.Failures == 0 {
+		ev, known := in.Evidence[t.Webhook]
+		if _, open := rec[t.Webhook]; !known || ev.Unprobeable != "" || open || t.Observes() || ev.Probe.Failures == 0 {
 			continue
 		}
-		c.Failures = max(c.Failures, t.OpenAfter)
-		pretend.Counts[t.Webhook] = c
+		ev.Probe.Failures = max(ev.Probe.Failures, t.OpenAfter)
+		pretend.Evidence[t.Webhook] = ev
 		names = append(names, t.Webhook)
 	}
 	if len(names) == 0 {

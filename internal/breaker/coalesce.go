@@ -108,9 +108,10 @@ func dueSiblings(view *admissionregistrationv1.MutatingWebhookConfiguration, in 
 		if changing[t.Webhook] || t.Observes() {
 			continue
 		}
-		c, probed := in.Counts[t.Webhook]
+		ev, known := in.Evidence[t.Webhook]
+		c := ev.Probe
 		wh := circuit.FindWebhook(view, t.Webhook)
-		if !probed || wh == nil {
+		if !known || ev.Unprobeable != "" || wh == nil {
 			continue
 		}
 		entry, open := rec[t.Webhook]
@@ -153,7 +154,7 @@ func ArmsAhead(view *admissionregistrationv1.MutatingWebhookConfiguration, in de
 	}
 	var due []string
 	for _, t := range in.Targets {
-		c := in.Counts[t.Webhook]
+		c := in.Evidence[t.Webhook].Probe
 		if t.Kind == circuit.KindMutating && !t.Observes() && c.Failures >= ArmAheadAt(t) && c.Failures < t.OpenAfter {
 			if wh := circuit.FindWebhook(view, t.Webhook); wh != nil && wouldOpen(wh, t.Mode) {
 				due = append(due, t.Webhook)

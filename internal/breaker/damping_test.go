@@ -20,7 +20,7 @@ func TestState_dampFollowsTheWrittenOpeningsAndClosings(t *testing.T) {
 	s := NewState()
 	tgt := breakertest.DefaultTarget(config.ModeBypass)
 	dampNow := func() time.Duration {
-		return s.Inputs([]config.Target{tgt}, breakertest.Now, "", "1").Damp[breakertest.WhA]
+		return s.Inputs([]config.Target{tgt}, breakertest.Now, "", "1").Evidence[breakertest.WhA].Damp
 	}
 	s.Observe(tgt.Key(), breakertest.HealthyResult(), breakertest.Now)
 	at := breakertest.Now
@@ -69,8 +69,9 @@ func simulateFlapping(t *testing.T, damping bool) int {
 		}
 		s.Observe(tgt.Key(), result, at)
 		in := s.Inputs([]config.Target{tgt}, at, "", "1")
-		if !damping {
-			in.Damp = nil
+		if ev := in.Evidence[breakertest.WhA]; !damping {
+			ev.Damp = 0
+			in.Evidence[breakertest.WhA] = ev
 		}
 		next, changes, err := decide.Plan(cur, in)
 		require.NoError(t, err)

@@ -36,7 +36,7 @@
 //   - arming hold (Inputs.Wait, armingStep.hold): the openings a write
 //     leaves out, because the same write arms their marking.
 //
-// Neither is flap damping (Damp, Inputs.Damp), which holds nothing back
+// Neither is flap damping (Damp, Evidence.Damp), which holds nothing back
 // from opening: a circuit that re-opens soon after its last close stays
 // open longer before it may close again.
 //

@@ -179,13 +179,13 @@ func (r *ProbeRunner) ScrapeOnce(ctx context.Context, s *apiserverSignal) {
 		}
 		results = s.tracker.Observe(sample, start, s.thresholds)
 	}
-	shared := r.sharedNames(ctx)
+	names := r.webhookNames(ctx)
 	for _, t := range s.targets {
 		res := results[metricsWebhook(t)]
 		if t.APIServerSignal.TrafficAsProbe {
 			// kube-apiserver counts every webhook of a name as one: another
 			// configuration's calls would stand in for this one's probe.
-			healthy := res.Traffic.Healthy() && shared[sharedKey{t.Kind, t.Webhook}] == 1
+			healthy := res.Traffic.Healthy() && names.alone(t)
 			if was := r.State.ObserveTraffic(t.Key(), healthy, start); was && !healthy {
 				r.kick(t.Key())
 			}
@@ -200,17 +200,40 @@ type sharedKey struct {
 	name string
 }
 
-// sharedNames counts the configurations of each kind that hold a webhook
-// of each name, from the cache. A failed list counts nothing, and no
-// traffic stands in for a probe.
-func (r *ProbeRunner) sharedNames(ctx context.Context) map[sharedKey]int {
-	out := map[sharedKey]int{}
+// nameIndex lists, for each webhook name of each kind, the configurations
+// holding a webhook of that name, sorted: kube-apiserver's metrics name
+// webhooks by name only, so the calls of all of them are counted as one
+// (Istio's revisions do exactly this).
+type nameIndex map[sharedKey][]string
+
+// sharedWith returns the first configuration other than t's that holds a
+// webhook of t's kind and name, or "".
+func (idx nameIndex) sharedWith(t config.Target) string {
+	for _, name := range idx[sharedKey{t.Kind, t.Webhook}] {
+		if name != t.Configuration {
+			return name
+		}
+	}
+	return ""
+}
+
+// alone reports whether t's configuration is the only one holding a
+// webhook of t's kind and name.
+func (idx nameIndex) alone(t config.Target) bool {
+	return len(idx[sharedKey{t.Kind, t.Webhook}]) == 1
+}
+
+// webhookNames indexes the webhook names of every configuration, from
+// the cache. A kind whose list fails has no names: then no traffic stands
+// in for a probe, and no configuration is named as sharing one.
+func (r *ProbeRunner) webhookNames(ctx context.Context) nameIndex {
+	idx := nameIndex{}
 	opts := &client.ListOptions{UnsafeDisableDeepCopy: ptr.To(true)}
 	mutating := &admissionregistrationv1.MutatingWebhookConfigurationList{}
 	if err := r.Reader.List(ctx, mutating, opts); err == nil {
 		for _, c := range mutating.Items {
 			for _, wh := range c.Webhooks { // names are unique in a configuration
-				out[sharedKey{circuit.KindMutating, wh.Name}]++
+				idx[sharedKey{circuit.KindMutating, wh.Name}] = append(idx[sharedKey{circuit.KindMutating, wh.Name}], c.Name)
 			}
 		}
 	}
@@ -218,11 +241,14 @@ func (r *ProbeRunner) sharedNames(ctx context.Context) map[sharedKey]int {
 	if err := r.Reader.List(ctx, validating, opts); err == nil {
 		for _, c := range validating.Items {
 			for _, wh := range c.Webhooks {
-				out[sharedKey{circuit.KindValidating, wh.Name}]++
+				idx[sharedKey{circuit.KindValidating, wh.Name}] = append(idx[sharedKey{circuit.KindValidating, wh.Name}], c.Name)
 			}
 		}
 	}
-	return out
+	for _, names := range idx {
+		slices.Sort(names)
+	}
+	return idx
 }
 
 // observeAPIServer records one apiserver observation of t.

@@ -54,7 +54,7 @@ func TestPlan_apiserverSignalOpensAndSaysWhy(t *testing.T) {
 	tgt := breakertest.WithSignal(breakertest.Target(breakertest.WhA, config.ModeBypass, 3, 2))
 	in := decide.Inputs{
 		Targets: []config.Target{tgt}, Now: breakertest.Now, Signer: "breaker",
-		Counts: map[string]decide.Counts{breakertest.WhA: breakertest.Healthy(7)}, APIServer: map[string]decide.Counts{breakertest.WhA: breakertest.APIServerFailing(3)}, Path: map[string]decide.Path{breakertest.WhA: breakertest.PathFailing(3)},
+		Evidence: map[string]decide.Evidence{breakertest.WhA: {Probe: breakertest.Healthy(7), APIServer: breakertest.APIServerFailing(3), Path: breakertest.PathFailing(3)}},
 	}
 	next, changes, err := decide.Plan(cur, in)
 	require.NoError(t, err)
@@ -73,35 +73,43 @@ func TestPlan_apiserverSignalOpensAndSaysWhy(t *testing.T) {
 	assert.Equal(t, breakertest.PolicyFail, entry.OriginalFailurePolicy)
 	assert.True(t, isBypassed(next, breakertest.WhA))
 
+	// with is in with WhA's evidence changed by change, in a map of its own.
+	with := func(in decide.Inputs, change func(*decide.Evidence)) decide.Inputs {
+		ev := in.Evidence[breakertest.WhA]
+		change(&ev)
+		in.Evidence = map[string]decide.Evidence{breakertest.WhA: ev}
+		return in
+	}
 	t.Run("a tenant's failing calls, the road healthy, open nothing", func(t *testing.T) {
-		in := in
-		in.APIServer = map[string]decide.Counts{breakertest.WhA: breakertest.APIServerFailing(60)}
-		in.Path = map[string]decide.Path{breakertest.WhA: breakertest.PathHealthy(60)}
+		in := with(in, func(ev *decide.Evidence) {
+			ev.APIServer, ev.Path = breakertest.APIServerFailing(60), breakertest.PathHealthy(60)
+		})
 		_, changes, err := decide.Plan(cur, in)
 		require.NoError(t, err)
 		assert.Empty(t, changes)
 	})
 	t.Run("an outage both signals see is one change, named both", func(t *testing.T) {
-		in.Counts[breakertest.WhA] = breakertest.Failing(3, probe.ReasonTimeout)
+		in := with(in, func(ev *decide.Evidence) { ev.Probe = breakertest.Failing(3, probe.ReasonTimeout) })
 		_, changes, err := decide.Plan(cur, in)
 		require.NoError(t, err)
 		require.Len(t, changes, 1)
 		assert.Equal(t, decide.SignalBoth, changes[0].Signal)
 	})
 	t.Run("the hold stops probe openings but not the apiserver's", func(t *testing.T) {
-		in := in
+		in := with(in, func(ev *decide.Evidence) {
+			ev.Probe, ev.APIServer = breakertest.Failing(3, probe.ReasonTimeout), breakertest.Healthy(3)
+		})
 		in.HoldOpen = true
-		in.Counts = map[string]decide.Counts{breakertest.WhA: breakertest.Failing(3, probe.ReasonTimeout)}
-		in.APIServer = map[string]decide.Counts{breakertest.WhA: breakertest.Healthy(3)}
 		_, changes, err := decide.Plan(cur, in)
 		require.NoError(t, err)
 		assert.Empty(t, changes, "every probe failing at once, the apiserver's calls fine: the guard's network")
-		in.APIServer = map[string]decide.Counts{breakertest.WhA: breakertest.APIServerFailing(3)}
-		in.Path = map[string]decide.Path{breakertest.WhA: breakertest.PathHealthy(3)}
+		in = with(in, func(ev *decide.Evidence) {
+			ev.APIServer, ev.Path = breakertest.APIServerFailing(3), breakertest.PathHealthy(3)
+		})
 		_, changes, err = decide.Plan(cur, in)
 		require.NoError(t, err)
 		assert.Empty(t, changes, "the apiserver's calls fail, but the road and the webhook's server answer: a tenant's requests")
-		in.Path = map[string]decide.Path{breakertest.WhA: breakertest.PathFailing(3)}
+		in = with(in, func(ev *decide.Evidence) { ev.Path = breakertest.PathFailing(3) })
 		_, changes, err = decide.Plan(cur, in)
 		require.NoError(t, err)
 		require.Len(t, changes, 1, "the apiserver and the path probe agree the webhook is unreachable")
@@ -119,7 +127,7 @@ func TestPlan_closingEventCountsWhatWasAdmittedWithoutTheWebhook(t *testing.T) {
 	cur := breakertest.WithEntries(t, breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail)), circuit.Record{breakertest.WhA: entry})
 	in := decide.Inputs{
 		Targets: []config.Target{breakertest.WithSignal(breakertest.Target(breakertest.WhA, config.ModeBypass, 3, 2))}, Now: breakertest.Now,
-		Counts: map[string]decide.Counts{breakertest.WhA: breakertest.Healthy(2)}, APIServer: map[string]decide.Counts{}, Admitted: map[string]float64{breakertest.WhA: 1234},
+		Evidence: map[string]decide.Evidence{breakertest.WhA: {Probe: breakertest.Healthy(2), Admitted: 1234}},
 	}
 	_, changes, err := decide.Plan(cur, in)
 	require.NoError(t, err)
@@ -300,8 +308,7 @@ func TestPlan_bypassOpenedByTheApiserverOnAURLRoadStaysOpenAtLeastMinOpen(t *tes
 			tgt.APIServerSignal.WithoutPathProbe = config.WithoutPathProbeOpen
 			in := decide.Inputs{
 				Targets: []config.Target{tgt}, Now: breakertest.Now,
-				Counts: map[string]decide.Counts{breakertest.WhA: breakertest.Healthy(5)}, MinOpen: map[string]time.Duration{breakertest.WhA: tc.minOpen},
-				Path: map[string]decide.Path{breakertest.WhA: {Road: decide.RoadURL}},
+				Evidence: map[string]decide.Evidence{breakertest.WhA: {Probe: breakertest.Healthy(5), MinOpen: tc.minOpen, Path: decide.Path{Road: decide.RoadURL}}},
 			}
 			_, changes, err := decide.Plan(cur, in)
 			require.NoError(t, err)
@@ -315,7 +322,7 @@ func TestState_minOpenDoublesPerReopeningUntilTheApiserverIsHealthy(t *testing.T
 	tgt := breakertest.WithSignal(breakertest.Target(breakertest.WhA, config.ModeBypass, 3, 2))
 	tgt.APIServerSignal.MinOpen = time.Second
 	minOpenNow := func() time.Duration {
-		return s.Inputs([]config.Target{tgt}, breakertest.Now, "", "1").MinOpen[breakertest.WhA]
+		return s.Inputs([]config.Target{tgt}, breakertest.Now, "", "1").Evidence[breakertest.WhA].MinOpen
 	}
 	s.Observe(tgt.Key(), breakertest.HealthyResult(), breakertest.Now)
 	assert.Equal(t, time.Second, minOpenNow())
@@ -344,7 +351,7 @@ func TestPlan_closesAnUnknownProbesCircuitOnTheApiserversWord(t *testing.T) {
 	tgt := breakertest.WithSignal(breakertest.Target(breakertest.WhA, config.ModeIgnore, 3, 2))
 	in := decide.Inputs{
 		Targets: []config.Target{tgt}, Now: breakertest.Now, Signer: "breaker",
-		Counts: map[string]decide.Counts{breakertest.WhA: breakertest.Failing(3, probe.ReasonTimeout)}, APIServer: map[string]decide.Counts{breakertest.WhA: breakertest.Healthy(1)},
+		Evidence: map[string]decide.Evidence{breakertest.WhA: {Probe: breakertest.Failing(3, probe.ReasonTimeout), APIServer: breakertest.Healthy(1)}},
 	}
 	open, changes, err := decide.Plan(cur, in)
 	require.NoError(t, err)
@@ -353,7 +360,7 @@ func TestPlan_closesAnUnknownProbesCircuitOnTheApiserversWord(t *testing.T) {
 	for range 2 {
 		c.Observe(probe.Result{Outcome: probe.OutcomeUnknown, Err: errors.New("no resource kube-apiserver serves matches")})
 	}
-	in.Counts[breakertest.WhA], in.APIServer[breakertest.WhA] = c, breakertest.Healthy(2)
+	in.Evidence[breakertest.WhA] = decide.Evidence{Probe: c, APIServer: breakertest.Healthy(2)}
 	closed, changes, err := decide.Plan(open, in)
 	require.NoError(t, err)
 	require.Len(t, changes, 1)
@@ -380,7 +387,7 @@ func TestPlan_aCircuitTheRoadOpenedClosesOnThePathProbeWithoutMinOpen(t *testing
 	e.OpenedAt.Time = breakertest.Now.Add(-3 * time.Second).Truncate(time.Second)
 	cur := breakertest.WithEntries(t, breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail)), circuit.Record{breakertest.WhA: e})
 	in := s.Inputs([]config.Target{tgt}, breakertest.Now, "", cur.ResourceVersion)
-	assert.NotContains(t, in.MinOpen, breakertest.WhA, "no minimum on a road the path probe travels")
+	assert.Zero(t, in.Evidence[breakertest.WhA].MinOpen, "no minimum on a road the path probe travels")
 	next, changes, err := decide.Plan(cur, in)
 	require.NoError(t, err)
 	require.Len(t, changes, 1)
@@ -548,4 +555,26 @@ func TestProbeRunner_scrapesStartEveryIntervalHoweverLongAReadTakes(t *testing.T
 		assert.Equal(t, interval, next.Sub(prev), "the next read starts an interval after the last one started")
 		prev = next
 	}
+}
+
+// TestNameIndex_onePlaceAnswersBothQuestions: whether traffic may stand in
+// for a target's probe (its configuration alone holds the name) and which
+// configuration shares its metrics name come from one index, per kind.
+func TestNameIndex_onePlaceAnswersBothQuestions(t *testing.T) {
+	idx := nameIndex{
+		{circuit.KindMutating, "sidecar.istio.io"}:     {"istio-revision-canary", "istio-sidecar-injector"},
+		{circuit.KindMutating, "a.example.com"}:        {"pod-defaults"},
+		{circuit.KindValidating, "sidecar.istio.io"}:   {"pod-defaults"},
+		{circuit.KindValidating, "only.validating.io"}: {"pod-defaults"},
+	}
+	injector := config.Target{Kind: circuit.KindMutating, Configuration: "istio-sidecar-injector", Webhook: "sidecar.istio.io"}
+	assert.Equal(t, "istio-revision-canary", idx.sharedWith(injector))
+	assert.False(t, idx.alone(injector))
+	mine := config.Target{Kind: circuit.KindMutating, Configuration: "pod-defaults", Webhook: "a.example.com"}
+	assert.Empty(t, idx.sharedWith(mine))
+	assert.True(t, idx.alone(mine))
+	validating := config.Target{Kind: circuit.KindValidating, Configuration: "pod-defaults", Webhook: "sidecar.istio.io"}
+	assert.Empty(t, idx.sharedWith(validating), "a mutating webhook of the same name is counted apart")
+	assert.True(t, idx.alone(validating))
+	assert.False(t, nameIndex{}.alone(mine), "a failed list: no traffic stands in")
 }

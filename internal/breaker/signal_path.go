@@ -3,8 +3,6 @@ package breaker
 import (
 	"context"
 	"fmt"
-	"maps"
-	"slices"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -75,7 +73,7 @@ func (r *ProbeRunner) startPathProbe(ctx context.Context, t config.Target, obj c
 	need := decide.PathProbeNeeded(open, entry, st.APIServer)
 	shared := ""
 	if need {
-		shared = r.sharedName(ctx, t)
+		shared = r.webhookNames(ctx).sharedWith(t)
 	}
 	if road == decide.RoadService && r.roads != nil && r.roads.has(t.Key()) {
 		// The road schedule probes it every interval; its counts stay.
@@ -135,40 +133,4 @@ func pathProbePath(t config.Target, svc admissionregistrationv1.ServiceReference
 		return t.Probe.Path
 	}
 	return ptr.Deref(svc.Path, "/")
-}
-
-// sharedName returns the name of another configuration of t's kind that
-// has a webhook named like t's, or "": kube-apiserver's metrics name
-// webhooks by name only, so its calls are counted with t's (Istio's
-// revisions do exactly this).
-func (r *ProbeRunner) sharedName(ctx context.Context, t config.Target) string {
-	opts := &client.ListOptions{UnsafeDisableDeepCopy: ptr.To(true)}
-	webhooks := map[string][]string{} // configuration name → webhook names
-	if t.Kind == circuit.KindValidating {
-		list := &admissionregistrationv1.ValidatingWebhookConfigurationList{}
-		if err := r.Reader.List(ctx, list, opts); err != nil {
-			return ""
-		}
-		for _, c := range list.Items {
-			for _, wh := range c.Webhooks {
-				webhooks[c.Name] = append(webhooks[c.Name], wh.Name)
-			}
-		}
-	} else {
-		list := &admissionregistrationv1.MutatingWebhookConfigurationList{}
-		if err := r.Reader.List(ctx, list, opts); err != nil {
-			return ""
-		}
-		for _, c := range list.Items {
-			for _, wh := range c.Webhooks {
-				webhooks[c.Name] = append(webhooks[c.Name], wh.Name)
-			}
-		}
-	}
-	for _, name := range slices.Sorted(maps.Keys(webhooks)) {
-		if name != t.Configuration && slices.Contains(webhooks[name], t.Webhook) {
-			return name
-		}
-	}
-	return ""
 }

@@ -110,7 +110,8 @@ func TestProbeRunner_roadScheduleOpensOnTheRoadAlone(t *testing.T) {
 	st, _ := r.State.Get(tgt.Key())
 	assert.GreaterOrEqual(t, st.Path.Failures, 3)
 	in := r.State.Inputs(r.Targets, clock.Now(), "", "1")
-	action, signal := decide.JudgeTarget(false, circuit.Entry{}, in.Counts[breakertest.WhA], in.APIServer[breakertest.WhA], in.Path[breakertest.WhA], tgt)
+	action, signal := decide.JudgeTarget(false, circuit.Entry{}, in.Evidence[breakertest.WhA].Probe, in.Evidence[breakertest.WhA].APIServer,
+		in.Evidence[breakertest.WhA].Path, tgt)
 	assert.Equal(t, decide.Open, action)
 	assert.Equal(t, decide.SignalRoad, signal)
 }

@@ -311,8 +311,7 @@ func (s *State) Get(key string) (TargetStatus, bool) {
 // that is being probed and whose transition was not refused at that
 // generation, stamped now, for the signer.
 func (s *State) Inputs(targets []config.Target, now time.Time, signer, generation string) decide.Inputs {
-	in := decide.Inputs{Targets: targets, Counts: map[string]decide.Counts{}, APIServer: map[string]decide.Counts{}, Path: map[string]decide.Path{}, Admitted: map[string]float64{}, Marked: map[string]float64{}, MinOpen: map[string]time.Duration{},
-		Damp: map[string]time.Duration{}, Unprobeable: map[string]string{}, Now: now, Signer: signer}
+	in := decide.Inputs{Targets: targets, Evidence: map[string]decide.Evidence{}, Now: now, Signer: signer}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	in.HoldOpen = s.heldLocked(now)
@@ -321,21 +320,16 @@ func (s *State) Inputs(targets []config.Target, now time.Time, signer, generatio
 		switch {
 		case !ok, s.refused[t.Key()] == generation:
 		case st.Unprobeable:
-			in.Unprobeable[t.Webhook] = st.Problem
+			in.Evidence[t.Webhook] = decide.Evidence{Unprobeable: st.Problem}
 		case st.Problem == "":
-			in.Counts[t.Webhook] = st.Counts
-			in.APIServer[t.Webhook] = st.APIServer
-			in.Path[t.Webhook] = st.Path
-			in.Admitted[t.Webhook] = st.Admitted
-			in.Marked[t.Webhook] = st.Marked
-			if d := decide.Damp(t, st.Reopenings); d > 0 {
-				in.Damp[t.Webhook] = d
-			}
+			ev := decide.Evidence{Probe: st.Counts, APIServer: st.APIServer, Path: st.Path, Admitted: st.Admitted, Marked: st.Marked,
+				Damp: decide.Damp(t, st.Reopenings)}
 			if st.Path.Road != decide.RoadService {
 				// Only a circuit no path probe can close waits out a
 				// minimum: the path probe closes the others.
-				in.MinOpen[t.Webhook] = minOpen(t.APIServerSignal.MinOpen, st.APIServerOpenings)
+				ev.MinOpen = minOpen(t.APIServerSignal.MinOpen, st.APIServerOpenings)
 			}
+			in.Evidence[t.Webhook] = ev
 		}
 	}
 	return in

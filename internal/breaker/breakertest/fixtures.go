@@ -245,3 +245,13 @@ func DefaultTarget(mode config.Mode) config.Target {
 	tgt.DampFlapping = true
 	return tgt
 }
+
+// Probed is the evidence of targets whose only evidence is their direct
+// probe's counts.
+func Probed(counts map[string]decide.Counts) map[string]decide.Evidence {
+	out := make(map[string]decide.Evidence, len(counts))
+	for hook, c := range counts {
+		out[hook] = decide.Evidence{Probe: c}
+	}
+	return out
+}

@@ -72,8 +72,8 @@ func TestPlan_aReopenedCircuitClosesNoSoonerThanItsDamp(t *testing.T) {
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
 			_, changes := breakertest.Plan(t, open, decide.Inputs{
-				Targets: []config.Target{tgt}, Counts: map[string]decide.Counts{breakertest.WhA: breakertest.Healthy(tgt.CloseAfter)},
-				Damp: map[string]time.Duration{breakertest.WhA: c.damp}, Now: openedAt.Add(c.after),
+				Targets: []config.Target{tgt}, Evidence: map[string]decide.Evidence{breakertest.WhA: {Probe: breakertest.Healthy(tgt.CloseAfter), Damp: c.damp}},
+				Now: openedAt.Add(c.after),
 			})
 			if c.closes {
 				assert.Equal(t, map[string]decide.ChangeKind{breakertest.WhA: decide.Closed}, breakertest.Kinds(changes))

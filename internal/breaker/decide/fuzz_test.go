@@ -47,8 +47,12 @@ func FuzzPlan(f *testing.F) {
 		step := func() {
 			now = now.Add(time.Second)
 			prev := cur.DeepCopy()
-			next, _, err := decide.Plan(cur, decide.Inputs{Targets: tgts, Counts: counts, APIServer: apiserver, Now: now, Signer: "me",
-				MinOpen: map[string]time.Duration{breakertest.WhA: 2 * time.Second, breakertest.WhB: 0}})
+			minOpen := map[string]time.Duration{breakertest.WhA: 2 * time.Second}
+			evidence := map[string]decide.Evidence{}
+			for hook, c := range counts {
+				evidence[hook] = decide.Evidence{Probe: c, APIServer: apiserver[hook], MinOpen: minOpen[hook]}
+			}
+			next, _, err := decide.Plan(cur, decide.Inputs{Targets: tgts, Evidence: evidence, Now: now, Signer: "me"})
 			if err != nil {
 				t.Fatalf("Plan failed on a record it wrote: %v", err)
 			}

@@ -166,7 +166,7 @@ func TestPlan_holdOpenStopsOpeningsNotClosings(t *testing.T) {
 	base := breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail), breakertest.Webhook(breakertest.WhB, breakertest.PolicyFail))
 	tgts := []config.Target{breakertest.Target(breakertest.WhA, config.ModeBypass, 1, 1), breakertest.Target(breakertest.WhB, config.ModeBypass, 1, 1)}
 	cur := breakertest.WithEntries(t, base, circuit.Record{breakertest.WhB: breakertest.EntryFor(config.ModeBypass, breakertest.PolicyFail)})
-	_, changes := breakertest.Plan(t, cur, decide.Inputs{Targets: tgts, HoldOpen: true, Counts: map[string]decide.Counts{breakertest.WhA: breakertest.Failing(3, probe.ReasonTimeout), breakertest.WhB: breakertest.Healthy(3)}})
+	_, changes := breakertest.Plan(t, cur, decide.Inputs{Targets: tgts, HoldOpen: true, Evidence: map[string]decide.Evidence{breakertest.WhA: {Probe: breakertest.Failing(3, probe.ReasonTimeout)}, breakertest.WhB: {Probe: breakertest.Healthy(3)}}})
 	assert.Equal(t, map[string]decide.ChangeKind{breakertest.WhB: decide.Closed}, breakertest.Kinds(changes))
 }
 

@@ -92,8 +92,8 @@ func trialNote(t config.Target, entry circuit.Entry) string {
 // admitted without the webhook while the circuit was open, when the
 // apiserver signal counted them.
 func admittedNote(t config.Target, entry circuit.Entry, in Inputs) string {
-	n, ok := in.Admitted[t.Webhook]
-	if !t.APIServerSignal.Enabled || !ok {
+	ev, ok := in.Evidence[t.Webhook]
+	if !t.APIServerSignal.Enabled || !ok || ev.Unprobeable != "" {
 		return ""
 	}
 	without := "mutation"
@@ -101,8 +101,8 @@ func admittedNote(t config.Target, entry circuit.Entry, in Inputs) string {
 		without = "validation"
 	}
 	note := fmt.Sprintf("; the apiserver admitted %.0f requests without the %s while open (%s), as counted from its /metrics",
-		n, without, in.Now.Sub(entry.OpenedAt.Time).Round(time.Second))
-	if m := in.Marked[t.Webhook]; m > 0 {
+		ev.Admitted, without, in.Now.Sub(entry.OpenedAt.Time).Round(time.Second))
+	if m := ev.Marked; m > 0 {
 		note += fmt.Sprintf("; %.0f objects were marked %s=%s (guard unmutated lists them)", m, circuit.UnmutatedLabel, marking.ID(t.Configuration, t.Webhook))
 	}
 	return note

@@ -98,8 +98,8 @@ func TestPlan_observe(t *testing.T) {
 				cur = breakertest.WithEntries(t, base, *c.cur())
 			}
 			next, changes := breakertest.Plan(t, cur, decide.Inputs{
-				Targets: []config.Target{observe, bypass},
-				Counts:  map[string]decide.Counts{breakertest.WhA: breakertest.Failing(5, probe.ReasonTimeout), breakertest.WhB: breakertest.Failing(5, probe.ReasonTimeout)},
+				Targets:  []config.Target{observe, bypass},
+				Evidence: map[string]decide.Evidence{breakertest.WhA: {Probe: breakertest.Failing(5, probe.ReasonTimeout)}, breakertest.WhB: {Probe: breakertest.Failing(5, probe.ReasonTimeout)}},
 			})
 			assert.Equal(t, c.want, breakertest.Kinds(changes))
 			assert.Equal(t, base.Webhooks[0], next.Webhooks[0], "the Observe target's webhook is as it was before any circuit")
@@ -114,7 +114,7 @@ func TestPlan_observe(t *testing.T) {
 	}
 
 	// With only Observe targets nothing is written at all.
-	next, changes := breakertest.Plan(t, base, decide.Inputs{Targets: []config.Target{observe}, Counts: map[string]decide.Counts{breakertest.WhA: breakertest.Failing(5, probe.ReasonTimeout)}})
+	next, changes := breakertest.Plan(t, base, decide.Inputs{Targets: []config.Target{observe}, Evidence: map[string]decide.Evidence{breakertest.WhA: {Probe: breakertest.Failing(5, probe.ReasonTimeout)}}})
 	assert.Empty(t, changes)
 	assert.Same(t, base, next)
 }

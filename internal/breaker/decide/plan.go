@@ -55,36 +55,41 @@ type Change struct {
 	Signal string
 }
 
+// Evidence is what the breaker knows of one target when it decides.
+type Evidence struct {
+	// Probe are the direct probe's consecutive outcomes.
+	Probe Counts
+	// APIServer are the apiserver signal's consecutive observations.
+	APIServer Counts
+	// Path is the path probe's evidence.
+	Path Path
+	// Admitted is how many requests the apiserver admitted without the
+	// webhook while its circuit was open, for the closing Event.
+	Admitted float64
+	// Marked is how many objects the circuit's marking policy marked while
+	// it was open, for the closing Event.
+	Marked float64
+	// MinOpen is how long a Bypass circuit opened by the apiserver signal
+	// stays open at least (config MinOpen, doubled per reopening while the
+	// apiserver's calls keep failing).
+	MinOpen time.Duration
+	// Damp is how long a circuit that re-opened soon after its last close
+	// stays open at least (flap damping, Damp).
+	Damp time.Duration
+	// Unprobeable, when set, is why the target can no longer be probed
+	// (for example sideEffects changed to Some). An open circuit on such a
+	// target is closed: nothing could ever close it otherwise. The other
+	// fields are then not read.
+	Unprobeable string
+}
+
 // Inputs are what Plan decides from, besides the object.
 type Inputs struct {
 	// Targets are the approved webhooks of this configuration.
 	Targets []config.Target
-	// Counts are each target's consecutive probe outcomes, keyed by
-	// webhook name. A target without counts stays as it is.
-	Counts map[string]Counts
-	// APIServer are each target's consecutive apiserver signal
-	// observations, keyed by webhook name.
-	APIServer map[string]Counts
-	// Path is each target's path probe evidence, keyed by webhook name.
-	Path map[string]Path
-	// Admitted is, by webhook name, how many requests the apiserver
-	// admitted without the webhook while its circuit was open, for the
-	// closing Event.
-	Admitted map[string]float64
-	// Marked is, by webhook name, how many objects the circuit's marking
-	// policy marked while it was open, for the closing Event.
-	Marked map[string]float64
-	// MinOpen is, by webhook name, how long a Bypass circuit opened by the
-	// apiserver signal stays open at least (config MinOpen, doubled per
-	// reopening while the apiserver's calls keep failing).
-	MinOpen map[string]time.Duration
-	// Damp is, by webhook name, how long a circuit that re-opened soon
-	// after its last close stays open at least (flap damping, Damp).
-	Damp map[string]time.Duration
-	// Unprobeable holds, by webhook name, why a target can no longer be
-	// probed (for example sideEffects changed to Some). An open circuit on
-	// such a target is closed: nothing could ever close it otherwise.
-	Unprobeable map[string]string
+	// Evidence is what is known of each target, keyed by webhook name. A
+	// target without evidence stays as it is.
+	Evidence map[string]Evidence
 	// Now stamps new record entries.
 	Now time.Time
 	// Signer signs new entries (see ConfigurationReconciler.Signer); entries
@@ -210,16 +215,16 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 			continue
 		}
 		wh := circuit.FindWebhook(next, t.Webhook)
-		c, probed := in.Counts[t.Webhook]
-		_, unprobeable := in.Unprobeable[t.Webhook]
-		if wh == nil || (!probed && !unprobeable) {
+		ev, known := in.Evidence[t.Webhook]
+		if wh == nil || !known {
 			continue
 		}
+		c := ev.Probe
 		entry, open := rec[t.Webhook]
 		if open && !entry.Mine(in.Signer) {
 			continue // another installation's circuit on the same webhook
 		}
-		if why, unprobeable := in.Unprobeable[t.Webhook]; unprobeable {
+		if why := ev.Unprobeable; why != "" {
 			if open {
 				circuit.Restore(wh, entry)
 				delete(rec, t.Webhook)
@@ -229,7 +234,7 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 			}
 			continue
 		}
-		action, signal := JudgeTarget(open, entry, c, in.APIServer[t.Webhook], in.Path[t.Webhook], t)
+		action, signal := JudgeTarget(open, entry, c, ev.APIServer, ev.Path, t)
 		switch action {
 		case Open:
 			if in.HoldOpen && signal == SignalProbe {
@@ -242,8 +247,8 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 				continue // Ignore is already the administrator's baseline.
 			}
 			original := cur.Webhooks[circuit.WebhookIndex(cur, t.Webhook)].FailurePolicy
-			reason, why := OpenedBecause(signal, c, in.APIServer[t.Webhook])
-			why += PathNote(signal, in.Path[t.Webhook])
+			reason, why := OpenedBecause(signal, c, ev.APIServer)
+			why += PathNote(signal, ev.Path)
 			rec[t.Webhook] = circuit.Entry{
 				UID:                   cur.UID,
 				Mode:                  t.Mode,
@@ -257,22 +262,22 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 				"opened the circuit on %s in %s mode %s; original failurePolicy %s",
 				t.Webhook, t.Mode, why, circuit.PolicyString(original))})
 		case Close:
-			hold := in.MinOpen[t.Webhook]
+			hold := ev.MinOpen
 			if t.Mode == circuit.ModeBypass && openedByAPIServer(entry) && in.Now.Sub(entry.OpenedAt.Time) < hold {
 				continue // the probe cannot see the apiserver's path; wait
 			}
-			if in.Now.Sub(entry.OpenedAt.Time) < in.Damp[t.Webhook] {
+			if in.Now.Sub(entry.OpenedAt.Time) < ev.Damp {
 				continue // it re-opened soon after its last close: damped
 			}
 			circuit.Restore(wh, entry)
 			delete(rec, t.Webhook)
 			because, trial := fmt.Sprintf("after %d consecutive healthy probes", c.Successes), trialNote(t, entry)
 			if signal == SignalPath {
-				because, trial = PathClosedBecause(in.Path[t.Webhook]), ""
+				because, trial = PathClosedBecause(ev.Path), ""
 			}
 			if signal == SignalAPIServer {
 				because = fmt.Sprintf("after %d intervals in which the probe could not run (last: %v) while the apiserver's own calls to the webhook succeeded for %d intervals",
-					c.Unknowns, UnknownErr(c), in.APIServer[t.Webhook].Successes)
+					c.Unknowns, UnknownErr(c), ev.APIServer.Successes)
 			}
 			changes = append(changes, Change{Webhook: t.Webhook, Kind: Closed, Message: fmt.Sprintf(
 				"closed the circuit on %s %s; restored failurePolicy %s (open since %s)%s",

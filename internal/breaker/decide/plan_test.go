@@ -26,8 +26,8 @@ func TestPlan_open_ignoreMode(t *testing.T) {
 		breakertest.Webhook(breakertest.WhOther, breakertest.PolicyFail),
 	)
 	next, changes := breakertest.Plan(t, cur, decide.Inputs{
-		Targets: []config.Target{breakertest.Target(breakertest.WhA, config.ModeIgnore, 3, 5)},
-		Counts:  map[string]decide.Counts{breakertest.WhA: breakertest.Failing(3, probe.ReasonTimeout)},
+		Targets:  []config.Target{breakertest.Target(breakertest.WhA, config.ModeIgnore, 3, 5)},
+		Evidence: map[string]decide.Evidence{breakertest.WhA: {Probe: breakertest.Failing(3, probe.ReasonTimeout)}},
 	})
 
 	require.Len(t, changes, 1)
@@ -72,7 +72,7 @@ func TestPlan_open_bypassThenClose_restoresExactly(t *testing.T) {
 			orig := cur.DeepCopy()
 			tgt := []config.Target{breakertest.Target(breakertest.WhA, config.ModeBypass, 2, 3)}
 
-			opened, changes := breakertest.Plan(t, cur, decide.Inputs{Targets: tgt, Counts: map[string]decide.Counts{breakertest.WhA: breakertest.Failing(2, probe.ReasonTLS)}})
+			opened, changes := breakertest.Plan(t, cur, decide.Inputs{Targets: tgt, Evidence: map[string]decide.Evidence{breakertest.WhA: {Probe: breakertest.Failing(2, probe.ReasonTLS)}}})
 			require.Equal(t, map[string]decide.ChangeKind{breakertest.WhA: decide.Opened}, breakertest.Kinds(changes))
 			wh := circuit.FindWebhook(opened, breakertest.WhA)
 			require.NotNil(t, wh)
@@ -90,11 +90,11 @@ func TestPlan_open_bypassThenClose_restoresExactly(t *testing.T) {
 			assert.Equal(t, string(probe.ReasonTLS), rec[breakertest.WhA].Reason)
 
 			// Fewer successes than closeAfter: nothing moves.
-			still, changes := breakertest.Plan(t, opened, decide.Inputs{Targets: tgt, Counts: map[string]decide.Counts{breakertest.WhA: breakertest.Healthy(2)}})
+			still, changes := breakertest.Plan(t, opened, decide.Inputs{Targets: tgt, Evidence: map[string]decide.Evidence{breakertest.WhA: {Probe: breakertest.Healthy(2)}}})
 			assert.Empty(t, changes)
 			assert.Equal(t, opened, still)
 
-			closed, changes := breakertest.Plan(t, opened, decide.Inputs{Targets: tgt, Counts: map[string]decide.Counts{breakertest.WhA: breakertest.Healthy(3)}})
+			closed, changes := breakertest.Plan(t, opened, decide.Inputs{Targets: tgt, Evidence: map[string]decide.Evidence{breakertest.WhA: {Probe: breakertest.Healthy(3)}}})
 			require.Equal(t, map[string]decide.ChangeKind{breakertest.WhA: decide.Closed}, breakertest.Kinds(changes))
 			assert.Equal(t, orig.Webhooks, closed.Webhooks, "every webhook field is restored exactly")
 			assert.Equal(t, orig.Annotations, closed.Annotations, "the circuit annotation is gone, the others stay")
@@ -110,14 +110,14 @@ func TestPlan_open_ignoreModeRestoresNilPolicy(t *testing.T) {
 	orig := cur.DeepCopy()
 	tgt := []config.Target{breakertest.Target(breakertest.WhA, config.ModeIgnore, 1, 1)}
 
-	opened, changes := breakertest.Plan(t, cur, decide.Inputs{Targets: tgt, Counts: map[string]decide.Counts{breakertest.WhA: breakertest.Failing(1, probe.ReasonNoRoute)}})
+	opened, changes := breakertest.Plan(t, cur, decide.Inputs{Targets: tgt, Evidence: map[string]decide.Evidence{breakertest.WhA: {Probe: breakertest.Failing(1, probe.ReasonNoRoute)}}})
 	require.Equal(t, map[string]decide.ChangeKind{breakertest.WhA: decide.Opened}, breakertest.Kinds(changes))
 	assert.Equal(t, breakertest.PolicyIgnore, opened.Webhooks[0].FailurePolicy)
 	assert.Nil(t, opened.Webhooks[0].MatchConditions, "Ignore mode adds no marker")
 	require.Contains(t, opened.Annotations, circuit.Annotation, "nil annotations are allocated")
 	assert.Nil(t, breakertest.MustRecord(t, opened)[breakertest.WhA].OriginalFailurePolicy)
 
-	closed, changes := breakertest.Plan(t, opened, decide.Inputs{Targets: tgt, Counts: map[string]decide.Counts{breakertest.WhA: breakertest.Healthy(1)}})
+	closed, changes := breakertest.Plan(t, opened, decide.Inputs{Targets: tgt, Evidence: map[string]decide.Evidence{breakertest.WhA: {Probe: breakertest.Healthy(1)}}})
 	require.Equal(t, map[string]decide.ChangeKind{breakertest.WhA: decide.Closed}, breakertest.Kinds(changes))
 	assert.Nil(t, closed.Webhooks[0].FailurePolicy, "an unset failurePolicy is unset again")
 	assert.Equal(t, orig.Webhooks, closed.Webhooks)
@@ -128,8 +128,8 @@ func TestPlan_open_ignoreBaseline(t *testing.T) {
 	t.Run("in Ignore mode the administrator's Ignore is left alone and no entry is written", func(t *testing.T) {
 		cur := breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyIgnore))
 		next, changes := breakertest.Plan(t, cur, decide.Inputs{
-			Targets: []config.Target{breakertest.Target(breakertest.WhA, config.ModeIgnore, 1, 1)},
-			Counts:  map[string]decide.Counts{breakertest.WhA: breakertest.Failing(5, probe.ReasonTimeout)},
+			Targets:  []config.Target{breakertest.Target(breakertest.WhA, config.ModeIgnore, 1, 1)},
+			Evidence: map[string]decide.Evidence{breakertest.WhA: {Probe: breakertest.Failing(5, probe.ReasonTimeout)}},
 		})
 		assert.Empty(t, changes)
 		assert.Equal(t, cur, next)
@@ -139,7 +139,7 @@ func TestPlan_open_ignoreBaseline(t *testing.T) {
 		cur := breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyIgnore))
 		orig := cur.DeepCopy()
 		tgt := []config.Target{breakertest.Target(breakertest.WhA, config.ModeBypass, 3, 2)}
-		opened, changes := breakertest.Plan(t, cur, decide.Inputs{Targets: tgt, Counts: map[string]decide.Counts{breakertest.WhA: breakertest.Failing(3, probe.ReasonRefused)}})
+		opened, changes := breakertest.Plan(t, cur, decide.Inputs{Targets: tgt, Evidence: map[string]decide.Evidence{breakertest.WhA: {Probe: breakertest.Failing(3, probe.ReasonRefused)}}})
 		require.Equal(t, map[string]decide.ChangeKind{breakertest.WhA: decide.Opened}, breakertest.Kinds(changes))
 		assert.Equal(t, []admissionregistrationv1.MatchCondition{breakertest.BypassMarker()}, opened.Webhooks[0].MatchConditions)
 		assert.Equal(t, breakertest.PolicyIgnore, opened.Webhooks[0].FailurePolicy)
@@ -147,7 +147,7 @@ func TestPlan_open_ignoreBaseline(t *testing.T) {
 		assert.Equal(t, breakertest.PolicyIgnore, e.OriginalFailurePolicy)
 		assert.Equal(t, config.ModeBypass, e.Mode)
 
-		closed, changes := breakertest.Plan(t, opened, decide.Inputs{Targets: tgt, Counts: map[string]decide.Counts{breakertest.WhA: breakertest.Healthy(2)}})
+		closed, changes := breakertest.Plan(t, opened, decide.Inputs{Targets: tgt, Evidence: map[string]decide.Evidence{breakertest.WhA: {Probe: breakertest.Healthy(2)}}})
 		require.Equal(t, map[string]decide.ChangeKind{breakertest.WhA: decide.Closed}, breakertest.Kinds(changes))
 		assert.Equal(t, breakertest.PolicyIgnore, closed.Webhooks[0].FailurePolicy)
 		assert.Nil(t, closed.Webhooks[0].MatchConditions)
@@ -183,9 +183,9 @@ func TestPlan_noTransition_nextEqualsCur(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			next, changes, err := decide.Plan(tc.cur, decide.Inputs{
-				Targets: []config.Target{breakertest.Target(breakertest.WhA, config.ModeBypass, 3, 5), breakertest.Target(breakertest.WhMissing, config.ModeIgnore, 1, 1)},
-				Counts:  tc.counts,
-				Now:     breakertest.Now,
+				Targets:  []config.Target{breakertest.Target(breakertest.WhA, config.ModeBypass, 3, 5), breakertest.Target(breakertest.WhMissing, config.ModeIgnore, 1, 1)},
+				Evidence: breakertest.Probed(tc.counts),
+				Now:      breakertest.Now,
 			})
 			require.NoError(t, err)
 			assert.Empty(t, changes)
@@ -213,7 +213,7 @@ func TestPlan_override_handsOff(t *testing.T) {
 		next, changes := breakertest.Plan(t, cur, decide.Inputs{
 			Targets: tgts,
 			// Even counts that would close or open do nothing under an override.
-			Counts: map[string]decide.Counts{breakertest.WhA: breakertest.Healthy(5), breakertest.WhB: breakertest.Healthy(5), breakertest.WhOther: breakertest.Failing(5, probe.ReasonTimeout)},
+			Evidence: map[string]decide.Evidence{breakertest.WhA: {Probe: breakertest.Healthy(5)}, breakertest.WhB: {Probe: breakertest.Healthy(5)}, breakertest.WhOther: {Probe: breakertest.Failing(5, probe.ReasonTimeout)}},
 		})
 		assert.Equal(t, map[string]decide.ChangeKind{breakertest.WhA: decide.HandedOff, breakertest.WhB: decide.HandedOff}, breakertest.Kinds(changes))
 		for _, c := range changes {
@@ -233,7 +233,7 @@ func TestPlan_override_handsOff(t *testing.T) {
 	t.Run("an override on a configuration without entries changes nothing", func(t *testing.T) {
 		cur := base.DeepCopy()
 		cur.Annotations[circuit.OverrideAnnotation] = "mine"
-		next, changes := breakertest.Plan(t, cur, decide.Inputs{Targets: tgts, Counts: map[string]decide.Counts{breakertest.WhA: breakertest.Failing(5, probe.ReasonTimeout)}})
+		next, changes := breakertest.Plan(t, cur, decide.Inputs{Targets: tgts, Evidence: map[string]decide.Evidence{breakertest.WhA: {Probe: breakertest.Failing(5, probe.ReasonTimeout)}}})
 		assert.Empty(t, changes)
 		assert.Equal(t, cur, next, "an overridden configuration is not opened")
 	})
@@ -245,7 +245,7 @@ func TestPlan_override_handsOff(t *testing.T) {
 		assert.Empty(t, changes)
 		assert.Equal(t, cur, next)
 
-		closed, changes := breakertest.Plan(t, cur, decide.Inputs{Targets: tgts, Counts: map[string]decide.Counts{breakertest.WhA: breakertest.Healthy(1)}})
+		closed, changes := breakertest.Plan(t, cur, decide.Inputs{Targets: tgts, Evidence: map[string]decide.Evidence{breakertest.WhA: {Probe: breakertest.Healthy(1)}}})
 		assert.Equal(t, map[string]decide.ChangeKind{breakertest.WhA: decide.Closed}, breakertest.Kinds(changes), "the breaker still manages it")
 		assert.Equal(t, base.Webhooks[0], closed.Webhooks[0])
 	})
@@ -281,7 +281,7 @@ func TestPlan_staleAndOrphanEntries(t *testing.T) {
 
 	t.Run("an entry for a webhook no longer in the configuration is dropped", func(t *testing.T) {
 		cur := breakertest.WithEntries(t, base, circuit.Record{breakertest.WhMissing: breakertest.EntryFor(config.ModeBypass, breakertest.PolicyFail)})
-		next, changes := breakertest.Plan(t, cur, decide.Inputs{Targets: append(tgts, breakertest.Target(breakertest.WhMissing, config.ModeBypass, 1, 1)), Counts: map[string]decide.Counts{breakertest.WhMissing: breakertest.Healthy(3)}})
+		next, changes := breakertest.Plan(t, cur, decide.Inputs{Targets: append(tgts, breakertest.Target(breakertest.WhMissing, config.ModeBypass, 1, 1)), Evidence: map[string]decide.Evidence{breakertest.WhMissing: {Probe: breakertest.Healthy(3)}}})
 		require.Equal(t, map[string]decide.ChangeKind{breakertest.WhMissing: decide.DroppedStale}, breakertest.Kinds(changes))
 		assert.Equal(t, base, next)
 	})
@@ -319,9 +319,9 @@ func TestPlan_malformedAnnotation_isError(t *testing.T) {
 			cur.Annotations[circuit.Annotation] = raw
 			before := cur.DeepCopy()
 			next, changes, err := decide.Plan(cur, decide.Inputs{
-				Targets: []config.Target{breakertest.Target(breakertest.WhA, config.ModeIgnore, 1, 1)},
-				Counts:  map[string]decide.Counts{breakertest.WhA: breakertest.Failing(3, probe.ReasonTimeout)},
-				Now:     breakertest.Now,
+				Targets:  []config.Target{breakertest.Target(breakertest.WhA, config.ModeIgnore, 1, 1)},
+				Evidence: map[string]decide.Evidence{breakertest.WhA: {Probe: breakertest.Failing(3, probe.ReasonTimeout)}},
+				Now:      breakertest.Now,
 			})
 			require.Error(t, err)
 			assert.Nil(t, next)
@@ -337,9 +337,9 @@ func TestPlan_nullCircuitAnnotation_doesNotPanic(t *testing.T) {
 	cur := breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail))
 	cur.Annotations[circuit.Annotation] = "null"
 	in := decide.Inputs{
-		Targets: []config.Target{breakertest.Target(breakertest.WhA, config.ModeIgnore, 1, 1)},
-		Counts:  map[string]decide.Counts{breakertest.WhA: breakertest.Failing(1, probe.ReasonTimeout)},
-		Now:     breakertest.Now,
+		Targets:  []config.Target{breakertest.Target(breakertest.WhA, config.ModeIgnore, 1, 1)},
+		Evidence: map[string]decide.Evidence{breakertest.WhA: {Probe: breakertest.Failing(1, probe.ReasonTimeout)}},
+		Now:      breakertest.Now,
 	}
 	var (
 		next *admissionregistrationv1.MutatingWebhookConfiguration
@@ -387,7 +387,7 @@ func TestPlan_doesNotMutateInput(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			before := tc.cur.DeepCopy()
-			next, changes := breakertest.Plan(t, tc.cur, decide.Inputs{Targets: tc.targets, Counts: tc.counts})
+			next, changes := breakertest.Plan(t, tc.cur, decide.Inputs{Targets: tc.targets, Evidence: breakertest.Probed(tc.counts)})
 			assert.Equal(t, before, tc.cur, "Plan left its input as it was")
 			if len(changes) == 0 {
 				assert.Same(t, tc.cur, next, "with no changes the result is the input itself")
@@ -490,7 +490,7 @@ func TestPlan_property_randomSequences(t *testing.T) {
 			msg := fmt.Sprintf("sequence %d targets %+v steps %s", s, tgts, trace)
 
 			prev := cur.DeepCopy()
-			next, changes, err := decide.Plan(cur, decide.Inputs{Targets: tgts, Counts: counts, Now: now})
+			next, changes, err := decide.Plan(cur, decide.Inputs{Targets: tgts, Evidence: breakertest.Probed(counts), Now: now})
 			require.NoError(t, err, msg)
 			require.NotNil(t, next, msg)
 			require.Equal(t, prev, cur, "Plan mutated its input; %s", msg)
@@ -590,7 +590,7 @@ func TestPlan_overwrittenChanges_onlyWhatOthersChangedStands(t *testing.T) {
 			circuit.RemoveBypass(&want.Webhooks[0])
 			want.Webhooks[0].FailurePolicy = tc.wantPolicy
 
-			next, changes := breakertest.Plan(t, cur, decide.Inputs{Targets: tgts, Counts: map[string]decide.Counts{breakertest.WhA: breakertest.Failing(1, probe.ReasonTimeout)}})
+			next, changes := breakertest.Plan(t, cur, decide.Inputs{Targets: tgts, Evidence: map[string]decide.Evidence{breakertest.WhA: {Probe: breakertest.Failing(1, probe.ReasonTimeout)}}})
 			require.Equal(t, map[string]decide.ChangeKind{breakertest.WhA: decide.Overwritten}, breakertest.Kinds(changes))
 			assert.Equal(t, want.Webhooks, next.Webhooks)
 			assert.NotContains(t, next.Annotations, circuit.Annotation)
@@ -604,14 +604,14 @@ func TestPlan_unprobeableWhileOpen_closes(t *testing.T) {
 	base := breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail, breakertest.MC("x")))
 	tgts := []config.Target{breakertest.Target(breakertest.WhA, config.ModeBypass, 3, 3)}
 	open := breakertest.WithEntries(t, base, circuit.Record{breakertest.WhA: breakertest.EntryFor(config.ModeBypass, breakertest.PolicyFail)})
-	next, changes := breakertest.Plan(t, open, decide.Inputs{Targets: tgts, Unprobeable: map[string]string{breakertest.WhA: "sideEffects is Some"}})
+	next, changes := breakertest.Plan(t, open, decide.Inputs{Targets: tgts, Evidence: map[string]decide.Evidence{breakertest.WhA: {Unprobeable: "sideEffects is Some"}}})
 	require.Equal(t, map[string]decide.ChangeKind{breakertest.WhA: decide.Closed}, breakertest.Kinds(changes))
 	assert.Contains(t, changes[0].Message, "can no longer be probed (sideEffects is Some)")
 	assert.Equal(t, base.Webhooks, next.Webhooks, "the original is restored exactly")
 	assert.NotContains(t, next.Annotations, circuit.Annotation)
 
 	// A closed one stays closed, whatever its counts say.
-	_, changes = breakertest.Plan(t, base, decide.Inputs{Targets: tgts, Counts: map[string]decide.Counts{breakertest.WhA: breakertest.Failing(5, probe.ReasonTimeout)}, Unprobeable: map[string]string{breakertest.WhA: "x"}})
+	_, changes = breakertest.Plan(t, base, decide.Inputs{Targets: tgts, Evidence: map[string]decide.Evidence{breakertest.WhA: {Probe: breakertest.Failing(5, probe.ReasonTimeout), Unprobeable: "x"}}})
 	assert.Empty(t, changes)
 }
 
@@ -624,9 +624,9 @@ func TestPlan_anotherInstallationsEntryIsLeftAlone(t *testing.T) {
 	theirs.By = "system:serviceaccount:canary:webhook-guard"
 	cur := breakertest.WithEntries(t, base, circuit.Record{breakertest.WhA: theirs})
 	for name, in := range map[string]decide.Inputs{
-		"a healthy target":      {Targets: []config.Target{breakertest.Target(breakertest.WhA, config.ModeBypass, 1, 1)}, Counts: map[string]decide.Counts{breakertest.WhA: breakertest.Healthy(5)}},
+		"a healthy target":      {Targets: []config.Target{breakertest.Target(breakertest.WhA, config.ModeBypass, 1, 1)}, Evidence: map[string]decide.Evidence{breakertest.WhA: {Probe: breakertest.Healthy(5)}}},
 		"not a target":          {Targets: []config.Target{breakertest.Target(breakertest.WhB, config.ModeBypass, 1, 1)}},
-		"an unprobeable target": {Targets: []config.Target{breakertest.Target(breakertest.WhA, config.ModeBypass, 1, 1)}, Unprobeable: map[string]string{breakertest.WhA: "x"}},
+		"an unprobeable target": {Targets: []config.Target{breakertest.Target(breakertest.WhA, config.ModeBypass, 1, 1)}, Evidence: map[string]decide.Evidence{breakertest.WhA: {Unprobeable: "x"}}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			in.Signer = "system:serviceaccount:main:webhook-guard"
@@ -639,7 +639,7 @@ func TestPlan_anotherInstallationsEntryIsLeftAlone(t *testing.T) {
 	_, changes := breakertest.Plan(t, withOverride, decide.Inputs{Signer: "system:serviceaccount:main:webhook-guard"})
 	assert.Empty(t, changes, "the other installation hands off its own entry")
 
-	opened, changes := breakertest.Plan(t, base, decide.Inputs{Signer: "me", Now: breakertest.Now, Targets: []config.Target{breakertest.Target(breakertest.WhB, config.ModeIgnore, 1, 1)}, Counts: map[string]decide.Counts{breakertest.WhB: breakertest.Failing(1, probe.ReasonTimeout)}})
+	opened, changes := breakertest.Plan(t, base, decide.Inputs{Signer: "me", Now: breakertest.Now, Targets: []config.Target{breakertest.Target(breakertest.WhB, config.ModeIgnore, 1, 1)}, Evidence: map[string]decide.Evidence{breakertest.WhB: {Probe: breakertest.Failing(1, probe.ReasonTimeout)}}})
 	require.Len(t, changes, 1)
 	assert.Equal(t, "me", breakertest.MustRecord(t, opened)[breakertest.WhB].By, "new entries are signed")
 }
@@ -651,11 +651,11 @@ func TestPlan_unreadableRecord(t *testing.T) {
 	tgts := []config.Target{breakertest.Target(breakertest.WhA, config.ModeBypass, 1, 1)}
 	cur := breakertest.WithEntries(t, base, circuit.Record{breakertest.WhA: breakertest.EntryFor(config.ModeBypass, breakertest.PolicyFail)})
 	cur.Annotations[circuit.Annotation] = `{garbage`
-	_, _, err := decide.Plan(cur, decide.Inputs{Targets: tgts, Counts: map[string]decide.Counts{breakertest.WhA: breakertest.Healthy(3)}})
+	_, _, err := decide.Plan(cur, decide.Inputs{Targets: tgts, Evidence: map[string]decide.Evidence{breakertest.WhA: {Probe: breakertest.Healthy(3)}}})
 	require.Error(t, err, "without a readable record nothing is changed, not even a close")
 
 	cur.Annotations[circuit.OverrideAnnotation] = "INC-7: fixing it by hand"
-	next, changes := breakertest.Plan(t, cur, decide.Inputs{Targets: tgts, Counts: map[string]decide.Counts{breakertest.WhA: breakertest.Healthy(3)}})
+	next, changes := breakertest.Plan(t, cur, decide.Inputs{Targets: tgts, Evidence: map[string]decide.Evidence{breakertest.WhA: {Probe: breakertest.Healthy(3)}}})
 	require.Len(t, changes, 1)
 	assert.Equal(t, decide.HandedOff, changes[0].Kind)
 	assert.NotContains(t, next.Annotations, circuit.Annotation)
@@ -668,8 +668,8 @@ func TestPlan_unreadableRecord(t *testing.T) {
 func BenchmarkPlan_openAndClose(b *testing.B) {
 	base := breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail, breakertest.MC("x")), breakertest.Webhook(breakertest.WhOther, breakertest.PolicyFail))
 	tgts := []config.Target{breakertest.Target(breakertest.WhA, config.ModeBypass, 3, 3)}
-	open := decide.Inputs{Targets: tgts, Counts: map[string]decide.Counts{breakertest.WhA: breakertest.Failing(3, probe.ReasonTimeout)}}
-	closeIn := decide.Inputs{Targets: tgts, Counts: map[string]decide.Counts{breakertest.WhA: breakertest.Healthy(3)}}
+	open := decide.Inputs{Targets: tgts, Evidence: map[string]decide.Evidence{breakertest.WhA: {Probe: breakertest.Failing(3, probe.ReasonTimeout)}}}
+	closeIn := decide.Inputs{Targets: tgts, Evidence: map[string]decide.Evidence{breakertest.WhA: {Probe: breakertest.Healthy(3)}}}
 	for b.Loop() {
 		opened, _, err := decide.Plan(base, open)
 		if err != nil {
@@ -685,7 +685,7 @@ func BenchmarkPlan_openAndClose(b *testing.B) {
 // nothing is to be written.
 func BenchmarkPlan_noChange(b *testing.B) {
 	base := breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail, breakertest.MC("x")), breakertest.Webhook(breakertest.WhOther, breakertest.PolicyFail))
-	in := decide.Inputs{Targets: []config.Target{breakertest.Target(breakertest.WhA, config.ModeBypass, 3, 3)}, Counts: map[string]decide.Counts{breakertest.WhA: breakertest.Healthy(3)}}
+	in := decide.Inputs{Targets: []config.Target{breakertest.Target(breakertest.WhA, config.ModeBypass, 3, 3)}, Evidence: map[string]decide.Evidence{breakertest.WhA: {Probe: breakertest.Healthy(3)}}}
 	for b.Loop() {
 		if _, _, err := decide.Plan(base, in); err != nil {
 			b.Fatal(err)
@@ -766,7 +766,7 @@ func TestTakeOver_resignsOnlyRetiredSigners(t *testing.T) {
 	assert.Equal(t, want, rec, "only the signature changes")
 	assert.Equal(t, breakertest.WithoutCircuit(cur), breakertest.WithoutCircuit(next), "nothing but the record changes")
 
-	closed, closing := breakertest.Plan(t, next, decide.Inputs{Signer: me, Targets: []config.Target{breakertest.Target(breakertest.WhA, config.ModeBypass, 1, 1)}, Counts: map[string]decide.Counts{breakertest.WhA: breakertest.Healthy(1)}})
+	closed, closing := breakertest.Plan(t, next, decide.Inputs{Signer: me, Targets: []config.Target{breakertest.Target(breakertest.WhA, config.ModeBypass, 1, 1)}, Evidence: map[string]decide.Evidence{breakertest.WhA: {Probe: breakertest.Healthy(1)}}})
 	assert.Equal(t, decide.Closed, breakertest.Kinds(closing)[breakertest.WhA], "the new identity closes what it took over")
 	assert.Equal(t, base.Webhooks[0], closed.Webhooks[0])
 
