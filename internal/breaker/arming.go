@@ -619,21 +619,6 @@ func (r *ConfigurationReconciler) markingFailed(cur client.Object, err error) {
 		"the marking policy, which marks what is admitted without the webhook, is not in place; the circuit opens without it once the opening has waited for it: %v", err)
 }
 
-// writeArming writes the arming entries of arm, and nothing else.
-func (r *ConfigurationReconciler) writeArming(ctx context.Context, cur client.Object, view, arm *admissionregistrationv1.MutatingWebhookConfiguration) error {
-	patch, err := circuit.Patch(view, arm)
-	if err != nil {
-		return err
-	}
-	written := cur.DeepCopyObject().(client.Object)
-	if err := r.Client.Patch(ctx, written, client.RawPatch(types.JSONPatchType, patch), client.FieldOwner(circuit.FieldManager)); err != nil {
-		return err
-	}
-	r.wrote(cur.GetName(), cur, written)
-	logf.FromContext(ctx).V(1).Info("Armed marking before opening", "annotation", arm.Annotations[circuit.ArmingAnnotation], "resourceVersion", written.GetResourceVersion())
-	return nil
-}
-
 // markingPoll is how long an opening waits before asking again whether
 // kube-apiserver marks with its armed policies (it reloads policies once a
 // second, and sees a configuration's write a moment after it lands).

@@ -248,5 +248,5 @@ func (r *ConfigurationReconciler) holdTransitions(ctx context.Context, cur clien
 	if arm.Annotations, err = circuit.EncodeArming(maps.Clone(view.Annotations), all); err != nil {
 		return 0, err
 	}
-	return wait, r.writeArming(ctx, cur, view, arm)
+	return wait, r.writeArming(ctx, cur, view, arm, in.Targets)
 }

@@ -24,7 +24,9 @@ type failpointAction struct {
 // failpoints holds each point's action, from WEBHOOK_GUARD_FAILPOINTS
 // ("before-write=0.5,after-write=0.5" for SIGKILLs with those
 // probabilities, "before-write=sleep:3s" for a pause the first time the
-// point is reached). This file is compiled only with -tags failpoints, for the
+// point is reached). The points are those of the breaker's one patch path
+// (patch): before-write and after-write around a write of transitions,
+// before-arm and after-arm around a write of arming entries alone. This file is compiled only with -tags failpoints, for the
 // crash and restart tests.
 var failpoints = func() map[string]failpointAction {
 	out := map[string]failpointAction{}
@@ -45,8 +47,9 @@ var failpoints = func() map[string]failpointAction {
 }()
 
 // failpoint kills the process with SIGKILL at name with its probability,
-// or pauses there the first time. A pause is announced on stderr, so that a test can act
-// while the process waits.
+// or pauses there the first time. A kill and a pause are announced on
+// stderr, so that a test can tell which point fired and act while the
+// process waits.
 func failpoint(name string) {
 	a := failpoints[name]
 	if a.sleep > 0 {
@@ -57,6 +60,7 @@ func failpoint(name string) {
 		})
 	}
 	if a.kill > 0 && rand.Float64() < a.kill {
+		fmt.Fprintf(os.Stderr, "failpoint %s: killing\n", name)
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {} // SIGKILL is not delivered synchronously
 	}

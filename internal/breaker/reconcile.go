@@ -174,7 +174,7 @@ func (r *ConfigurationReconciler) reconcileOnce(ctx context.Context, name string
 	}
 	if step.arm != nil {
 		r.holdDecision(name, decidedAt)
-		return markingPoll, r.writeArming(ctx, cur, view, step.arm)
+		return markingPoll, r.writeArming(ctx, cur, view, step.arm, targets)
 	}
 	if step.pending {
 		r.holdDecision(name, decidedAt)

@@ -2,6 +2,7 @@ package breaker
 
 import (
 	"context"
+	"fmt"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -15,28 +16,70 @@ import (
 	"github.com/webhook-guard/webhook-guard/internal/config"
 )
 
-// write sends one JSON patch of the owned fields (view to next), with the
-// resourceVersion read: one write per transition, refused on conflict, and
-// no field this client's types do not know can be lost (a full Update could
-// drop it). It records, reports and counts what it wrote.
+// What one patch carries, and the name of its failpoints (before-write
+// and after-write, before-arm and after-arm).
+const (
+	// transitions: circuit transitions, with the record that says what
+	// they changed.
+	transitions = "write"
+	// arming: the arming entries alone, marking armed before an opening
+	// (armOpenings, holdTransitions).
+	arming = "arm"
+)
+
+// write sends the transitions changes, view to next: see patch.
 func (r *ConfigurationReconciler) write(ctx context.Context, cur client.Object, view, next *admissionregistrationv1.MutatingWebhookConfiguration, changes []decide.Change, targets []config.Target) error {
+	return r.patch(ctx, transitions, cur, view, next, changes, targets)
+}
+
+// writeArming writes the arming entries of arm, and nothing else: see
+// patch.
+func (r *ConfigurationReconciler) writeArming(ctx context.Context, cur client.Object, view, arm *admissionregistrationv1.MutatingWebhookConfiguration, targets []config.Target) error {
+	return r.patch(ctx, arming, cur, view, arm, nil, targets)
+}
+
+// patch is the breaker's one way to write: one JSON patch of the owned
+// fields (view to next), with the resourceVersion read, refused on
+// conflict, so that no field this client's types do not know can be lost
+// (a full Update could drop it). Whatever it carries (what: transitions or
+// arming), it passes the failpoints, reports a failure other than a
+// conflict (decided again by Reconcile) or an invalid write (written one
+// webhook at a time by reconcileOnce) as a WriteFailed Event, and counts,
+// records and reports what it wrote.
+func (r *ConfigurationReconciler) patch(ctx context.Context, what string, cur client.Object, view, next *admissionregistrationv1.MutatingWebhookConfiguration, changes []decide.Change, targets []config.Target) error {
 	patch, err := circuit.Patch(view, next)
 	if err != nil {
 		return err
 	}
 	written := cur.DeepCopyObject().(client.Object)
-	failpoint("before-write")
+	failpoint("before-" + what)
 	if err := r.Client.Patch(ctx, written, client.RawPatch(types.JSONPatchType, patch), client.FieldOwner(circuit.FieldManager)); err != nil {
 		if !apierrors.IsConflict(err) && !apierrors.IsInvalid(err) {
 			r.Metrics.WriteErrors.Inc()
+			carried := fmt.Sprintf("%d change(s)", len(changes))
+			if what == arming {
+				carried = "the arming entries that arm marking before an opening"
+			}
 			r.Recorder.Eventf(cur, nil, corev1.EventTypeWarning, "WriteFailed", "Update",
-				"webhook-guard could not write %d change(s), nothing was changed: %v", len(changes), err)
+				"webhook-guard could not write %s, nothing was changed: %v", carried, err)
 		}
 		return err
 	}
-	failpoint("after-write")
+	failpoint("after-" + what)
 	r.wrote(cur.GetName(), cur, written)
 	r.Metrics.Reconciles.WithLabelValues(ReconcileWritten).Inc()
+	if what == arming {
+		logf.FromContext(ctx).V(1).Info("Armed marking before opening", "annotation", next.Annotations[circuit.ArmingAnnotation], "resourceVersion", written.GetResourceVersion())
+	}
+	r.recordChanges(ctx, view.Name, written, changes, targets)
+	r.syncGauges(targets, next)
+	return nil
+}
+
+// recordChanges notes each written change in State (its counts start
+// again, and an opening or a closing feeds flap damping), counts it, and
+// reports it as an Event on the written object and in the log.
+func (r *ConfigurationReconciler) recordChanges(ctx context.Context, configuration string, written client.Object, changes []decide.Change, targets []config.Target) {
 	for _, c := range changes {
 		for _, t := range targets {
 			if t.Webhook != c.Webhook && c.Webhook != "" {
@@ -53,7 +96,7 @@ func (r *ConfigurationReconciler) write(ctx context.Context, cur client.Object, 
 		}
 		r.Metrics.Transitions.WithLabelValues(string(r.Kind), string(c.Kind)).Inc()
 		if c.Kind == decide.Opened {
-			r.Metrics.Openings.WithLabelValues(string(r.Kind), view.Name, c.Webhook, c.Signal).Inc()
+			r.Metrics.Openings.WithLabelValues(string(r.Kind), configuration, c.Webhook, c.Signal).Inc()
 		}
 		r.Recorder.Eventf(written, nil, eventType(c.Kind), string(c.Kind), "Update", "%s", c.Message)
 		if r.Kind == circuit.KindValidating && c.Kind == decide.Opened {
@@ -63,8 +106,6 @@ func (r *ConfigurationReconciler) write(ctx context.Context, cur client.Object, 
 		}
 		logf.FromContext(ctx).Info("Wrote a circuit transition", "kind", r.Kind, "webhook", c.Webhook, "change", c.Kind, "resourceVersion", written.GetResourceVersion())
 	}
-	r.syncGauges(targets, next)
-	return nil
 }
 
 // syncGauges sets webhook_guard_circuit_open and webhook_guard_record_unreadable from the

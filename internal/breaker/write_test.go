@@ -2,10 +2,12 @@ package breaker
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -89,4 +91,55 @@ func TestConfigurationReconciler_anInvalidWriteFallsBackToOneWebhookAtATime(t *t
 	_, err = r.Reconcile(context.Background(), req)
 	require.NoError(t, err)
 	assert.Equal(t, 3, patches, "the refused transition is not retried until the configuration changes")
+}
+
+// TestPatch_transitionsAndArmingShareOneWritePath: a write of transitions
+// and a write of arming entries alone fail, are reported and are counted
+// the same way, because both go through patch: an error the reconcile
+// cannot decide again is a WriteFailed Event and a write error, and a
+// conflict (decided again by Reconcile) is neither.
+func TestPatch_transitionsAndArmingShareOneWritePath(t *testing.T) {
+	scheme := runtime.NewScheme()
+	require.NoError(t, clientgoscheme.AddToScheme(scheme))
+	cur := breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail))
+	next := cur.DeepCopy()
+	next.Annotations = map[string]string{circuit.ArmingAnnotation: "{}"}
+	targets := []config.Target{breakertest.Target(breakertest.WhA, config.ModeBypass, 3, 2)}
+	for _, tc := range []struct {
+		err      error
+		reported bool
+	}{
+		{apierrors.NewInternalError(errors.New("etcd is down")), true},
+		{apierrors.NewConflict(schema.GroupResource{Resource: "mutatingwebhookconfigurations"}, breakertest.ConfigName, errors.New("stale")), false},
+	} {
+		for _, armingOnly := range []bool{false, true} {
+			cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(cur.DeepCopy()).
+				WithInterceptorFuncs(interceptor.Funcs{Patch: func(context.Context, client.WithWatch, client.Object, client.Patch, ...client.PatchOption) error {
+					return tc.err
+				}}).Build()
+			rec := events.NewFakeRecorder(10)
+			metrics := NewMetrics()
+			r := &ConfigurationReconciler{Kind: circuit.KindMutating, Client: cl, Targets: targets, State: NewState(), Recorder: rec, Metrics: metrics, Signer: testIdentity}
+			var err error
+			if armingOnly {
+				err = r.writeArming(context.Background(), cur, cur, next, targets)
+			} else {
+				err = r.write(context.Background(), cur, cur, next, nil, targets)
+			}
+			require.ErrorIs(t, err, tc.err, "arming only: %v", armingOnly)
+			assert.Equal(t, boolGauge(tc.reported), testutil.ToFloat64(metrics.WriteErrors), "arming only: %v, error %v", armingOnly, tc.err)
+			if !tc.reported {
+				assert.Empty(t, rec.Events, "a conflict is decided again, not reported")
+				continue
+			}
+			require.Len(t, rec.Events, 1)
+			event := <-rec.Events
+			assert.Contains(t, event, "WriteFailed")
+			if armingOnly {
+				assert.Contains(t, event, "could not write the arming entries")
+			} else {
+				assert.Contains(t, event, "could not write 0 change(s)")
+			}
+		}
+	}
 }

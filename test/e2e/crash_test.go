@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,7 +28,8 @@ func (s *breakerSetup) invariant(t *testing.T, trial int, what string) {
 }
 
 // TestCrash_randomSIGKILLs: a guard built with failpoints kills itself
-// with SIGKILL, at random, just before or just after its writes, across
+// with SIGKILL, at random, just before or just after its writes (of
+// transitions, and of the arming entries that arm marking first), across
 // opening, closing, handing off and closing the circuit of a target
 // removed from the configuration. After every death the contract holds
 // on the object, and a restarted guard converges: no stuck state.
@@ -60,7 +62,7 @@ func TestCrash_randomSIGKILLs(t *testing.T) {
 		return !rec && !hasMarker(findWebhook(mwc, s.hook))
 	}
 
-	kills := map[string]int{}
+	kills, killedAt := map[string]int{}, map[string]int{}
 	for trial := 0; trial < crashTrials; trial++ {
 		// What the trial drives the breaker to do, from the state it is in.
 		var scenario string
@@ -82,7 +84,7 @@ func TestCrash_randomSIGKILLs(t *testing.T) {
 			s.wh.SetBehaviour(webhookPath, harness.Delayed(2*time.Second, harness.Allow()))
 		}
 
-		g := start("crashy", "before-write=0.4,after-write=0.4")
+		g := start("crashy", "before-write=0.4,after-write=0.4,before-arm=0.2,after-arm=0.2")
 		require.Eventually(t, func() bool {
 			exited, _ := g.Exited()
 			return exited || reached()
@@ -90,6 +92,11 @@ func TestCrash_randomSIGKILLs(t *testing.T) {
 		if exited, _ := g.Exited(); exited {
 			require.Contains(t, g.Logs(), "Starting the manager", "trial %d: the guard died before it started:\n%s", trial, g.Logs())
 			kills[scenario]++
+			for _, point := range []string{"before-write", "after-write", "before-arm", "after-arm"} {
+				if strings.Contains(g.Logs(), "failpoint "+point+": killing") {
+					killedAt[point]++
+				}
+			}
 		}
 		g.Kill()
 		s.invariant(t, trial, scenario+", after the death")
@@ -111,7 +118,7 @@ func TestCrash_randomSIGKILLs(t *testing.T) {
 			s.invariant(t, trial, "handed back")
 		}
 	}
-	t.Logf("%d trials; guards killed by a failpoint: %v", crashTrials, kills)
+	t.Logf("%d trials; guards killed by a failpoint: %v; at: %v", crashTrials, kills, killedAt)
 	for _, scenario := range []string{"open", "close", "handoff", "orphan-close"} {
 		require.NotZero(t, kills[scenario], "no failpoint fired during %s", scenario)
 	}
