@@ -133,7 +133,6 @@ func (r *ConfigurationReconciler) reconcileOnce(ctx context.Context, name string
 	if err != nil || cur == nil {
 		if cur == nil && err == nil {
 			r.syncGauges(targets, nil)
-			return 0, nil
 		}
 		return 0, err
 	}
@@ -144,43 +143,65 @@ func (r *ConfigurationReconciler) reconcileOnce(ctx context.Context, name string
 	in := r.State.Inputs(targets, decidedAt, r.Signer, Generation(view))
 	next, changes, err := decide.Plan(view, in)
 	if err != nil {
-		r.forgetDecision(name)
-		r.forgetHold(name)
-		r.Metrics.Reconciles.WithLabelValues(ReconcileUnreadable).Inc()
-		r.Recorder.Eventf(cur, nil, corev1.EventTypeWarning, "RecordUnreadable", "Reconcile",
-			"webhook-guard changes nothing on this configuration until the record is repaired: %v", err)
-		r.syncGauges(targets, view)
+		r.unreadable(cur, view, targets, err)
 		return 0, nil // retried when the object changes
 	}
 	if wait, held := r.coalesce(name, view, in, changes); held {
 		return r.holdTransitions(ctx, cur, view, next, in, changes, decidedAt, wait)
 	}
 	step, err := r.arming(ctx, cur, view, next, changes, in)
-	if err != nil {
-		return 0, err
-	}
-	if step.hold != nil {
+	if err == nil && step.hold != nil {
 		r.holdDecision(name, decidedAt)
-		add, ahead, unconfirmed := step.add, step.ahead, step.unconfirmed
 		in.Wait = step.hold
-		if next, changes, err = decide.Plan(view, in); err != nil {
-			return 0, err
-		}
-		if step, err = r.armingFor(view, next, add, ahead); err != nil {
-			return 0, err
-		}
-		step.wait = minPositive(step.wait, markingPoll)
-		step.unconfirmed = unconfirmed
+		next, changes, step, err = r.withoutHeld(view, in, step)
 	}
-	if step.arm != nil {
+	switch {
+	case err != nil:
+		return 0, err
+	case step.arm != nil:
 		r.holdDecision(name, decidedAt)
 		return markingPoll, r.writeArming(ctx, cur, view, step.arm, targets)
-	}
-	if step.pending {
+	case step.pending:
 		r.holdDecision(name, decidedAt)
 		logf.FromContext(ctx).V(1).Info("Waiting for kube-apiserver to mark with the armed marking policies before opening")
 		return markingPoll, nil
 	}
+	return r.writeStep(ctx, cur, view, next, changes, step, in)
+}
+
+// unreadable reports a record Plan cannot read: nothing is changed on the
+// configuration until it is repaired or handed over.
+func (r *ConfigurationReconciler) unreadable(cur client.Object, view *admissionregistrationv1.MutatingWebhookConfiguration, targets []config.Target, err error) {
+	r.forgetDecision(view.Name)
+	r.forgetHold(view.Name)
+	r.Metrics.Reconciles.WithLabelValues(ReconcileUnreadable).Inc()
+	r.Recorder.Eventf(cur, nil, corev1.EventTypeWarning, "RecordUnreadable", "Reconcile",
+		"webhook-guard changes nothing on this configuration until the record is repaired: %v", err)
+	r.syncGauges(targets, view)
+}
+
+// withoutHeld plans again with the openings step holds back (in.Wait),
+// and arms the entries of those held openings not armed yet in the same
+// write (armingFor).
+func (r *ConfigurationReconciler) withoutHeld(view *admissionregistrationv1.MutatingWebhookConfiguration, in decide.Inputs, held armingStep) (*admissionregistrationv1.MutatingWebhookConfiguration, []decide.Change, armingStep, error) {
+	next, changes, err := decide.Plan(view, in)
+	if err != nil {
+		return nil, nil, armingStep{}, err
+	}
+	step, err := r.armingFor(view, next, held.add, held.ahead)
+	if err != nil {
+		return nil, nil, armingStep{}, err
+	}
+	step.wait = minPositive(step.wait, markingPoll)
+	step.unconfirmed = held.unconfirmed
+	return next, changes, step, nil
+}
+
+// writeStep writes next, with the arming entries step carries, unless
+// nothing changes; an invalid write is written one webhook at a time
+// (writeOneByOne).
+func (r *ConfigurationReconciler) writeStep(ctx context.Context, cur client.Object, view, next *admissionregistrationv1.MutatingWebhookConfiguration, changes []decide.Change, step armingStep, in decide.Inputs) (time.Duration, error) {
+	name := view.Name
 	if !equality.Semantic.DeepEqual(next.Annotations, step.annotations) {
 		if len(changes) == 0 {
 			next = view.DeepCopy() // Plan returned view itself
@@ -189,10 +210,10 @@ func (r *ConfigurationReconciler) reconcileOnce(ctx context.Context, name string
 	} else if len(changes) == 0 {
 		r.forgetDecision(name)
 		r.Metrics.Reconciles.WithLabelValues(ReconcileUnchanged).Inc()
-		r.syncGauges(targets, view)
+		r.syncGauges(in.Targets, view)
 		return step.wait, nil
 	}
-	err = r.write(ctx, cur, view, next, r.noteUnconfirmed(name, changes, step.unconfirmed), targets)
+	err := r.write(ctx, cur, view, next, r.noteUnconfirmed(name, changes, step.unconfirmed), in.Targets)
 	if err == nil {
 		r.forgetWaits(view.UID, changes)
 		r.forgetDecision(name)
@@ -204,18 +225,24 @@ func (r *ConfigurationReconciler) reconcileOnce(ctx context.Context, name string
 	if !apierrors.IsInvalid(err) {
 		return 0, err
 	}
-	// The apiserver refused the change as invalid (for example the bypass
-	// marker would exceed a webhook's matchConditions limit). Retrying it
-	// as it is would fail forever and hold back every other webhook of
-	// the configuration: write them one by one, and leave the refused ones
-	// as they are until the configuration changes.
+	return 0, r.writeOneByOne(ctx, name, changes, in)
+}
+
+// writeOneByOne writes changes one webhook at a time. The apiserver
+// refused them together as invalid (for example the bypass marker would
+// exceed a webhook's matchConditions limit); retrying them as they are
+// would fail forever and hold back every other webhook of the
+// configuration, so the refused ones are left as they are until the
+// configuration changes.
+func (r *ConfigurationReconciler) writeOneByOne(ctx context.Context, name string, changes []decide.Change, in decide.Inputs) error {
+	targets := in.Targets
 	for _, c := range changes {
 		if c.Webhook == "" {
 			continue
 		}
 		cur, view, err := r.read(ctx, name)
 		if err != nil || cur == nil {
-			return 0, err
+			return err
 		}
 		one := in
 		one.Only = c.Webhook
@@ -243,10 +270,10 @@ func (r *ConfigurationReconciler) reconcileOnce(ctx context.Context, name string
 			r.Recorder.Eventf(cur, nil, corev1.EventTypeWarning, "WriteRefused", "Update",
 				"the apiserver refused %s for %s as invalid; webhook-guard leaves this webhook as it is until the configuration changes: %v", c.Kind, c.Webhook, err)
 		case err != nil:
-			return 0, err
+			return err
 		}
 	}
-	return 0, nil
+	return nil
 }
 
 // holdDecision keeps decidedAt as name's decision time while its opening

@@ -200,6 +200,52 @@ func (r *ProbeRunner) loop(ctx context.Context, t config.Target, wg *sync.WaitGr
 // ConfigurationReconciler when Plan would change the configuration. It observes;
 // Plan alone decides.
 func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
+	obj, view, wh := r.probeable(ctx, t)
+	if wh == nil {
+		return
+	}
+	labels := []string{string(t.Kind), t.Configuration, t.Webhook}
+	r.Metrics.TargetMissing.WithLabelValues(labels...).Set(0)
+	r.Metrics.TargetUnprobeable.WithLabelValues(labels...).Set(0)
+	if r.coveredByTraffic(t, view) {
+		r.Metrics.ProbesSkipped.WithLabelValues(labels...).Inc()
+		return
+	}
+	pathDone := r.startPathProbe(ctx, t, obj, view, wh)
+	res, diagnosis := r.probe(ctx, t, obj, wh)
+	counts := r.State.Observe(t.Key(), res, r.Clock.Now())
+	r.reportUnknown(ctx, t, obj, view, counts, res)
+	path := pathDone()
+	holdChanged := r.noteHold(ctx, t, obj)
+	if diagnosis != "" && counts.Failures == 1 {
+		// Once per run of failures, not once per probe.
+		logf.FromContext(ctx).Info("TLS probe failure diagnosed", "diagnosis", diagnosis)
+		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, "ProbeTLSFailure", "Probe", "%s: %s", t.Webhook, diagnosis)
+	}
+	r.judgeObserved(ctx, t, obj)
+	pathMayOpen := path.Last.Outcome == probe.OutcomeFailed && path.Failures >= t.OpenAfter
+	if view.Annotations[circuit.Annotation] == "" && !holdChanged && !pathMayOpen && (res.Outcome != probe.OutcomeFailed || counts.Failures < ArmAheadAt(t)) {
+		// The common case, skipped because it runs for every target every
+		// interval: with no circuit open in the configuration there is
+		// nothing to close, and this probe cannot have opened one below its
+		// threshold, nor armed marking ahead of it (an apiserver observation
+		// wakes the reconciler itself).
+		// Only the end of a hold could release other openings.
+		return
+	}
+	in := r.inputs(t.Kind, view)
+	if closes(view, in) {
+		// Count what was admitted without the webhook up to the close.
+		r.refreshAdmitted(ctx, t.Kind, view)
+		in = r.inputs(t.Kind, view)
+	}
+	r.wake(ctx, t.Kind, obj, view, in)
+}
+
+// probeable reads t's configuration, its view and t's webhook, and
+// reports why t cannot be probed now (missing, handed over, unprobeable);
+// the webhook is nil then.
+func (r *ProbeRunner) probeable(ctx context.Context, t config.Target) (client.Object, *admissionregistrationv1.MutatingWebhookConfiguration, *admissionregistrationv1.MutatingWebhook) {
 	log := logf.FromContext(ctx)
 	obj := t.Kind.New()
 	// The cache's own object, not a copy: it is only read here, and a copy
@@ -208,46 +254,46 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 	if err := r.Reader.Get(ctx, client.ObjectKey{Name: t.Configuration}, obj, &client.GetOptions{UnsafeDisableDeepCopy: ptr.To(true)}); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.problem(ctx, t, nil, false, t.Kind.ObjectKind()+" not found; it will be picked up when it appears")
-			return
+			return nil, nil, nil
 		}
 		log.Error(err, "Reading the target configuration failed; nothing counted")
-		return
+		return nil, nil, nil
 	}
 	view, err := circuit.ReadView(obj)
 	if err != nil {
 		log.Error(err, "Reading the target configuration failed; nothing counted")
-		return
+		return nil, nil, nil
 	}
 	wh := circuit.FindWebhook(view, t.Webhook)
 	if wh == nil {
 		r.problem(ctx, t, obj, false, "webhook not found in the configuration; it will be picked up when it appears")
-		return
+		return nil, nil, nil
 	}
 	if obj.GetAnnotations()[circuit.OverrideAnnotation] != "" {
 		// Handed over: nothing is counted, so the hand-back starts from zero.
 		r.noteRoad(t, nil)
 		r.State.SetProblem(t.Key(), "handed over to its administrators by the override annotation", false)
-		return
+		return nil, nil, nil
 	}
 	if t.Probe.Kind == config.ProbeAdmissionReview {
 		if err := probe.AdmissionReviewProbeable(*wh); err != nil {
 			r.problem(ctx, t, obj, true, fmt.Sprintf("%v; configure an HTTPGet probe. While it cannot be probed its circuit does not open, and an open one is closed", err))
 			r.judgeObserved(ctx, t, obj)
 			r.wake(ctx, t.Kind, obj, view, r.inputs(t.Kind, view))
-			return
+			return nil, nil, nil
 		}
 	}
 	r.State.SetBackend(t.Key(), decide.Backend(wh))
 	r.noteRoad(t, wh)
-	labels := []string{string(t.Kind), t.Configuration, t.Webhook}
-	r.Metrics.TargetMissing.WithLabelValues(labels...).Set(0)
-	r.Metrics.TargetUnprobeable.WithLabelValues(labels...).Set(0)
+	return obj, view, wh
+}
 
-	if r.coveredByTraffic(t, view) {
-		r.Metrics.ProbesSkipped.WithLabelValues(labels...).Inc()
-		return
-	}
-	pathDone := r.startPathProbe(ctx, t, obj, view, wh)
+// probe sends t's probe to wh and counts its outcome in the metrics. A
+// TLS failure is diagnosed (DiagnoseTLS), within diagnoseTimeout; the
+// diagnosis is returned, and is part of the result's error.
+func (r *ProbeRunner) probe(ctx context.Context, t config.Target, obj client.Object, wh *admissionregistrationv1.MutatingWebhook) (probe.Result, string) {
+	log := logf.FromContext(ctx)
+	labels := []string{string(t.Kind), t.Configuration, t.Webhook}
 	res := r.Prober.Probe(ctx, *wh, probe.Spec{
 		Kind: probe.Kind(t.Probe.Kind), Timeout: t.Probe.Timeout, Path: t.Probe.Path,
 		Validating: t.Kind == circuit.KindValidating,
@@ -273,9 +319,13 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 	default:
 		log.V(1).Info("Probe healthy", "duration", res.Duration)
 	}
-	counts := r.State.Observe(t.Key(), res, r.Clock.Now())
-	r.reportUnknown(ctx, t, obj, view, counts, res)
-	path := pathDone()
+	return res, diagnosis
+}
+
+// noteHold reports whether the all-fail hold began, ended or ran out its
+// bound with this probe, with a log line, an Event on obj and the gauge.
+func (r *ProbeRunner) noteHold(ctx context.Context, t config.Target, obj client.Object) bool {
+	log := logf.FromContext(ctx)
 	holding, expired := r.State.HoldOpen(r.Clock.Now())
 	holdChanged := r.holding.Swap(holding) != holding
 	if holdChanged {
@@ -294,29 +344,7 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 			log.Info("A probed target is healthy again; openings are no longer held")
 		}
 	}
-	if diagnosis != "" && counts.Failures == 1 {
-		// Once per run of failures, not once per probe.
-		log.Info("TLS probe failure diagnosed", "diagnosis", diagnosis)
-		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, "ProbeTLSFailure", "Probe", "%s: %s", t.Webhook, diagnosis)
-	}
-	r.judgeObserved(ctx, t, obj)
-	pathMayOpen := path.Last.Outcome == probe.OutcomeFailed && path.Failures >= t.OpenAfter
-	if view.Annotations[circuit.Annotation] == "" && !holdChanged && !pathMayOpen && (res.Outcome != probe.OutcomeFailed || counts.Failures < ArmAheadAt(t)) {
-		// The common case, skipped because it runs for every target every
-		// interval: with no circuit open in the configuration there is
-		// nothing to close, and this probe cannot have opened one below its
-		// threshold, nor armed marking ahead of it (an apiserver observation
-		// wakes the reconciler itself).
-		// Only the end of a hold could release other openings.
-		return
-	}
-	in := r.inputs(t.Kind, view)
-	if closes(view, in) {
-		// Count what was admitted without the webhook up to the close.
-		r.refreshAdmitted(ctx, t.Kind, view)
-		in = r.inputs(t.Kind, view)
-	}
-	r.wake(ctx, t.Kind, obj, view, in)
+	return holdChanged
 }
 
 // diagnoseTimeout bounds DiagnoseTLS, the only apiserver request between

@@ -127,31 +127,51 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 		return nil, nil, err
 	}
 	next := planCopy(cur)
-	var changes []Change
-
 	if reason := cur.Annotations[circuit.OverrideAnnotation]; reason != "" {
-		for _, name := range rec.Webhooks() {
-			entry := rec[name]
-			if !entry.Mine(in.Signer) {
-				continue
-			}
-			stays := "the webhook no longer exists"
-			if wh := circuit.FindWebhook(next, name); wh != nil {
-				circuit.RemoveBypass(wh)
-				stays = fmt.Sprintf("failurePolicy stays %s as it is now (the original was %s: set it back yourself if you want it)",
-					circuit.PolicyString(wh.FailurePolicy), circuit.PolicyString(entry.OriginalFailurePolicy))
-			}
-			delete(rec, name)
-			// The record goes, and with it the only copy of the original:
-			// the Event keeps it, before anything of unbounded length.
-			changes = append(changes, Change{Webhook: name, Kind: HandedOff, Message: circuit.EventNote(
-				"administrator override: webhook-guard released %s (%s) and keeps its hands off this configuration; %s; "+
-					"remove the annotation %s to hand it back; override reason: %q",
-				name, HandOffOriginal(entry), stays, circuit.OverrideAnnotation, reason)})
-		}
-		return finish(cur, next, rec, changes)
+		return finish(cur, next, rec, handOff(next, rec, in.Signer, reason))
 	}
+	changes := settleRecord(cur, next, rec, in)
+	for _, t := range in.Targets {
+		if c := transition(cur, next, rec, t, in); c != nil {
+			changes = append(changes, *c)
+		}
+	}
+	return finish(cur, next, rec, changes)
+}
 
+// handOff releases every circuit of this installation in rec to the
+// administrator who set the override annotation (reason): the bypass
+// markers and the record entries go, failurePolicy stays as it is.
+func handOff(next *admissionregistrationv1.MutatingWebhookConfiguration, rec circuit.Record, signer, reason string) []Change {
+	var changes []Change
+	for _, name := range rec.Webhooks() {
+		entry := rec[name]
+		if !entry.Mine(signer) {
+			continue
+		}
+		stays := "the webhook no longer exists"
+		if wh := circuit.FindWebhook(next, name); wh != nil {
+			circuit.RemoveBypass(wh)
+			stays = fmt.Sprintf("failurePolicy stays %s as it is now (the original was %s: set it back yourself if you want it)",
+				circuit.PolicyString(wh.FailurePolicy), circuit.PolicyString(entry.OriginalFailurePolicy))
+		}
+		delete(rec, name)
+		// The record goes, and with it the only copy of the original:
+		// the Event keeps it, before anything of unbounded length.
+		changes = append(changes, Change{Webhook: name, Kind: HandedOff, Message: circuit.EventNote(
+			"administrator override: webhook-guard released %s (%s) and keeps its hands off this configuration; %s; "+
+				"remove the annotation %s to hand it back; override reason: %q",
+			name, HandOffOriginal(entry), stays, circuit.OverrideAnnotation, reason)})
+	}
+	return changes
+}
+
+// settleRecord drops or closes the entries of rec that no longer hold:
+// written for another object (UID), for a webhook that is gone, undone
+// by someone else, or of a webhook that is no longer a target or is now
+// observed. Another installation's entries are left alone.
+func settleRecord(cur, next *admissionregistrationv1.MutatingWebhookConfiguration, rec circuit.Record, in Inputs) []Change {
+	var changes []Change
 	targets := map[string]config.Target{}
 	for _, t := range in.Targets {
 		targets[t.Webhook] = t
@@ -207,85 +227,89 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 			}
 		}
 	}
+	return changes
+}
 
-	for _, t := range in.Targets {
-		if in.Only != "" && t.Webhook != in.Only || t.Observes() {
-			// Observe targets are judged by State.JudgeObserved, and
-			// nothing is written for them.
-			continue
-		}
-		wh := circuit.FindWebhook(next, t.Webhook)
-		ev, known := in.Evidence[t.Webhook]
-		if wh == nil || !known {
-			continue
-		}
-		c := ev.Probe
-		entry, open := rec[t.Webhook]
-		if open && !entry.Mine(in.Signer) {
-			continue // another installation's circuit on the same webhook
-		}
-		if why := ev.Unprobeable; why != "" {
-			if open {
-				circuit.Restore(wh, entry)
-				delete(rec, t.Webhook)
-				changes = append(changes, Change{Webhook: t.Webhook, Kind: Closed, Message: fmt.Sprintf(
-					"closed the circuit on %s because it can no longer be probed (%s), so no probe could ever close it; restored failurePolicy %s (open since %s)",
-					t.Webhook, why, circuit.PolicyString(entry.OriginalFailurePolicy), entry.OpenedAt.UTC().Format(time.RFC3339))})
-			}
-			continue
-		}
-		action, signal := JudgeTarget(open, entry, c, ev.APIServer, ev.Path, t)
-		switch action {
-		case Open:
-			if in.HoldOpen && signal == SignalProbe {
-				continue // the apiserver does not agree that the webhook is down
-			}
-			if in.Wait[t.Webhook] {
-				continue
-			}
-			if !circuit.OpenWebhook(wh, t.Mode) {
-				continue // Ignore is already the administrator's baseline.
-			}
-			original := cur.Webhooks[circuit.WebhookIndex(cur, t.Webhook)].FailurePolicy
-			reason, why := OpenedBecause(signal, c, ev.APIServer)
-			why += PathNote(signal, ev.Path)
-			rec[t.Webhook] = circuit.Entry{
-				UID:                   cur.UID,
-				Mode:                  t.Mode,
-				OpenedAt:              metav1.NewTime(in.Now.UTC().Truncate(time.Second)),
-				Reason:                reason,
-				Signal:                signal,
-				OriginalFailurePolicy: cur.DeepCopy().Webhooks[circuit.WebhookIndex(cur, t.Webhook)].FailurePolicy,
-				By:                    in.Signer,
-			}
-			changes = append(changes, Change{Webhook: t.Webhook, Kind: Opened, Signal: signal, Message: fmt.Sprintf(
-				"opened the circuit on %s in %s mode %s; original failurePolicy %s",
-				t.Webhook, t.Mode, why, circuit.PolicyString(original))})
-		case Close:
-			hold := ev.MinOpen
-			if t.Mode == circuit.ModeBypass && openedByAPIServer(entry) && in.Now.Sub(entry.OpenedAt.Time) < hold {
-				continue // the probe cannot see the apiserver's path; wait
-			}
-			if in.Now.Sub(entry.OpenedAt.Time) < ev.Damp {
-				continue // it re-opened soon after its last close: damped
-			}
+// transition is t's transition, applied to next and rec, or nil: t's
+// evidence in, judged by JudgeTarget, against the holds (the all-fail
+// hold, marking not yet armed, a minimum open time, flap damping).
+func transition(cur, next *admissionregistrationv1.MutatingWebhookConfiguration, rec circuit.Record, t config.Target, in Inputs) *Change {
+	if in.Only != "" && t.Webhook != in.Only || t.Observes() {
+		// Observe targets are judged by State.JudgeObserved, and
+		// nothing is written for them.
+		return nil
+	}
+	wh := circuit.FindWebhook(next, t.Webhook)
+	ev, known := in.Evidence[t.Webhook]
+	if wh == nil || !known {
+		return nil
+	}
+	c := ev.Probe
+	entry, open := rec[t.Webhook]
+	if open && !entry.Mine(in.Signer) {
+		return nil // another installation's circuit on the same webhook
+	}
+	if why := ev.Unprobeable; why != "" {
+		if open {
 			circuit.Restore(wh, entry)
 			delete(rec, t.Webhook)
-			because, trial := fmt.Sprintf("after %d consecutive healthy probes", c.Successes), trialNote(t, entry)
-			if signal == SignalPath {
-				because, trial = PathClosedBecause(ev.Path), ""
-			}
-			if signal == SignalAPIServer {
-				because = fmt.Sprintf("after %d intervals in which the probe could not run (last: %v) while the apiserver's own calls to the webhook succeeded for %d intervals",
-					c.Unknowns, UnknownErr(c), ev.APIServer.Successes)
-			}
-			changes = append(changes, Change{Webhook: t.Webhook, Kind: Closed, Message: fmt.Sprintf(
-				"closed the circuit on %s %s; restored failurePolicy %s (open since %s)%s",
-				t.Webhook, because, circuit.PolicyString(entry.OriginalFailurePolicy), entry.OpenedAt.UTC().Format(time.RFC3339),
-				admittedNote(t, entry, in)+trial)})
+			return &Change{Webhook: t.Webhook, Kind: Closed, Message: fmt.Sprintf(
+				"closed the circuit on %s because it can no longer be probed (%s), so no probe could ever close it; restored failurePolicy %s (open since %s)",
+				t.Webhook, why, circuit.PolicyString(entry.OriginalFailurePolicy), entry.OpenedAt.UTC().Format(time.RFC3339))}
 		}
+		return nil
 	}
-	return finish(cur, next, rec, changes)
+	action, signal := JudgeTarget(open, entry, c, ev.APIServer, ev.Path, t)
+	switch action {
+	case Open:
+		if in.HoldOpen && signal == SignalProbe {
+			return nil // the apiserver does not agree that the webhook is down
+		}
+		if in.Wait[t.Webhook] {
+			return nil
+		}
+		if !circuit.OpenWebhook(wh, t.Mode) {
+			return nil // Ignore is already the administrator's baseline.
+		}
+		original := cur.Webhooks[circuit.WebhookIndex(cur, t.Webhook)].FailurePolicy
+		reason, why := OpenedBecause(signal, c, ev.APIServer)
+		why += PathNote(signal, ev.Path)
+		rec[t.Webhook] = circuit.Entry{
+			UID:                   cur.UID,
+			Mode:                  t.Mode,
+			OpenedAt:              metav1.NewTime(in.Now.UTC().Truncate(time.Second)),
+			Reason:                reason,
+			Signal:                signal,
+			OriginalFailurePolicy: cur.DeepCopy().Webhooks[circuit.WebhookIndex(cur, t.Webhook)].FailurePolicy,
+			By:                    in.Signer,
+		}
+		return &Change{Webhook: t.Webhook, Kind: Opened, Signal: signal, Message: fmt.Sprintf(
+			"opened the circuit on %s in %s mode %s; original failurePolicy %s",
+			t.Webhook, t.Mode, why, circuit.PolicyString(original))}
+	case Close:
+		hold := ev.MinOpen
+		if t.Mode == circuit.ModeBypass && openedByAPIServer(entry) && in.Now.Sub(entry.OpenedAt.Time) < hold {
+			return nil // the probe cannot see the apiserver's path; wait
+		}
+		if in.Now.Sub(entry.OpenedAt.Time) < ev.Damp {
+			return nil // it re-opened soon after its last close: damped
+		}
+		circuit.Restore(wh, entry)
+		delete(rec, t.Webhook)
+		because, trial := fmt.Sprintf("after %d consecutive healthy probes", c.Successes), trialNote(t, entry)
+		if signal == SignalPath {
+			because, trial = PathClosedBecause(ev.Path), ""
+		}
+		if signal == SignalAPIServer {
+			because = fmt.Sprintf("after %d intervals in which the probe could not run (last: %v) while the apiserver's own calls to the webhook succeeded for %d intervals",
+				c.Unknowns, UnknownErr(c), ev.APIServer.Successes)
+		}
+		return &Change{Webhook: t.Webhook, Kind: Closed, Message: fmt.Sprintf(
+			"closed the circuit on %s %s; restored failurePolicy %s (open since %s)%s",
+			t.Webhook, because, circuit.PolicyString(entry.OriginalFailurePolicy), entry.OpenedAt.UTC().Format(time.RFC3339),
+			admittedNote(t, entry, in)+trial)}
+	}
+	return nil
 }
 
 // TakeOver signs anew, with identity, every entry of cur's record that
