@@ -417,20 +417,7 @@ func (r *ConfigurationReconciler) armingFor(view, next *admissionregistrationv1.
 func (r *ConfigurationReconciler) armOpenings(ctx context.Context, cur client.Object, view *admissionregistrationv1.MutatingWebhookConfiguration, in decide.Inputs, armed, after circuit.Record, opening []marking.Circuit, ahead circuit.Record) (armingStep, error) {
 	bound := markingBound(in.Targets, opening)
 	now := now(r.Clock)
-	why := map[string]string{}
-	waitedOut := map[string]bool{}
-	left := bound
-	for _, c := range opening {
-		remaining, first := r.markingWait(view.UID, c.Webhook, bound, now)
-		waitedOut[c.Webhook] = remaining <= 0
-		left = min(left, max(remaining, 0))
-		if err := r.Marker.Check(ctx, c); err != nil {
-			why[c.Webhook] = err.Error()
-			if first {
-				r.markingFailed(cur, err)
-			}
-		}
-	}
+	why, waitedOut, left := r.checkPolicies(ctx, cur, view.UID, opening, bound, now)
 	missing := circuit.Record{}
 	var armedOnes []marking.Circuit
 	for _, c := range opening {
@@ -495,6 +482,26 @@ func (r *ConfigurationReconciler) armOpenings(ctx context.Context, cur client.Ob
 	default:
 		return armingStep{pending: true}, nil
 	}
+}
+
+// checkPolicies checks the marking policy of each opening (Marker.Check),
+// and returns why each one that is not in place is not (reported once per
+// opening), which openings have waited out bound (markingWait), and the
+// least time any of them may still wait.
+func (r *ConfigurationReconciler) checkPolicies(ctx context.Context, cur client.Object, uid types.UID, opening []marking.Circuit, bound time.Duration, now time.Time) (why map[string]string, waitedOut map[string]bool, left time.Duration) {
+	why, waitedOut, left = map[string]string{}, map[string]bool{}, bound
+	for _, c := range opening {
+		remaining, first := r.markingWait(uid, c.Webhook, bound, now)
+		waitedOut[c.Webhook] = remaining <= 0
+		left = min(left, max(remaining, 0))
+		if err := r.Marker.Check(ctx, c); err != nil {
+			why[c.Webhook] = err.Error()
+			if first {
+				r.markingFailed(cur, err)
+			}
+		}
+	}
+	return why, waitedOut, left
 }
 
 // markingBound is how long an opening of cs waits at most for evidence

@@ -75,7 +75,7 @@ type Metrics struct {
 // NewMetrics creates the collectors without registering them.
 func NewMetrics() *Metrics {
 	target := []string{"kind", "configuration", "webhook"}
-	return &Metrics{
+	m := &Metrics{
 		CircuitOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "webhook_guard_circuit_open", Help: "1 while the breaker's changes are in place on a target webhook.",
 		}, target),
@@ -129,38 +129,45 @@ func NewMetrics() *Metrics {
 		Openings: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "webhook_guard_circuit_openings_total", Help: "Circuits opened, by target and the signal that opened them (probe, apiserver, probe+apiserver, road).",
 		}, append(target, "signal")),
-		ScrapeDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "webhook_guard_apiserver_scrape_duration_seconds", Help: "Duration of one read and parse of kube-apiserver's /metrics, for every target together.",
-			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
-		}),
-		ScrapeBytes: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "webhook_guard_apiserver_scrape_bytes", Help: "Size of the last response read from kube-apiserver's /metrics.",
-		}),
-		ScrapeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "webhook_guard_apiserver_scrape_errors_total", Help: "Failed reads of kube-apiserver's /metrics, by kind (forbidden: RBAC get on /metrics is missing; error: anything else). The apiserver signal is Unknown meanwhile.",
-		}, []string{"reason"}),
-		APIServerObservations: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "webhook_guard_apiserver_observations_total", Help: "Apiserver signal observations, by target and verdict (Healthy, Failing, Unknown).",
-		}, append(target, "verdict")),
-		SignalsDisagree: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "webhook_guard_signals_disagree", Help: "1 while one signal (failing=apiserver or failing=probe) has failed for several intervals while the other was healthy: the network path of the failing side is broken, not the webhook.",
-		}, append(target, "failing")),
-		MarkingAvailable: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "webhook_guard_marking_available", Help: "1 when the apiserver serves MutatingAdmissionPolicy and objects admitted while a mutating webhook's circuit is open are marked (label webhook-guard.io/unmutated); 0 when it does not.",
-		}),
-		MarkingUnconfirmed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "webhook_guard_marking_unconfirmed_total", Help: "Circuits opened without evidence that kube-apiserver marks with their marking policy, after waiting for it as long as the breaker allows (the CircuitOpened Event says why).",
-		}, target),
-		CanaryFailures: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "webhook_guard_marking_canary_failures_total", Help: "Marking canaries (dry-run Event creates) that failed or timed out; a failing webhook that intercepts Events refuses them.",
-		}),
-		PathProbes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "webhook_guard_path_probes_total", Help: "Probes of kube-apiserver's own road to a service-backed webhook, a GET through its service proxy, by target and outcome (Healthy: the webhook's server answered; Failed: the apiserver could not reach it; Unknown: cannot tell). They run while the apiserver's calls fail and while a circuit they opened is open.",
-		}, append(target, "outcome")),
-		AdmittedWithout: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "webhook_guard_admitted_without_webhook_total", Help: "Requests kube-apiserver admitted without calling the webhook (bypass matchCondition) or after the call failed (Ignore) while its circuit was open, from the apiserver's own counters.",
-		}, target),
 	}
+	m.addSignalMetrics(target)
+	return m
+}
+
+// addSignalMetrics adds the metrics of the apiserver signal, marking and
+// the path probe.
+func (m *Metrics) addSignalMetrics(target []string) {
+	m.ScrapeDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "webhook_guard_apiserver_scrape_duration_seconds", Help: "Duration of one read and parse of kube-apiserver's /metrics, for every target together.",
+		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+	})
+	m.ScrapeBytes = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "webhook_guard_apiserver_scrape_bytes", Help: "Size of the last response read from kube-apiserver's /metrics.",
+	})
+	m.ScrapeErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "webhook_guard_apiserver_scrape_errors_total", Help: "Failed reads of kube-apiserver's /metrics, by kind (forbidden: RBAC get on /metrics is missing; error: anything else). The apiserver signal is Unknown meanwhile.",
+	}, []string{"reason"})
+	m.APIServerObservations = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "webhook_guard_apiserver_observations_total", Help: "Apiserver signal observations, by target and verdict (Healthy, Failing, Unknown).",
+	}, append(target, "verdict"))
+	m.SignalsDisagree = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "webhook_guard_signals_disagree", Help: "1 while one signal (failing=apiserver or failing=probe) has failed for several intervals while the other was healthy: the network path of the failing side is broken, not the webhook.",
+	}, append(target, "failing"))
+	m.MarkingAvailable = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "webhook_guard_marking_available", Help: "1 when the apiserver serves MutatingAdmissionPolicy and objects admitted while a mutating webhook's circuit is open are marked (label webhook-guard.io/unmutated); 0 when it does not.",
+	})
+	m.MarkingUnconfirmed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "webhook_guard_marking_unconfirmed_total", Help: "Circuits opened without evidence that kube-apiserver marks with their marking policy, after waiting for it as long as the breaker allows (the CircuitOpened Event says why).",
+	}, target)
+	m.CanaryFailures = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "webhook_guard_marking_canary_failures_total", Help: "Marking canaries (dry-run Event creates) that failed or timed out; a failing webhook that intercepts Events refuses them.",
+	})
+	m.PathProbes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "webhook_guard_path_probes_total", Help: "Probes of kube-apiserver's own road to a service-backed webhook, a GET through its service proxy, by target and outcome (Healthy: the webhook's server answered; Failed: the apiserver could not reach it; Unknown: cannot tell). They run while the apiserver's calls fail and while a circuit they opened is open.",
+	}, append(target, "outcome"))
+	m.AdmittedWithout = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "webhook_guard_admitted_without_webhook_total", Help: "Requests kube-apiserver admitted without calling the webhook (bypass matchCondition) or after the call failed (Ignore) while its circuit was open, from the apiserver's own counters.",
+	}, target)
 }
 
 // Collectors returns every collector, for registration on

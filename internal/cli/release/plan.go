@@ -65,6 +65,49 @@ type Plan struct {
 // restoring write, and is disarmed in a later one.
 var disarmLater = fmt.Sprintf("arming entry removed %s later", circuit.DisarmAfter)
 
+// releaseOrder is the webhooks to release (every one with an entry of
+// signer's in rec or armed, when webhooks is nil) in the configuration's
+// order, those no longer in it last by name.
+func releaseOrder(view *admissionregistrationv1.MutatingWebhookConfiguration, signer string, webhooks []string, rec, armed circuit.Record) []string {
+	selected := webhooks
+	if selected == nil {
+		for _, r := range []circuit.Record{rec, armed} {
+			for _, hook := range r.Webhooks() {
+				if _, ok := r.Mine(hook, signer); ok && !slices.Contains(selected, hook) {
+					selected = append(selected, hook)
+				}
+			}
+		}
+	}
+	index := func(hook string) int { return circuit.WebhookIndex(view, hook) }
+	ordered := slices.Clone(selected)
+	slices.SortStableFunc(ordered, func(a, b string) int {
+		ia, ib := index(a), index(b)
+		switch {
+		case ia < 0 && ib < 0:
+			return strings.Compare(a, b)
+		case ia < 0:
+			return 1
+		case ib < 0:
+			return -1
+		}
+		return ia - ib
+	})
+	return ordered
+}
+
+// nothingToRelease says why hook, which has no entry of this
+// installation's, has nothing to release.
+func nothingToRelease(rec circuit.Record, hook string, present bool) string {
+	switch e, ok := rec[hook]; {
+	case ok:
+		return fmt.Sprintf("nothing to release (its circuit was opened by another installation, %s)", e.By)
+	case !present:
+		return "nothing to release (the webhook is not in the configuration)"
+	}
+	return "nothing to release (circuit closed)"
+}
+
 // PlanRelease computes what releasing view (a configuration of kind, as
 // circuit.View shows it) takes, for the installation that signs its
 // entries with signer. webhooks are the webhooks to release; nil means
@@ -107,34 +150,11 @@ func PlanRelease(kind circuit.Kind, view *admissionregistrationv1.MutatingWebhoo
 	next := view.DeepCopy()
 
 	mine := func(r circuit.Record, hook string) (circuit.Entry, bool) { return r.Mine(hook, signer) }
-	selected := webhooks
-	if selected == nil {
-		for _, r := range []circuit.Record{rec, armed} {
-			for _, hook := range r.Webhooks() {
-				if _, ok := mine(r, hook); ok && !slices.Contains(selected, hook) {
-					selected = append(selected, hook)
-				}
-			}
-		}
-	}
-	index := func(hook string) int { return circuit.WebhookIndex(next, hook) }
-	ordered := slices.Clone(selected)
-	slices.SortStableFunc(ordered, func(a, b string) int {
-		ia, ib := index(a), index(b)
-		switch {
-		case ia < 0 && ib < 0:
-			return strings.Compare(a, b)
-		case ia < 0:
-			return 1
-		case ib < 0:
-			return -1
-		}
-		return ia - ib
-	})
+	ordered := releaseOrder(view, signer, webhooks, rec, armed)
 
 	for _, hook := range ordered {
 		line := Line{Kind: kind, Configuration: view.Name, Webhook: hook}
-		i := index(hook)
+		i := circuit.WebhookIndex(next, hook)
 		entry, open := mine(rec, hook)
 		switch {
 		case open && override != "":
@@ -172,12 +192,8 @@ func PlanRelease(kind circuit.Kind, view *admissionregistrationv1.MutatingWebhoo
 		}
 		if len(line.Changes) > 0 {
 			changed = true
-		} else if e, ok := rec[hook]; ok {
-			line.Note = fmt.Sprintf("nothing to release (its circuit was opened by another installation, %s)", e.By)
-		} else if i < 0 {
-			line.Note = "nothing to release (the webhook is not in the configuration)"
 		} else {
-			line.Note = "nothing to release (circuit closed)"
+			line.Note = nothingToRelease(rec, hook, i >= 0)
 		}
 		plan.Lines = append(plan.Lines, line)
 	}

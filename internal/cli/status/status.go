@@ -202,14 +202,11 @@ func (o *Options) Run(ctx context.Context) error {
 	return nil
 }
 
-// look reads everything once. found is what keeps the status from
-// exiting 0 (the ExitError --exit-code returns); nil when all is well.
-func (o *Options) look(ctx context.Context) (statusReport, *cli.ExitError) {
-	cfg, c, namespace := o.Config, o.Client, o.Namespace
-	rep := statusReport{Namespace: namespace, ConfigSource: o.ConfigSource, Instance: cfg.Instance}
-
-	var rows []statusapi.Row
-	noLeader := false
+// leaderRows reads the leader's /status rows, from o.Endpoint or through
+// the apiserver from the Lease's holder, noting in rep where it looked and
+// what it could not read; noLeader is set when nobody leads.
+func (o *Options) leaderRows(ctx context.Context, rep *statusReport) (rows []statusapi.Row, noLeader bool) {
+	namespace := o.Namespace
 	if o.Endpoint != "" {
 		var err error
 		token := ""
@@ -224,9 +221,9 @@ func (o *Options) look(ctx context.Context) (statusReport, *cli.ExitError) {
 			rep.Unavailable = append(rep.Unavailable, fmt.Sprintf("probe counts from %s: %v", o.Endpoint, err))
 		}
 	} else {
-		lease := statusapi.LeaseName(cfg.Instance)
+		lease := statusapi.LeaseName(o.Config.Instance)
 		rep.Lease = namespace + "/" + lease
-		pod, err := leaderPod(ctx, c, namespace, lease)
+		pod, err := leaderPod(ctx, o.Client, namespace, lease)
 		if err != nil {
 			noLeader = errors.As(err, new(noLeaderError))
 			rep.Unavailable = append(rep.Unavailable, fmt.Sprintf("probe counts: %v", err))
@@ -237,6 +234,16 @@ func (o *Options) look(ctx context.Context) (statusReport, *cli.ExitError) {
 			}
 		}
 	}
+	return rows, noLeader
+}
+
+// look reads everything once. found is what keeps the status from
+// exiting 0 (the ExitError --exit-code returns); nil when all is well.
+func (o *Options) look(ctx context.Context) (statusReport, *cli.ExitError) {
+	cfg, c, namespace := o.Config, o.Client, o.Namespace
+	rep := statusReport{Namespace: namespace, ConfigSource: o.ConfigSource, Instance: cfg.Instance}
+
+	rows, noLeader := o.leaderRows(ctx, &rep)
 	counts := map[string]statusapi.Row{}
 	for _, r := range rows {
 		counts[r.Kind+"/"+r.Configuration+"/"+r.Webhook] = r
