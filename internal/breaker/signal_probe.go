@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -233,13 +234,14 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 		// Only the end of a hold could release other openings.
 		return
 	}
-	in := r.inputs(t.Kind, view)
-	if closes(view, in) {
+	changes, due := wouldChange(view, r.inputs(t.Kind, view))
+	if slices.ContainsFunc(changes, func(c decide.Change) bool { return c.Kind == decide.Closed }) {
 		// Count what was admitted without the webhook up to the close.
 		r.refreshAdmitted(ctx, t.Kind, view)
-		in = r.inputs(t.Kind, view)
 	}
-	r.wake(ctx, t.Kind, obj, view, in)
+	if due {
+		r.trigger(ctx, t.Kind, obj)
+	}
 }
 
 // probeable reads t's configuration, its view and t's webhook, and
@@ -369,20 +371,6 @@ func (r *ProbeRunner) judgeObserved(ctx context.Context, t config.Target, obj cl
 	r.Recorder.Eventf(obj, nil, eventType(c.Kind), string(c.Kind), "Observe", "%s", c.Message)
 }
 
-// closes reports whether Plan, given in, would close a circuit on view.
-func closes(view *admissionregistrationv1.MutatingWebhookConfiguration, in decide.Inputs) bool {
-	_, changes, err := decide.Plan(view, in)
-	if err != nil {
-		return false
-	}
-	for _, c := range changes {
-		if c.Kind == decide.Closed {
-			return true
-		}
-	}
-	return false
-}
-
 // reportUnknown logs the first Unknown probe of a run at info level (the
 // rest at debug level), and says when an open circuit's probe has been
 // Unknown for closeAfter intervals: once with an Event, and with a gauge
@@ -431,13 +419,27 @@ func (r *ProbeRunner) inputs(kind circuit.Kind, view *admissionregistrationv1.Mu
 }
 
 // wake triggers a reconcile of obj (whose circuit.View is view) when Plan,
-// given in, would change it. A record Plan cannot read
-// wakes nothing: the reconciler reports it when the object changes.
+// given in, would change it, or arm marking ahead of an opening.
 func (r *ProbeRunner) wake(ctx context.Context, kind circuit.Kind, obj client.Object, view *admissionregistrationv1.MutatingWebhookConfiguration, in decide.Inputs) {
-	_, changes, err := decide.Plan(view, in)
-	if err != nil || len(changes) == 0 && !ArmsAhead(view, in) {
-		return
+	if _, due := wouldChange(view, in); due {
+		r.trigger(ctx, kind, obj)
 	}
+}
+
+// wouldChange returns the changes Plan, given in, would make to view, and
+// whether the reconciler has something to do: those changes, or arming
+// marking ahead of an opening. A record Plan cannot read is nothing to
+// do: the reconciler reports it when the object changes.
+func wouldChange(view *admissionregistrationv1.MutatingWebhookConfiguration, in decide.Inputs) ([]decide.Change, bool) {
+	_, changes, err := decide.Plan(view, in)
+	if err != nil {
+		return nil, false
+	}
+	return changes, len(changes) > 0 || ArmsAhead(view, in)
+}
+
+// trigger queues a reconcile of obj's configuration.
+func (r *ProbeRunner) trigger(ctx context.Context, kind circuit.Kind, obj client.Object) {
 	select {
 	case r.Triggers[kind] <- event.GenericEvent{Object: obj}:
 	case <-ctx.Done():
