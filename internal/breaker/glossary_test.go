@@ -58,3 +58,65 @@ func TestGlossary_termsAreTheCodes(t *testing.T) {
 		t.Fatalf("read %d names from the glossary; the doc lost its code names", checked)
 	}
 }
+
+// TestWalk_namesTheCode: the walk from a failed probe to its patch in
+// docs/how-it-works.md has at most six steps, each file it names exists,
+// and each function or method it names is declared in the breaker or its
+// decision package.
+func TestWalk_namesTheCode(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/how-it-works.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(doc)
+	start := strings.Index(text, "### From a failed probe to its patch")
+	if start < 0 {
+		t.Fatal("docs/how-it-works.md has no walk from a failed probe to its patch")
+	}
+	walk := text[start:]
+	walk = walk[:strings.Index(walk[4:], "\n## ")+4]
+	steps := regexp.MustCompile(`(?m)^\d+\. `).FindAllStringIndex(walk, -1)
+	if len(steps) == 0 || len(steps) > 6 {
+		t.Fatalf("the walk has %d steps; want 1 to 6", len(steps))
+	}
+	var source strings.Builder
+	for _, glob := range []string{"*.go", "decide/*.go"} {
+		files, err := filepath.Glob(glob)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") {
+				continue
+			}
+			data, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			source.Write(data)
+		}
+	}
+	for _, file := range regexp.MustCompile("`((?:internal/breaker/)?[a-z_/]+\\.go)`").FindAllStringSubmatch(walk, -1) {
+		path := strings.TrimPrefix(file[1], "internal/breaker/")
+		if _, err := os.Stat(path); err != nil {
+			t.Errorf("the walk names %s, which does not exist", file[1])
+		}
+	}
+	checked := 0
+	for _, name := range regexp.MustCompile("`(?:[A-Za-z]+\\.)?([A-Za-z]+)`").FindAllStringSubmatch(walk, -1) {
+		n := name[1]
+		switch {
+		case strings.HasSuffix(name[0], ".go`"):
+			continue // a file, checked above
+		case n == "decide", n == "context", n == "CircuitOpened":
+			continue // a package and an Event reason, not functions
+		}
+		checked++
+		if !regexp.MustCompile(`func (\([^)]*\) )?` + n + `\(`).MatchString(source.String()) {
+			t.Errorf("the walk names %s, which is no function or method of the breaker or decide", name[0])
+		}
+	}
+	if checked < 10 {
+		t.Fatalf("read %d names from the walk; it lost its code names", checked)
+	}
+}
