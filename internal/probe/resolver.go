@@ -142,9 +142,19 @@ func (r *WatchingResolver) Start(ctx context.Context) error {
 }
 
 // NeedLeaderElection is false: the resolver runs on every replica, so it
-// is running before the leader's probes ask it anything. It starts no
-// watch until a probe asks for a Service, so a follower watches nothing.
+// is running before the leader's probes ask it anything. It starts a
+// watch when a probe asks for a Service, or when it is warmed (Warm): a
+// follower watches its targets' Services before it leads.
 func (r *WatchingResolver) NeedLeaderElection() bool { return false }
+
+// Warm starts the watch of Service namespace/name if it has not started,
+// without waiting for its first list: every replica warms its targets'
+// Services (breaker.ServiceWarmer), so that a new leader resolves its
+// first probes from its own store. It waits, within ctx, for Start.
+func (r *WatchingResolver) Warm(ctx context.Context, namespace, name string) error {
+	_, err := r.watch(ctx, serviceKey{namespace, name})
+	return err
+}
 
 // Resolve returns host:port of the Service namespace/name from the
 // Service's watch; see WatchingResolver for when it waits and which

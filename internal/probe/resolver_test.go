@@ -470,3 +470,25 @@ func TestWatchingResolver_Resolve_notRunning(t *testing.T) {
 	_, err = empty.Resolve(t.Context(), "team", "hook", 443)
 	assert.NotErrorIs(t, err, ErrNoRoute)
 }
+
+// A Service warmed before it is first resolved (a follower warming its
+// targets' Services) resolves from the store at once, even after the
+// apiserver went down, where an unwarmed first resolution is Unknown.
+func TestWatchingResolver_warmResolvesWithoutWaiting(t *testing.T) {
+	a := newAPIServer(t, service(corev1.ServiceTypeClusterIP, "10.96.0.12", 443))
+	r := startResolver(t, a.Clientset)
+	require.NoError(t, r.Warm(t.Context(), "team", "hook"))
+	require.Eventually(t, func() bool {
+		w, err := r.watch(t.Context(), serviceKey{"team", "hook"})
+		require.NoError(t, err)
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.synced
+	}, 5*time.Second, time.Millisecond, "the warmed watch never listed")
+	a.goDown(errHang)
+	hostPort, err := resolveWithin(t, r, 200*time.Millisecond, "hook", 443)
+	require.NoError(t, err, "a warmed Service resolves while the apiserver hangs")
+	assert.Equal(t, "10.96.0.12:443", hostPort)
+	_, err = resolveWithin(t, r, 200*time.Millisecond, "other", 443)
+	require.Error(t, err, "an unwarmed Service's first resolution waits on the hanging apiserver")
+}

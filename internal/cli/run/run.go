@@ -226,6 +226,12 @@ func (o *Options) Run(ctx context.Context) error {
 	if err := mgr.Add(services); err != nil {
 		return fmt.Errorf("adding the Service resolver: %w", err)
 	}
+	// Every replica watches the targets' Services and configurations
+	// before it leads, so that a new leader's first probes wait on no
+	// list from an apiserver the outage may be slowing down.
+	if err := mgr.Add(&breaker.ServiceWarmer{Reader: mgr.GetCache(), Targets: cfg.Targets, Services: services}); err != nil {
+		return fmt.Errorf("adding the Service warmer: %w", err)
+	}
 	runner := &breaker.ProbeRunner{
 		// The latency histograms tell calls answered within the probe's
 		// timeout, for traffic that stands in for the probe.
