@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
+	"github.com/webhook-guard/webhook-guard/internal/config"
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
 )
 
@@ -47,6 +48,11 @@ type fleet struct {
 	// scrapeInterval, when set, is the guard's apiserverScrapeInterval;
 	// otherwise its default.
 	scrapeInterval string
+	// roads names each webhook's Service and port, by webhook name, for
+	// the guard's path probe (apiserverSignal.pathProbe.service); config
+	// sets it while pathProbe is true.
+	roads     map[string]config.Service
+	pathProbe bool
 
 	// The guard's identity and the metrics reader's token, made once per
 	// fleet and shared by its guards' runs.
@@ -83,19 +89,7 @@ func newFleet(ctx context.Context, env *harness.Env, kind string, n int) (*fleet
 			} else {
 				cc.URL = ptr.To(srv.URL("/review"))
 			}
-			mwc.Webhooks = append(mwc.Webhooks, admissionregistrationv1.MutatingWebhook{
-				Name:                    webhookName(j, name),
-				ClientConfig:            cc,
-				AdmissionReviewVersions: []string{"v1"},
-				SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
-				FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
-				TimeoutSeconds:          ptr.To[int32](1),
-				NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"bench.example.com/never": "true"}},
-				Rules: []admissionregistrationv1.RuleWithOperations{{
-					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
-					Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}},
-				}},
-			})
+			mwc.Webhooks = append(mwc.Webhooks, fleetWebhook(webhookName(j, name), cc))
 		}
 		if kind == "service" {
 			s := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: svc}, Spec: corev1.ServiceSpec{ClusterIP: host, Ports: ports}}
@@ -115,6 +109,24 @@ func newFleet(ctx context.Context, env *harness.Env, kind string, n int) (*fleet
 
 func webhookName(j int, configuration string) string {
 	return fmt.Sprintf("w%d.%s.bench.example.com", j, configuration)
+}
+
+// fleetWebhook is a fleet's webhook: Fail, timeoutSeconds 1, matching
+// ConfigMaps in no namespace.
+func fleetWebhook(name string, cc admissionregistrationv1.WebhookClientConfig) admissionregistrationv1.MutatingWebhook {
+	return admissionregistrationv1.MutatingWebhook{
+		Name:                    name,
+		ClientConfig:            cc,
+		AdmissionReviewVersions: []string{"v1"},
+		SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+		FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+		TimeoutSeconds:          ptr.To[int32](1),
+		NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"bench.example.com/never": "true"}},
+		Rules: []admissionregistrationv1.RuleWithOperations{{
+			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+			Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}},
+		}},
+	}
 }
 
 // ServeHTTP answers an AdmissionReview as allowed (allowReview), or HTTP
@@ -140,6 +152,9 @@ func (f *fleet) config(mode string, hold int) string {
 	for _, c := range f.configs {
 		for j := 0; j < min(f.n, perConfiguration); j++ {
 			fmt.Fprintf(&b, "- configuration: %s\n  webhook: %s\n  allowAdmissionWithoutMutation: true\n  mode: %s\n  openAfter: 3\n  closeAfter: 5\n  probe:\n    interval: 1s\n    timeout: 1s\n", c, webhookName(j, c), mode)
+			if svc, ok := f.roads[webhookName(j, c)]; ok && f.pathProbe {
+				fmt.Fprintf(&b, "  apiserverSignal:\n    pathProbe:\n      service:\n        namespace: %s\n        name: %s\n        port: %d\n", svc.Namespace, svc.Name, svc.Port)
+			}
 		}
 	}
 	return b.String()
@@ -195,18 +210,8 @@ type guardRun struct {
 // false), logging at info level, inside a CPU limit of quota cores when
 // quota > 0.
 func startGuard(ctx context.Context, env *harness.Env, f *fleet, mode string, hold int, quota float64, leaderElect bool) (*guardRun, error) {
-	if f.id == nil {
-		id, err := env.ServiceAccount(ctx, f.ns, "webhook-guard")
-		if err != nil {
-			return nil, err
-		}
-		if err := env.GrantGuard(ctx, f.ns, id, f.configs); err != nil {
-			return nil, err
-		}
-		if f.scraper, err = metricsReader(ctx, env, f.ns); err != nil {
-			return nil, err
-		}
-		f.id = id
+	if err := f.identity(ctx, env); err != nil {
+		return nil, err
 	}
 	id, scraper := f.id, f.scraper
 	addr, err := harness.FreeLoopbackAddr()
@@ -240,6 +245,25 @@ func startGuard(ctx context.Context, env *harness.Env, f *fleet, mode string, ho
 		}
 	}
 	return r, nil
+}
+
+// identity makes f's guard identity and metrics reader, once.
+func (f *fleet) identity(ctx context.Context, env *harness.Env) error {
+	if f.id != nil {
+		return nil
+	}
+	id, err := env.ServiceAccount(ctx, f.ns, "webhook-guard")
+	if err != nil {
+		return err
+	}
+	if err := env.GrantGuard(ctx, f.ns, id, f.configs); err != nil {
+		return err
+	}
+	if f.scraper, err = metricsReader(ctx, env, f.ns); err != nil {
+		return err
+	}
+	f.id = id
+	return nil
 }
 
 // guardEnv (-guard-env) is extra environment for the guard process only,
@@ -369,6 +393,9 @@ func (r *guardRun) metrics(ctx context.Context) (map[string]float64, error) {
 			switch {
 			case m.Counter != nil:
 				out[name] += m.Counter.GetValue()
+				if o := labelValue(m.GetLabel(), "outcome"); o != "" {
+					out[name+`{outcome="`+o+`"}`] += m.Counter.GetValue()
+				}
 			case m.Gauge != nil:
 				out[name] += m.Gauge.GetValue()
 			case m.Histogram != nil:
@@ -380,6 +407,16 @@ func (r *guardRun) metrics(ctx context.Context) (map[string]float64, error) {
 		}
 	}
 	return out, nil
+}
+
+// labelValue is the value of the label name, or "".
+func labelValue(labels []*dto.LabelPair, name string) string {
+	for _, l := range labels {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
 }
 
 // toAPIServer reports whether a rest_client_requests_total series is of

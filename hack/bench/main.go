@@ -146,7 +146,7 @@ func names() string {
 
 // order is the table's order of sections, as docs/performance.md
 // lists them.
-var order = []string{"latency", "cycles", "massfailure", "scale", "traffic", "scrape", "starvation", "probecpu", "policy"}
+var order = []string{"latency", "cycles", "massfailure", "scale", "traffic", "scrape", "starvation", "probecpu", "road", "policy"}
 
 func runSections(ctx context.Context, b *Bench, only string) ([]Row, error) {
 	slices.SortStableFunc(sections, func(a, b section) int {
