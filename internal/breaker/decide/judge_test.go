@@ -189,11 +189,14 @@ func observeSeq(t *testing.T, c *decide.Counts, seq string) {
 }
 
 func TestJudgeTarget(t *testing.T) {
-	unknownAfterFailing := breakertest.APIServerFailing(2)
+	healthy, apiFailing := breakertest.Healthy, breakertest.APIServerFailing
+	pathFailing, pathHealthy := breakertest.PathFailing, breakertest.PathHealthy
+	timeouts := func(n int) decide.Counts { return breakertest.Failing(n, probe.ReasonTimeout) }
+	unknownAfterFailing := apiFailing(2)
 	unknownAfterFailing.Observe(probe.Result{Outcome: probe.OutcomeUnknown})
 	// An open circuit's probe that failed, then could not run.
 	probeUnknown := func(n int) decide.Counts {
-		c := breakertest.Failing(3, probe.ReasonTimeout)
+		c := timeouts(3)
 		for range n {
 			c.Observe(probe.Result{Outcome: probe.OutcomeUnknown})
 		}
@@ -207,6 +210,10 @@ func TestJudgeTarget(t *testing.T) {
 	byBoth := circuit.Entry{Signal: decide.SignalBoth}
 	byProbe := circuit.Entry{Signal: decide.SignalProbe}
 	byRoad := circuit.Entry{Signal: decide.SignalRoad}
+	ignore, bypass := config.ModeIgnore, config.ModeBypass
+	opens, closes, stays := decide.Open, decide.Close, decide.Stay
+	sAPI, sBoth, sProbe := decide.SignalAPIServer, decide.SignalBoth, decide.SignalProbe
+	sRoad, sPath := decide.SignalRoad, decide.SignalPath
 	cases := map[string]struct {
 		open       bool
 		entry      circuit.Entry
@@ -218,61 +225,109 @@ func TestJudgeTarget(t *testing.T) {
 		want       decide.Action
 		wantSignal string
 	}{
-		"the probe alone opens": {probe: breakertest.Failing(3, probe.ReasonTimeout), api: breakertest.Healthy(5), want: decide.Open, wantSignal: decide.SignalProbe},
-		"the apiserver opens when the path probe confirms a broken road":               {probe: breakertest.Healthy(9), api: breakertest.APIServerFailing(3), path: breakertest.PathFailing(3), want: decide.Open, wantSignal: decide.SignalAPIServer},
-		"both at once open once, named both":                                           {probe: breakertest.Failing(3, probe.ReasonTimeout), api: breakertest.APIServerFailing(3), path: breakertest.PathFailing(3), want: decide.Open, wantSignal: decide.SignalBoth},
-		"the probe and unconfirmed apiserver failures: the probe's opening":            {probe: breakertest.Failing(3, probe.ReasonTimeout), api: breakertest.APIServerFailing(3), path: breakertest.PathHealthy(3), want: decide.Open, wantSignal: decide.SignalProbe},
-		"a tenant's failing requests open nothing: the road works":                     {probe: breakertest.Healthy(9), api: breakertest.APIServerFailing(30), path: breakertest.PathHealthy(30), want: decide.Stay},
-		"the road not yet confirmed for openAfter probes opens nothing":                {probe: breakertest.Healthy(9), api: breakertest.APIServerFailing(3), path: breakertest.PathFailing(2), want: decide.Stay},
-		"a path probe that cannot run opens nothing":                                   {probe: breakertest.Healthy(9), api: breakertest.APIServerFailing(9), path: pathUnknown, want: decide.Stay},
-		"a road not read yet opens nothing":                                            {probe: breakertest.Healthy(9), api: breakertest.APIServerFailing(9), want: decide.Stay},
-		"a url webhook's failing calls open nothing by default":                        {probe: breakertest.Healthy(9), api: breakertest.APIServerFailing(9), path: url, want: decide.Stay},
-		"a url webhook's failing calls open alone under withoutPathProbe: Open":        {probe: breakertest.Healthy(9), api: breakertest.APIServerFailing(3), path: url, alone: true, want: decide.Open, wantSignal: decide.SignalAPIServer},
-		"a url webhook whose name another configuration shares opens nothing, even so": {probe: breakertest.Healthy(9), api: breakertest.APIServerFailing(9), path: urlShared, alone: true, want: decide.Stay},
-		"a disabled apiserver signal opens nothing":                                    {probe: breakertest.Healthy(9), api: breakertest.APIServerFailing(9), path: breakertest.PathFailing(9), disabled: true, want: decide.Stay},
-		"too few failing intervals open nothing":                                       {probe: breakertest.Failing(2, probe.ReasonTimeout), api: breakertest.APIServerFailing(2), path: breakertest.PathFailing(2), want: decide.Stay},
-		"a broken road opens alone while the direct probe is healthy":                  {probe: breakertest.Healthy(9), path: breakertest.PathFailing(3), want: decide.Open, wantSignal: decide.SignalRoad},
-		"a broken road opens alone before any apiserver observation":                   {path: breakertest.PathFailing(3), want: decide.Open, wantSignal: decide.SignalRoad},
-		"a road broken only openAfter-1 times opens nothing":                           {probe: breakertest.Healthy(9), api: breakertest.APIServerFailing(1), path: breakertest.PathFailing(2), want: decide.Stay},
-		"a tenant's failing calls on a working road keep it closed":                    {probe: breakertest.Healthy(9), api: breakertest.APIServerFailing(3), path: breakertest.PathHealthy(1), want: decide.Stay},
-		"a broken road opens nothing when the apiserver signal is disabled":            {probe: breakertest.Healthy(9), path: breakertest.PathFailing(9), disabled: true, want: decide.Stay},
-		"a url road has no path probe to open alone":                                   {probe: breakertest.Healthy(9), path: url, want: decide.Stay},
+		"the probe alone opens": {
+			probe: timeouts(3), api: healthy(5), want: opens, wantSignal: sProbe},
+		"the apiserver opens when the path probe confirms a broken road": {
+			probe: healthy(9), api: apiFailing(3), path: pathFailing(3), want: opens, wantSignal: sAPI},
+		"both at once open once, named both": {
+			probe: timeouts(3), api: apiFailing(3), path: pathFailing(3), want: opens, wantSignal: sBoth},
+		"the probe and unconfirmed apiserver failures: the probe's opening": {
+			probe: timeouts(3), api: apiFailing(3), path: pathHealthy(3), want: opens, wantSignal: sProbe},
+		"a tenant's failing requests open nothing: the road works": {
+			probe: healthy(9), api: apiFailing(30), path: pathHealthy(30), want: stays},
+		"the road not yet confirmed for openAfter probes opens nothing": {
+			probe: healthy(9), api: apiFailing(3), path: pathFailing(2), want: stays},
+		"a path probe that cannot run opens nothing": {
+			probe: healthy(9), api: apiFailing(9), path: pathUnknown, want: stays},
+		"a road not read yet opens nothing": {
+			probe: healthy(9), api: apiFailing(9), want: stays},
+		"a url webhook's failing calls open nothing by default": {
+			probe: healthy(9), api: apiFailing(9), path: url, want: stays},
+		"a url webhook's failing calls open alone under withoutPathProbe: Open": {
+			probe: healthy(9), api: apiFailing(3), path: url, alone: true, want: opens, wantSignal: sAPI},
+		"a url webhook whose name another configuration shares opens nothing, even so": {
+			probe: healthy(9), api: apiFailing(9), path: urlShared, alone: true, want: stays},
+		"a disabled apiserver signal opens nothing": {
+			probe: healthy(9), api: apiFailing(9), path: pathFailing(9), disabled: true, want: stays},
+		"too few failing intervals open nothing": {
+			probe: timeouts(2), api: apiFailing(2), path: pathFailing(2), want: stays},
+		"a broken road opens alone while the direct probe is healthy": {
+			probe: healthy(9), path: pathFailing(3), want: opens, wantSignal: sRoad},
+		"a broken road opens alone before any apiserver observation": {
+			path: pathFailing(3), want: opens, wantSignal: sRoad},
+		"a road broken only openAfter-1 times opens nothing": {
+			probe: healthy(9), api: apiFailing(1), path: pathFailing(2), want: stays},
+		"a tenant's failing calls on a working road keep it closed": {
+			probe: healthy(9), api: apiFailing(3), path: pathHealthy(1), want: stays},
+		"a broken road opens nothing when the apiserver signal is disabled": {
+			probe: healthy(9), path: pathFailing(9), disabled: true, want: stays},
+		"a url road has no path probe to open alone": {
+			probe: healthy(9), path: url, want: stays},
 
-		"Bypass closes on the probe alone (no traffic while open)":                          {open: true, entry: byProbe, mode: config.ModeBypass, probe: breakertest.Healthy(2), api: breakertest.APIServerFailing(4), want: decide.Close},
-		"Ignore closes while a tenant's calls fail: the road works":                         {open: true, entry: byProbe, mode: config.ModeIgnore, probe: breakertest.Healthy(9), api: breakertest.APIServerFailing(1), path: breakertest.PathHealthy(1), want: decide.Close},
-		"Ignore closes while calls fail and no path probe can tell":                         {open: true, entry: byProbe, mode: config.ModeIgnore, probe: breakertest.Healthy(9), api: breakertest.APIServerFailing(1), path: pathUnknown, want: decide.Close},
-		"no Fail goes back while the path probe fails (Ignore)":                             {open: true, entry: byProbe, mode: config.ModeIgnore, probe: breakertest.Healthy(9), api: breakertest.APIServerFailing(1), path: breakertest.PathFailing(1), want: decide.Stay},
-		"no Fail goes back while the path probe fails (Bypass)":                             {open: true, entry: byProbe, mode: config.ModeBypass, probe: breakertest.Healthy(9), path: breakertest.PathFailing(1), want: decide.Stay},
-		"Ignore on a url road under withoutPathProbe: Open waits for the apiserver's calls": {open: true, entry: byProbe, mode: config.ModeIgnore, probe: breakertest.Healthy(9), api: breakertest.APIServerFailing(1), path: url, alone: true, want: decide.Stay},
-		"Ignore on a url road closes once the apiserver's calls stop (Unknown)":             {open: true, entry: byProbe, mode: config.ModeIgnore, probe: breakertest.Healthy(2), api: unknownAfterFailing, path: url, alone: true, want: decide.Close},
-		"Ignore on a url road under Report does not wait for the apiserver's calls":         {open: true, entry: byProbe, mode: config.ModeIgnore, probe: breakertest.Healthy(2), api: breakertest.APIServerFailing(1), path: url, want: decide.Close},
-		"Ignore closes once the apiserver's calls succeed":                                  {open: true, entry: byProbe, mode: config.ModeIgnore, probe: breakertest.Healthy(2), api: breakertest.Healthy(1), want: decide.Close},
-		"Ignore ignores the apiserver when the signal is disabled":                          {open: true, entry: byProbe, mode: config.ModeIgnore, probe: breakertest.Healthy(2), api: breakertest.APIServerFailing(1), path: breakertest.PathFailing(3), disabled: true, want: decide.Close},
-		"an open circuit never closes on the apiserver signal only":                         {open: true, entry: byProbe, mode: config.ModeIgnore, probe: breakertest.Healthy(1), api: breakertest.Healthy(9), want: decide.Stay},
+		"Bypass closes on the probe alone (no traffic while open)": {
+			open: true, entry: byProbe, mode: bypass, probe: healthy(2), api: apiFailing(4), want: closes},
+		"Ignore closes while a tenant's calls fail: the road works": {
+			open: true, entry: byProbe, mode: ignore, probe: healthy(9), api: apiFailing(1), path: pathHealthy(1), want: closes},
+		"Ignore closes while calls fail and no path probe can tell": {
+			open: true, entry: byProbe, mode: ignore, probe: healthy(9), api: apiFailing(1), path: pathUnknown, want: closes},
+		"no Fail goes back while the path probe fails (Ignore)": {
+			open: true, entry: byProbe, mode: ignore, probe: healthy(9), api: apiFailing(1), path: pathFailing(1), want: stays},
+		"no Fail goes back while the path probe fails (Bypass)": {
+			open: true, entry: byProbe, mode: bypass, probe: healthy(9), path: pathFailing(1), want: stays},
+		"Ignore on a url road under withoutPathProbe: Open waits for the apiserver's calls": {
+			open: true, entry: byProbe, mode: ignore, probe: healthy(9), api: apiFailing(1), path: url, alone: true,
+			want: stays},
+		"Ignore on a url road closes once the apiserver's calls stop (Unknown)": {
+			open: true, entry: byProbe, mode: ignore, probe: healthy(2), api: unknownAfterFailing, path: url, alone: true,
+			want: closes},
+		"Ignore on a url road under Report does not wait for the apiserver's calls": {
+			open: true, entry: byProbe, mode: ignore, probe: healthy(2), api: apiFailing(1), path: url, want: closes},
+		"Ignore closes once the apiserver's calls succeed": {
+			open: true, entry: byProbe, mode: ignore, probe: healthy(2), api: healthy(1), want: closes},
+		"Ignore ignores the apiserver when the signal is disabled": {
+			open: true, entry: byProbe, mode: ignore, probe: healthy(2), api: apiFailing(1), path: pathFailing(3),
+			disabled: true,
+			want:     closes},
+		"an open circuit never closes on the apiserver signal only": {
+			open: true, entry: byProbe, mode: ignore, probe: healthy(1), api: healthy(9), want: stays},
 
-		"a circuit the road opened closes on closeAfter healthy path probes":                    {open: true, entry: byAPIServer, mode: config.ModeBypass, probe: breakertest.Healthy(1), path: breakertest.PathHealthy(2), want: decide.Close, wantSignal: decide.SignalPath},
-		"a circuit the road opened stays while the path probe fails, however healthy the probe": {open: true, entry: byAPIServer, mode: config.ModeBypass, probe: breakertest.Healthy(99), path: breakertest.PathFailing(1), want: decide.Stay},
-		"a circuit the road opened waits for closeAfter path probes":                            {open: true, entry: byAPIServer, mode: config.ModeBypass, probe: breakertest.Healthy(99), path: breakertest.PathHealthy(1), want: decide.Stay},
-		"a circuit the road opened stays while the direct probe fails":                          {open: true, entry: byAPIServer, mode: config.ModeIgnore, probe: breakertest.Failing(1, probe.ReasonTimeout), path: breakertest.PathHealthy(9), want: decide.Stay},
-		"a circuit the road opened stays while the path probe cannot run":                       {open: true, entry: byAPIServer, mode: config.ModeBypass, probe: breakertest.Healthy(9), path: pathUnknown, want: decide.Stay},
-		"a circuit the road opened ignores a tenant's failing calls (Ignore)":                   {open: true, entry: byAPIServer, mode: config.ModeIgnore, probe: breakertest.Healthy(9), api: breakertest.APIServerFailing(9), path: breakertest.PathHealthy(2), want: decide.Close, wantSignal: decide.SignalPath},
-		"a circuit both opened needs both probes healthy":                                       {open: true, entry: byBoth, mode: config.ModeBypass, probe: breakertest.Healthy(1), path: breakertest.PathHealthy(9), want: decide.Stay},
-		"a circuit both opened closes when both are healthy":                                    {open: true, entry: byBoth, mode: config.ModeBypass, probe: breakertest.Healthy(2), path: breakertest.PathHealthy(2), want: decide.Close, wantSignal: decide.SignalPath},
-		"a circuit the apiserver opened on a url road closes on the probe":                      {open: true, entry: byAPIServer, mode: config.ModeBypass, probe: breakertest.Healthy(2), path: url, alone: true, want: decide.Close},
-		"a circuit the road alone opened closes on closeAfter healthy path probes":              {open: true, entry: byRoad, mode: config.ModeBypass, probe: breakertest.Healthy(1), path: breakertest.PathHealthy(2), want: decide.Close, wantSignal: decide.SignalPath},
-		"a circuit the road alone opened waits for closeAfter healthy path probes":              {open: true, entry: byRoad, mode: config.ModeIgnore, probe: breakertest.Healthy(99), path: breakertest.PathHealthy(1), want: decide.Stay},
-		"a circuit the road alone opened stays while the road is broken":                        {open: true, entry: byRoad, mode: config.ModeIgnore, probe: breakertest.Healthy(99), path: breakertest.PathFailing(1), want: decide.Stay},
+		"a circuit the road opened closes on closeAfter healthy path probes": {
+			open: true, entry: byAPIServer, mode: bypass, probe: healthy(1), path: pathHealthy(2),
+			want: closes, wantSignal: sPath},
+		"a circuit the road opened stays while the path probe fails, however healthy the probe": {
+			open: true, entry: byAPIServer, mode: bypass, probe: healthy(99), path: pathFailing(1), want: stays},
+		"a circuit the road opened waits for closeAfter path probes": {
+			open: true, entry: byAPIServer, mode: bypass, probe: healthy(99), path: pathHealthy(1), want: stays},
+		"a circuit the road opened stays while the direct probe fails": {
+			open: true, entry: byAPIServer, mode: ignore, probe: timeouts(1), path: pathHealthy(9), want: stays},
+		"a circuit the road opened stays while the path probe cannot run": {
+			open: true, entry: byAPIServer, mode: bypass, probe: healthy(9), path: pathUnknown, want: stays},
+		"a circuit the road opened ignores a tenant's failing calls (Ignore)": {
+			open: true, entry: byAPIServer, mode: ignore, probe: healthy(9), api: apiFailing(9), path: pathHealthy(2),
+			want: closes, wantSignal: sPath},
+		"a circuit both opened needs both probes healthy": {
+			open: true, entry: byBoth, mode: bypass, probe: healthy(1), path: pathHealthy(9), want: stays},
+		"a circuit both opened closes when both are healthy": {
+			open: true, entry: byBoth, mode: bypass, probe: healthy(2), path: pathHealthy(2), want: closes, wantSignal: sPath},
+		"a circuit the apiserver opened on a url road closes on the probe": {
+			open: true, entry: byAPIServer, mode: bypass, probe: healthy(2), path: url, alone: true, want: closes},
+		"a circuit the road alone opened closes on closeAfter healthy path probes": {
+			open: true, entry: byRoad, mode: bypass, probe: healthy(1), path: pathHealthy(2), want: closes, wantSignal: sPath},
+		"a circuit the road alone opened waits for closeAfter healthy path probes": {
+			open: true, entry: byRoad, mode: ignore, probe: healthy(99), path: pathHealthy(1), want: stays},
+		"a circuit the road alone opened stays while the road is broken": {
+			open: true, entry: byRoad, mode: ignore, probe: healthy(99), path: pathFailing(1), want: stays},
 
 		"a probe Unknown for closeAfter intervals closes when the apiserver's calls succeed": {
-			open: true, entry: byProbe, mode: config.ModeIgnore, probe: probeUnknown(2), api: breakertest.Healthy(2), want: decide.Close, wantSignal: decide.SignalAPIServer},
+			open: true, entry: byProbe, mode: ignore, probe: probeUnknown(2), api: healthy(2), want: closes, wantSignal: sAPI},
 		"a probe Unknown for closeAfter intervals holds while the apiserver's calls fail": {
-			open: true, entry: byProbe, mode: config.ModeIgnore, probe: probeUnknown(2), api: breakertest.APIServerFailing(5), want: decide.Stay},
+			open: true, entry: byProbe, mode: ignore, probe: probeUnknown(2), api: apiFailing(5), want: stays},
 		"a probe Unknown for closeAfter intervals holds without apiserver traffic (Bypass)": {
-			open: true, entry: byProbe, mode: config.ModeBypass, probe: probeUnknown(5), api: unknownAfterFailing, want: decide.Stay},
+			open: true, entry: byProbe, mode: bypass, probe: probeUnknown(5), api: unknownAfterFailing, want: stays},
 		"a probe Unknown for fewer than closeAfter intervals waits": {
-			open: true, entry: byProbe, mode: config.ModeIgnore, probe: probeUnknown(1), api: breakertest.Healthy(9), want: decide.Stay},
+			open: true, entry: byProbe, mode: ignore, probe: probeUnknown(1), api: healthy(9), want: stays},
 		"a probe Unknown holds when the apiserver signal is disabled": {
-			open: true, entry: byProbe, mode: config.ModeIgnore, probe: probeUnknown(9), api: breakertest.Healthy(9), disabled: true, want: decide.Stay},
+			open: true, entry: byProbe, mode: ignore, probe: probeUnknown(9), api: healthy(9), disabled: true, want: stays},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
