@@ -30,7 +30,7 @@ import (
 
 	"github.com/webhook-guard/webhook-guard/internal/admission"
 	"github.com/webhook-guard/webhook-guard/internal/apimetrics"
-	"github.com/webhook-guard/webhook-guard/internal/breaker"
+	"github.com/webhook-guard/webhook-guard/internal/breaker/breakermetrics"
 	"github.com/webhook-guard/webhook-guard/internal/clustermetrics"
 )
 
@@ -63,13 +63,13 @@ var fromKubeAPIServer = sets.New(
 )
 
 // guardMetrics registers the guard's collectors on controller-runtime's
-// metrics.Registry the way internal/cli/run/run.go does (breaker.NewMetrics and
+// metrics.Registry the way internal/cli/run/run.go does (breakermetrics.NewMetrics and
 // admission.NewPolicyRepairs), once per test binary. It returns the
 // names the guard's collectors describe, and those that are histograms,
 // whose series carry the _bucket, _sum and _count suffixes.
 var guardMetrics = sync.OnceValues(func() (names, histograms sets.Set[string]) {
 	names, histograms = sets.New[string](), sets.New[string]()
-	collectors := append(breaker.NewMetrics().Collectors(), admission.NewPolicyRepairs(),
+	collectors := append(breakermetrics.NewMetrics().Collectors(), admission.NewPolicyRepairs(),
 		clustermetrics.NewBuildInfo("test", "test", "test"), &clustermetrics.WebhookTimeouts{Reader: fake.NewClientBuilder().Build()})
 	for _, c := range collectors {
 		// Registering on the registry the binary uses also proves that no

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"github.com/webhook-guard/webhook-guard/internal/breaker/breakermetrics"
 	"github.com/webhook-guard/webhook-guard/internal/breaker/breakertest"
 	"github.com/webhook-guard/webhook-guard/internal/breaker/decide"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
@@ -102,7 +103,7 @@ func newBatchFixture(t *testing.T, hooks []string, openAfter, closeAfter int, op
 	f.canary.reader = f.cl
 	f.r = &ConfigurationReconciler{
 		Kind: circuit.KindMutating, Client: f.cl, Targets: targets, State: f.state,
-		Recorder: events.NewFakeRecorder(1000), Metrics: NewMetrics(), Signer: testIdentity, Clock: f.clock,
+		Recorder: events.NewFakeRecorder(1000), Metrics: breakermetrics.NewMetrics(), Signer: testIdentity, Clock: f.clock,
 		Marker: &marking.Keeper{Reader: f.cl, Canary: f.canary},
 	}
 	return f

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	"github.com/webhook-guard/webhook-guard/internal/breaker/breakermetrics"
 	"github.com/webhook-guard/webhook-guard/internal/breaker/decide"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
@@ -50,7 +51,7 @@ type ConfigurationReconciler struct {
 	// Recorder emits Events on the configuration.
 	Recorder recorder.EventRecorder
 	// Metrics count transitions, conflicts and errors.
-	Metrics *Metrics
+	Metrics *breakermetrics.Metrics
 	// Clock stamps openedAt. Default: the real clock.
 	Clock clock.PassiveClock
 	// Signer signs the entries it writes: the breaker's username (from
@@ -119,7 +120,7 @@ func (r *ConfigurationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		return err
 	})
 	if err != nil {
-		r.Metrics.Reconciles.WithLabelValues(ReconcileFailed).Inc()
+		r.Metrics.Reconciles.WithLabelValues(breakermetrics.ReconcileFailed).Inc()
 		return ctrl.Result{}, fmt.Errorf("updating %s %s: %w", r.Kind.ObjectKind(), req.Name, err)
 	}
 	return ctrl.Result{RequeueAfter: wait}, nil
@@ -174,7 +175,7 @@ func (r *ConfigurationReconciler) reconcileOnce(ctx context.Context, name string
 func (r *ConfigurationReconciler) unreadable(cur client.Object, view *admissionregistrationv1.MutatingWebhookConfiguration, targets []config.Target, err error) {
 	r.forgetDecision(view.Name)
 	r.forgetHold(view.Name)
-	r.Metrics.Reconciles.WithLabelValues(ReconcileUnreadable).Inc()
+	r.Metrics.Reconciles.WithLabelValues(breakermetrics.ReconcileUnreadable).Inc()
 	r.Recorder.Eventf(cur, nil, corev1.EventTypeWarning, "RecordUnreadable", "Reconcile",
 		"webhook-guard changes nothing on this configuration until the record is repaired: %v", err)
 	r.syncGauges(targets, view)
@@ -209,7 +210,7 @@ func (r *ConfigurationReconciler) writeStep(ctx context.Context, cur client.Obje
 		next.Annotations = step.annotations
 	} else if len(changes) == 0 {
 		r.forgetDecision(name)
-		r.Metrics.Reconciles.WithLabelValues(ReconcileUnchanged).Inc()
+		r.Metrics.Reconciles.WithLabelValues(breakermetrics.ReconcileUnchanged).Inc()
 		r.syncGauges(in.Targets, view)
 		return step.wait, nil
 	}

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"github.com/webhook-guard/webhook-guard/internal/breaker/breakermetrics"
 	"github.com/webhook-guard/webhook-guard/internal/breaker/breakertest"
 	"github.com/webhook-guard/webhook-guard/internal/breaker/decide"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
@@ -100,7 +101,7 @@ func TestConfigurationReconciler_armsMarkingAroundEachTransition(t *testing.T) {
 	clock := clocktesting.NewFakeClock(time.Now())
 	r := &ConfigurationReconciler{
 		Kind: circuit.KindMutating, Client: cl, Targets: targets, State: state,
-		Recorder: events.NewFakeRecorder(100), Metrics: NewMetrics(), Signer: testIdentity, Clock: clock,
+		Recorder: events.NewFakeRecorder(100), Metrics: breakermetrics.NewMetrics(), Signer: testIdentity, Clock: clock,
 		Marker: &marking.Keeper{Reader: cl, Canary: c},
 	}
 	ctx := context.Background()
@@ -200,7 +201,7 @@ func TestConfigurationReconciler_anAbandonedArmingIsRemoved(t *testing.T) {
 	clock := clocktesting.NewFakeClock(time.Now())
 	r := &ConfigurationReconciler{
 		Kind: circuit.KindMutating, Client: cl, Targets: []config.Target{tgt}, State: state,
-		Recorder: events.NewFakeRecorder(10), Metrics: NewMetrics(), Signer: testIdentity, Clock: clock,
+		Recorder: events.NewFakeRecorder(10), Metrics: breakermetrics.NewMetrics(), Signer: testIdentity, Clock: clock,
 		Marker: &marking.Keeper{Reader: cl, Canary: c},
 	}
 	ctx := context.Background()
@@ -245,7 +246,7 @@ func TestConfigurationReconciler_aMissingMarkingPolicyHoldsTheOpeningForABound(t
 	clock := clocktesting.NewFakeClock(time.Now())
 	r := &ConfigurationReconciler{
 		Kind: circuit.KindMutating, Client: cl, Targets: []config.Target{tgt}, State: state,
-		Recorder: rec, Metrics: NewMetrics(), Signer: testIdentity, Clock: clock,
+		Recorder: rec, Metrics: breakermetrics.NewMetrics(), Signer: testIdentity, Clock: clock,
 		Marker: &marking.Keeper{Reader: cl, Canary: c},
 	}
 	req := ctrl.Request{}
@@ -355,7 +356,7 @@ func TestConfigurationReconciler_anotherInstallationsArmingIsLeftAlone(t *testin
 	clock := clocktesting.NewFakeClock(time.Now())
 	r := &ConfigurationReconciler{
 		Kind: circuit.KindMutating, Client: cl, State: NewState(),
-		Recorder: events.NewFakeRecorder(10), Metrics: NewMetrics(), Signer: testIdentity, Clock: clock,
+		Recorder: events.NewFakeRecorder(10), Metrics: breakermetrics.NewMetrics(), Signer: testIdentity, Clock: clock,
 		Marker: &marking.Keeper{Reader: cl, Canary: &canary{reader: cl}},
 	}
 	ctx := context.Background()
@@ -401,7 +402,7 @@ func TestConfigurationReconciler_anOpeningArmsTheNextInTheSameWrite(t *testing.T
 	}
 	r := &ConfigurationReconciler{
 		Kind: circuit.KindMutating, Client: cl, Targets: []config.Target{a, b}, State: state,
-		Recorder: events.NewFakeRecorder(100), Metrics: NewMetrics(), Signer: testIdentity,
+		Recorder: events.NewFakeRecorder(100), Metrics: breakermetrics.NewMetrics(), Signer: testIdentity,
 		Clock: clocktesting.NewFakeClock(time.Now()), Marker: &marking.Keeper{Reader: cl, Canary: c},
 	}
 	ctx := context.Background()
@@ -464,7 +465,7 @@ func TestConfigurationReconciler_closingsAreDisarmedInOneWrite(t *testing.T) {
 	clock := clocktesting.NewFakeClock(time.Now())
 	r := &ConfigurationReconciler{
 		Kind: circuit.KindMutating, Client: cl, Targets: []config.Target{a, b}, State: state,
-		Recorder: events.NewFakeRecorder(100), Metrics: NewMetrics(), Signer: testIdentity, Clock: clock,
+		Recorder: events.NewFakeRecorder(100), Metrics: breakermetrics.NewMetrics(), Signer: testIdentity, Clock: clock,
 		Marker: &marking.Keeper{Reader: cl, Canary: &canary{reader: cl}},
 	}
 	ctx := context.Background()
@@ -550,7 +551,7 @@ func armedReconciler(t *testing.T, objs ...client.Object) (*ConfigurationReconci
 	clock := clocktesting.NewFakeClock(time.Now())
 	return &ConfigurationReconciler{
 		Kind: circuit.KindMutating, Client: cl, Targets: []config.Target{tgt}, State: state,
-		Recorder: events.NewFakeRecorder(10), Metrics: NewMetrics(), Signer: testIdentity, Clock: clock,
+		Recorder: events.NewFakeRecorder(10), Metrics: breakermetrics.NewMetrics(), Signer: testIdentity, Clock: clock,
 		Marker: &marking.Keeper{Reader: cl, Canary: &canary{reader: cl}},
 	}, cl, clock
 }

@@ -16,6 +16,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/webhook-guard/webhook-guard/internal/apimetrics"
+	"github.com/webhook-guard/webhook-guard/internal/breaker/breakermetrics"
 	"github.com/webhook-guard/webhook-guard/internal/breaker/decide"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
@@ -150,15 +151,15 @@ func (r *ProbeRunner) ScrapeOnce(ctx context.Context, s *apiserverSignal) {
 		if ctx.Err() != nil {
 			return
 		}
-		kind, advice := ScrapeError, "the apiserver signal is Unknown until a scrape succeeds; only the direct probe judges webhooks meanwhile"
+		kind, advice := breakermetrics.ScrapeError, "the apiserver signal is Unknown until a scrape succeeds; only the direct probe judges webhooks meanwhile"
 		if apierrors.IsForbidden(err) {
-			kind, advice = ScrapeForbidden, "webhook-guard may not read the apiserver's /metrics (RBAC: get on the non-resource URL /metrics); the apiserver signal is Unknown and opens nothing, and only the direct probe judges webhooks"
+			kind, advice = breakermetrics.ScrapeForbidden, "webhook-guard may not read the apiserver's /metrics (RBAC: get on the non-resource URL /metrics); the apiserver signal is Unknown and opens nothing, and only the direct probe judges webhooks"
 		}
 		r.Metrics.ScrapeErrors.WithLabelValues(kind).Inc()
 		if s.failing != kind {
 			s.failing = kind
 			log.Error(err, "Reading the apiserver's /metrics failed", "advice", advice)
-			if kind == ScrapeForbidden {
+			if kind == breakermetrics.ScrapeForbidden {
 				r.eventOnTargets(ctx, s.targets, corev1.EventTypeWarning, "APIServerSignalUnknown", advice)
 			}
 		}

@@ -30,9 +30,6 @@ var _ PathProber = (*probe.PathProber)(nil)
 // apiserver signal until it can.
 const PathProbeUnknown = "PathProbeUnknown"
 
-// The values of webhook_guard_path_probes_total's outcome label.
-var PathOutcomes = []probe.Outcome{probe.OutcomeHealthy, probe.OutcomeFailed, probe.OutcomeUnknown}
-
 // RoadOf is how kube-apiserver reaches wh.
 func RoadOf(wh *admissionregistrationv1.MutatingWebhook) decide.Road {
 	switch {

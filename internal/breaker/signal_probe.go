@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
+	"github.com/webhook-guard/webhook-guard/internal/breaker/breakermetrics"
 	"github.com/webhook-guard/webhook-guard/internal/breaker/decide"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
@@ -46,7 +47,7 @@ type ProbeRunner struct {
 	// State receives the results.
 	State *State
 	// Metrics receive probe durations and failures.
-	Metrics *Metrics
+	Metrics *breakermetrics.Metrics
 	// Recorder emits Events for targets that cannot be probed.
 	Recorder recorder.EventRecorder
 	// Triggers wake the ConfigurationReconciler of each configuration kind.

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
+	"github.com/webhook-guard/webhook-guard/internal/breaker/breakermetrics"
 	"github.com/webhook-guard/webhook-guard/internal/breaker/breakertest"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
@@ -41,7 +42,7 @@ func runnerFor(t *testing.T, mwc *admissionregistrationv1.MutatingWebhookConfigu
 		Prober:   stubProber{res},
 		Targets:  []config.Target{tgt},
 		State:    NewState(),
-		Metrics:  NewMetrics(),
+		Metrics:  breakermetrics.NewMetrics(),
 		Recorder: events.NewFakeRecorder(100),
 		Triggers: map[circuit.Kind]chan<- event.GenericEvent{circuit.KindMutating: trigger},
 		Clock:    clocktesting.NewFakeClock(breakertest.Now),

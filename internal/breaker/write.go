@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/webhook-guard/webhook-guard/internal/breaker/breakermetrics"
 	"github.com/webhook-guard/webhook-guard/internal/breaker/decide"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
@@ -67,7 +68,7 @@ func (r *ConfigurationReconciler) patch(ctx context.Context, what string, cur cl
 	}
 	failpoint("after-" + what)
 	r.wrote(cur.GetName(), cur, written)
-	r.Metrics.Reconciles.WithLabelValues(ReconcileWritten).Inc()
+	r.Metrics.Reconciles.WithLabelValues(breakermetrics.ReconcileWritten).Inc()
 	if what == arming {
 		logf.FromContext(ctx).V(1).Info("Armed marking before opening", "annotation", next.Annotations[circuit.ArmingAnnotation], "resourceVersion", written.GetResourceVersion())
 	}

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	"github.com/webhook-guard/webhook-guard/internal/breaker/breakermetrics"
 	"github.com/webhook-guard/webhook-guard/internal/breaker/breakertest"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
@@ -61,7 +62,7 @@ func TestConfigurationReconciler_anInvalidWriteFallsBackToOneWebhookAtATime(t *t
 	}
 	rec := events.NewFakeRecorder(10)
 	// No marking: the fallback is about the writes.
-	r := &ConfigurationReconciler{Kind: circuit.KindMutating, Client: cl, Targets: targets, State: state, Recorder: rec, Metrics: NewMetrics(), Signer: testIdentity}
+	r := &ConfigurationReconciler{Kind: circuit.KindMutating, Client: cl, Targets: targets, State: state, Recorder: rec, Metrics: breakermetrics.NewMetrics(), Signer: testIdentity}
 	req := ctrl.Request{}
 	req.Name = breakertest.ConfigName
 
@@ -118,7 +119,7 @@ func TestPatch_transitionsAndArmingShareOneWritePath(t *testing.T) {
 					return tc.err
 				}}).Build()
 			rec := events.NewFakeRecorder(10)
-			metrics := NewMetrics()
+			metrics := breakermetrics.NewMetrics()
 			r := &ConfigurationReconciler{Kind: circuit.KindMutating, Client: cl, Targets: targets, State: NewState(), Recorder: rec, Metrics: metrics, Signer: testIdentity}
 			var err error
 			if armingOnly {

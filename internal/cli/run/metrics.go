@@ -8,21 +8,21 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/webhook-guard/webhook-guard/internal/admission"
-	"github.com/webhook-guard/webhook-guard/internal/breaker"
+	"github.com/webhook-guard/webhook-guard/internal/breaker/breakermetrics"
 	"github.com/webhook-guard/webhook-guard/internal/cli/version"
 	"github.com/webhook-guard/webhook-guard/internal/clustermetrics"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 )
 
 // registerMetrics registers every metric the service exports, in one
-// place: the breaker's (breaker.Metrics), the guard policy's repairs,
+// place: the breaker's (breakermetrics.Metrics), the guard policy's repairs,
 // webhook_guard_build_info, and the timeouts of every webhook in the
 // cluster read from cache (for the alert on kube-apiserver's latency of
 // any webhook). Every counter series the alerts take increase() or rate()
 // of exists at 0 from the start, so that the first event after a start is
 // seen.
-func registerMetrics(reg prometheus.Registerer, targets []config.Target, build version.Build, cache client.Reader) (*breaker.Metrics, *prometheus.CounterVec, error) {
-	m := breaker.NewMetrics()
+func registerMetrics(reg prometheus.Registerer, targets []config.Target, build version.Build, cache client.Reader) (*breakermetrics.Metrics, *prometheus.CounterVec, error) {
+	m := breakermetrics.NewMetrics()
 	m.Initialize(targets)
 	repairs := admission.NewPolicyRepairs()
 	admission.InitializePolicyRepairs(repairs)

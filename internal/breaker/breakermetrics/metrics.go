@@ -1,4 +1,7 @@
-package breaker
+// Package breakermetrics holds the breaker's Prometheus collectors and
+// the fixed values of their labels. Build information and the webhooks'
+// timeouts, which are not the breaker's, are package clustermetrics'.
+package breakermetrics
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
@@ -192,6 +195,10 @@ const (
 	ReconcileUnreadable = "unreadable"
 	ReconcileFailed     = "failed"
 )
+
+// PathOutcomes are the values of webhook_guard_path_probes_total's outcome
+// label.
+var PathOutcomes = []probe.Outcome{probe.OutcomeHealthy, probe.OutcomeFailed, probe.OutcomeUnknown}
 
 // ProbeFailureReasons are the reason values of
 // webhook_guard_probe_failures_total: every probe.FailureReason the prober

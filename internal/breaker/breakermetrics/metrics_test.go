@@ -1,4 +1,4 @@
-package breaker
+package breakermetrics
 
 import (
 	"go/ast"
@@ -101,8 +101,8 @@ func sortedStrings[S ~string](in []S) []string {
 // that a new probe failure reason or change kind cannot be forgotten by
 // Initialize.
 func TestLabelValues_listEveryConstant(t *testing.T) {
-	assert.Equal(t, constantsOfType(t, "../probe/*.go", "FailureReason"), sortedStrings(ProbeFailureReasons),
+	assert.Equal(t, constantsOfType(t, "../../probe/*.go", "FailureReason"), sortedStrings(ProbeFailureReasons),
 		"ProbeFailureReasons must list every probe.FailureReason constant")
-	assert.Equal(t, constantsOfType(t, "decide/*.go", "ChangeKind"), sortedStrings(ChangeKinds),
+	assert.Equal(t, constantsOfType(t, "../decide/*.go", "ChangeKind"), sortedStrings(ChangeKinds),
 		"ChangeKinds must list every ChangeKind constant")
 }
