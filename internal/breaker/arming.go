@@ -7,7 +7,6 @@ import (
 	"slices"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -58,7 +57,7 @@ const disarmAfter = circuit.DisarmAfter
 type armingStep struct {
 	// arm, when set, is the object to write first: the view with the
 	// openings' entries armed. The opening waits for the next reconcile.
-	arm *admissionregistrationv1.MutatingWebhookConfiguration
+	arm *circuit.ConfigView
 	// pending: the openings are armed, but kube-apiserver does not show
 	// it yet; the opening waits markingPoll.
 	pending bool
@@ -88,7 +87,7 @@ type armingStep struct {
 // (armingStep). It changes neither. Without a
 // Marker (validating configurations, or no MutatingAdmissionPolicy API)
 // there is nothing to arm.
-func (r *ConfigurationReconciler) arming(ctx context.Context, cur client.Object, view, next *admissionregistrationv1.MutatingWebhookConfiguration, changes []decide.Change, in decide.Inputs) (armingStep, error) {
+func (r *ConfigurationReconciler) arming(ctx context.Context, cur client.Object, view, next *circuit.ConfigView, changes []decide.Change, in decide.Inputs) (armingStep, error) {
 	if r.Marker == nil {
 		return armingStep{annotations: next.Annotations}, nil
 	}
@@ -149,7 +148,7 @@ func (r *ConfigurationReconciler) arming(ctx context.Context, cur client.Object,
 // shown armed yet, and returns markingPoll while one is still not shown.
 // A canary that fails is no error here: the opening, when it comes, waits
 // at most markingBound for evidence (armOpenings).
-func (r *ConfigurationReconciler) showAhead(ctx context.Context, view *admissionregistrationv1.MutatingWebhookConfiguration, in decide.Inputs, armed circuit.Record, ahead map[string]time.Duration) time.Duration {
+func (r *ConfigurationReconciler) showAhead(ctx context.Context, view *circuit.ConfigView, in decide.Inputs, armed circuit.Record, ahead map[string]time.Duration) time.Duration {
 	due := false
 	var cs []marking.Circuit
 	for _, t := range in.Targets {
@@ -237,7 +236,7 @@ func (r *ConfigurationReconciler) armedShown(ctx context.Context, uid types.UID,
 // here. Entries are added only when something in the configuration is
 // about to open: an opening in changes, or a target at ArmAheadAt
 // failures. A single failed probe, alone, arms nothing.
-func (r *ConfigurationReconciler) armAhead(view *admissionregistrationv1.MutatingWebhookConfiguration, in decide.Inputs, armed, after circuit.Record, changes []decide.Change) (map[string]time.Duration, circuit.Record) {
+func (r *ConfigurationReconciler) armAhead(view *circuit.ConfigView, in decide.Inputs, armed, after circuit.Record, changes []decide.Change) (map[string]time.Duration, circuit.Record) {
 	entries := aheadEntries(view, in)
 	if len(entries) == 0 {
 		return nil, nil
@@ -275,7 +274,7 @@ func (r *ConfigurationReconciler) armAhead(view *admissionregistrationv1.Mutatin
 // aheadEntries returns the entries Plan would record for the targets of
 // view that have failed at least once in a row and whose circuit is
 // closed, if they reached their threshold now.
-func aheadEntries(view *admissionregistrationv1.MutatingWebhookConfiguration, in decide.Inputs) circuit.Record {
+func aheadEntries(view *circuit.ConfigView, in decide.Inputs) circuit.Record {
 	if in.HoldOpen {
 		return nil
 	}
@@ -322,7 +321,7 @@ func aheadEntries(view *admissionregistrationv1.MutatingWebhookConfiguration, in
 // an opening while their target fails (ahead), and add. An entry back in
 // the record (an opening) needs no arming entry. Another installation's
 // entries are left as they are.
-func (r *ConfigurationReconciler) armingFor(view, next *admissionregistrationv1.MutatingWebhookConfiguration, add circuit.Record, ahead map[string]time.Duration) (armingStep, error) {
+func (r *ConfigurationReconciler) armingFor(view, next *circuit.ConfigView, add circuit.Record, ahead map[string]time.Duration) (armingStep, error) {
 	armed, err := circuit.DecodeArming(view.Annotations)
 	if err != nil {
 		armed = circuit.Record{} // only the breaker writes them: rewrite them
@@ -414,7 +413,7 @@ func (r *ConfigurationReconciler) armingFor(view, next *admissionregistrationv1.
 // ahead are the entries armed ahead of their opening that the write adds
 // (armAhead): they go with the first write, the arming one or the opening
 // one.
-func (r *ConfigurationReconciler) armOpenings(ctx context.Context, cur client.Object, view *admissionregistrationv1.MutatingWebhookConfiguration, in decide.Inputs, armed, after circuit.Record, opening []marking.Circuit, ahead circuit.Record) (armingStep, error) {
+func (r *ConfigurationReconciler) armOpenings(ctx context.Context, cur client.Object, view *circuit.ConfigView, in decide.Inputs, armed, after circuit.Record, opening []marking.Circuit, ahead circuit.Record) (armingStep, error) {
 	bound := markingBound(in.Targets, opening)
 	now := now(r.Clock)
 	why, waitedOut, left := r.checkPolicies(ctx, cur, view.UID, opening, bound, now)

@@ -37,7 +37,7 @@ import (
 // reconciler first holds the configuration's transitions and ends with
 // their write or when none is due any more (no changes); a
 // write that was held for its bound is not held again.
-func (r *ConfigurationReconciler) coalesce(name string, view *admissionregistrationv1.MutatingWebhookConfiguration, in decide.Inputs, changes []decide.Change) (time.Duration, bool) {
+func (r *ConfigurationReconciler) coalesce(name string, view *circuit.ConfigView, in decide.Inputs, changes []decide.Change) (time.Duration, bool) {
 	if len(changes) == 0 {
 		r.forgetHold(name)
 		return 0, false
@@ -77,7 +77,7 @@ func (r *ConfigurationReconciler) forgetHold(name string) {
 // targets changes open or close. Only openings and closings wait: a
 // handoff, a dropped or overwritten record is written at once, and so is
 // a write limited to one webhook (Inputs.Only).
-func dueSiblings(view *admissionregistrationv1.MutatingWebhookConfiguration, in decide.Inputs, changes []decide.Change) (time.Duration, bool) {
+func dueSiblings(view *circuit.ConfigView, in decide.Inputs, changes []decide.Change) (time.Duration, bool) {
 	if in.Only != "" {
 		return 0, false
 	}
@@ -148,7 +148,7 @@ func ArmAheadAt(t config.Target) int {
 // ArmAheadAt consecutive failures, fewer than openAfter, its circuit is
 // closed and its marking is not armed. The probe runner wakes the
 // reconciler when it does, as it does when Plan would write.
-func ArmsAhead(view *admissionregistrationv1.MutatingWebhookConfiguration, in decide.Inputs) bool {
+func ArmsAhead(view *circuit.ConfigView, in decide.Inputs) bool {
 	if in.HoldOpen || view.Annotations[circuit.OverrideAnnotation] != "" {
 		return false
 	}
@@ -184,7 +184,7 @@ func ArmsAhead(view *admissionregistrationv1.MutatingWebhookConfiguration, in de
 // opening write is the only one left. Openings keep their decision time
 // (holdDecision) while held, so the entries armed now are the ones
 // recorded then.
-func (r *ConfigurationReconciler) holdTransitions(ctx context.Context, cur client.Object, view, next *admissionregistrationv1.MutatingWebhookConfiguration, in decide.Inputs, changes []decide.Change, decidedAt time.Time, wait time.Duration) (time.Duration, error) {
+func (r *ConfigurationReconciler) holdTransitions(ctx context.Context, cur client.Object, view, next *circuit.ConfigView, in decide.Inputs, changes []decide.Change, decidedAt time.Time, wait time.Duration) (time.Duration, error) {
 	var opening []marking.Circuit
 	for _, c := range changes {
 		if c.Kind == decide.Opened {

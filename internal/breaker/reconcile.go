@@ -172,7 +172,7 @@ func (r *ConfigurationReconciler) reconcileOnce(ctx context.Context, name string
 
 // unreadable reports a record Plan cannot read: nothing is changed on the
 // configuration until it is repaired or handed over.
-func (r *ConfigurationReconciler) unreadable(cur client.Object, view *admissionregistrationv1.MutatingWebhookConfiguration, targets []config.Target, err error) {
+func (r *ConfigurationReconciler) unreadable(cur client.Object, view *circuit.ConfigView, targets []config.Target, err error) {
 	r.forgetDecision(view.Name)
 	r.forgetHold(view.Name)
 	r.Metrics.Reconciles.WithLabelValues(breakermetrics.ReconcileUnreadable).Inc()
@@ -184,7 +184,7 @@ func (r *ConfigurationReconciler) unreadable(cur client.Object, view *admissionr
 // withoutHeld plans again with the openings step holds back (in.Wait),
 // and arms the entries of those held openings not armed yet in the same
 // write (armingFor).
-func (r *ConfigurationReconciler) withoutHeld(view *admissionregistrationv1.MutatingWebhookConfiguration, in decide.Inputs, held armingStep) (*admissionregistrationv1.MutatingWebhookConfiguration, []decide.Change, armingStep, error) {
+func (r *ConfigurationReconciler) withoutHeld(view *circuit.ConfigView, in decide.Inputs, held armingStep) (*circuit.ConfigView, []decide.Change, armingStep, error) {
 	next, changes, err := decide.Plan(view, in)
 	if err != nil {
 		return nil, nil, armingStep{}, err
@@ -201,7 +201,7 @@ func (r *ConfigurationReconciler) withoutHeld(view *admissionregistrationv1.Muta
 // writeStep writes next, with the arming entries step carries, unless
 // nothing changes; an invalid write is written one webhook at a time
 // (writeOneByOne).
-func (r *ConfigurationReconciler) writeStep(ctx context.Context, cur client.Object, view, next *admissionregistrationv1.MutatingWebhookConfiguration, changes []decide.Change, step armingStep, in decide.Inputs) (time.Duration, error) {
+func (r *ConfigurationReconciler) writeStep(ctx context.Context, cur client.Object, view, next *circuit.ConfigView, changes []decide.Change, step armingStep, in decide.Inputs) (time.Duration, error) {
 	name := view.Name
 	if !equality.Semantic.DeepEqual(next.Annotations, step.annotations) {
 		if len(changes) == 0 {
@@ -315,7 +315,7 @@ const maxHeldDecision = time.Minute
 // that write: deciding from the cache's older copy would only earn a
 // Conflict, and a mass failure's reconciles follow each other faster than
 // the watch delivers their writes.
-func (r *ConfigurationReconciler) read(ctx context.Context, name string) (client.Object, *admissionregistrationv1.MutatingWebhookConfiguration, error) {
+func (r *ConfigurationReconciler) read(ctx context.Context, name string) (client.Object, *circuit.ConfigView, error) {
 	cur := r.Kind.New()
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: name}, cur); err != nil {
 		if apierrors.IsNotFound(err) {

@@ -313,7 +313,7 @@ func (r *ProbeRunner) observeAPIServer(ctx context.Context, t config.Target, res
 // (scrapes are at least MinScrapeInterval apart). It judges nothing
 // (apimetrics.Tracker.Admitted), runs at most once per MinScrapeInterval,
 // and a failed scrape adds nothing.
-func (r *ProbeRunner) refreshAdmitted(ctx context.Context, kind circuit.Kind, view *admissionregistrationv1.MutatingWebhookConfiguration) {
+func (r *ProbeRunner) refreshAdmitted(ctx context.Context, kind circuit.Kind, view *circuit.ConfigView) {
 	s := r.signal
 	if s == nil || r.Scraper == nil {
 		return

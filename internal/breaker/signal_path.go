@@ -50,7 +50,7 @@ func RoadOf(wh *admissionregistrationv1.MutatingWebhook) decide.Road {
 // waits for it, records the evidence (with the road, and any
 // configuration sharing the webhook's name) and returns it; it must be
 // called once.
-func (r *ProbeRunner) startPathProbe(ctx context.Context, t config.Target, obj client.Object, view *admissionregistrationv1.MutatingWebhookConfiguration, wh *admissionregistrationv1.MutatingWebhook) func() decide.Path {
+func (r *ProbeRunner) startPathProbe(ctx context.Context, t config.Target, obj client.Object, view *circuit.ConfigView, wh *admissionregistrationv1.MutatingWebhook) func() decide.Path {
 	if !t.APIServerSignal.Enabled {
 		return func() decide.Path { return decide.Path{} }
 	}

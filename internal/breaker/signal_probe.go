@@ -248,7 +248,7 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 // probeable reads t's configuration, its view and t's webhook, and
 // reports why t cannot be probed now (missing, handed over, unprobeable);
 // the webhook is nil then.
-func (r *ProbeRunner) probeable(ctx context.Context, t config.Target) (client.Object, *admissionregistrationv1.MutatingWebhookConfiguration, *admissionregistrationv1.MutatingWebhook) {
+func (r *ProbeRunner) probeable(ctx context.Context, t config.Target) (client.Object, *circuit.ConfigView, *admissionregistrationv1.MutatingWebhook) {
 	log := logf.FromContext(ctx)
 	obj := t.Kind.New()
 	// The cache's own object, not a copy: it is only read here, and a copy
@@ -376,7 +376,7 @@ func (r *ProbeRunner) judgeObserved(ctx context.Context, t config.Target, obj cl
 // rest at debug level), and says when an open circuit's probe has been
 // Unknown for closeAfter intervals: once with an Event, and with a gauge
 // for as long as it lasts.
-func (r *ProbeRunner) reportUnknown(ctx context.Context, t config.Target, obj client.Object, view *admissionregistrationv1.MutatingWebhookConfiguration, counts decide.Counts, res probe.Result) {
+func (r *ProbeRunner) reportUnknown(ctx context.Context, t config.Target, obj client.Object, view *circuit.ConfigView, counts decide.Counts, res probe.Result) {
 	gauge := r.Metrics.UnknownWhileOpen.WithLabelValues(string(t.Kind), t.Configuration, t.Webhook)
 	if res.Outcome != probe.OutcomeUnknown {
 		gauge.Set(0)
@@ -408,7 +408,7 @@ func (r *ProbeRunner) reportUnknown(ctx context.Context, t config.Target, obj cl
 }
 
 // inputs are what Plan decides from for view, a configuration of kind.
-func (r *ProbeRunner) inputs(kind circuit.Kind, view *admissionregistrationv1.MutatingWebhookConfiguration) decide.Inputs {
+func (r *ProbeRunner) inputs(kind circuit.Kind, view *circuit.ConfigView) decide.Inputs {
 	r.indexOnce.Do(func() {
 		r.byConfiguration = map[configurationKey][]config.Target{}
 		for _, t := range r.Targets {
@@ -421,7 +421,7 @@ func (r *ProbeRunner) inputs(kind circuit.Kind, view *admissionregistrationv1.Mu
 
 // wake triggers a reconcile of obj (whose circuit.View is view) when Plan,
 // given in, would change it, or arm marking ahead of an opening.
-func (r *ProbeRunner) wake(ctx context.Context, kind circuit.Kind, obj client.Object, view *admissionregistrationv1.MutatingWebhookConfiguration, in decide.Inputs) {
+func (r *ProbeRunner) wake(ctx context.Context, kind circuit.Kind, obj client.Object, view *circuit.ConfigView, in decide.Inputs) {
 	if _, due := wouldChange(view, in); due {
 		r.trigger(ctx, kind, obj)
 	}
@@ -431,7 +431,7 @@ func (r *ProbeRunner) wake(ctx context.Context, kind circuit.Kind, obj client.Ob
 // whether the reconciler has something to do: those changes, or arming
 // marking ahead of an opening. A record Plan cannot read is nothing to
 // do: the reconciler reports it when the object changes.
-func wouldChange(view *admissionregistrationv1.MutatingWebhookConfiguration, in decide.Inputs) ([]decide.Change, bool) {
+func wouldChange(view *circuit.ConfigView, in decide.Inputs) ([]decide.Change, bool) {
 	_, changes, err := decide.Plan(view, in)
 	if err != nil {
 		return nil, false

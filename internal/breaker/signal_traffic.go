@@ -3,8 +3,6 @@ package breaker
 import (
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 )
@@ -73,7 +71,7 @@ func (s *State) CoveredByTraffic(key string, now time.Time, fresh time.Duration)
 // coveredByTraffic reports whether t's probe is skipped now: the traffic
 // stands in for it, and t's circuit is closed (an open circuit is judged
 // by the probe, which sees its webhook while the apiserver does not).
-func (r *ProbeRunner) coveredByTraffic(t config.Target, view *admissionregistrationv1.MutatingWebhookConfiguration) bool {
+func (r *ProbeRunner) coveredByTraffic(t config.Target, view *circuit.ConfigView) bool {
 	s := r.signal
 	if s == nil || !t.APIServerSignal.Enabled || !t.APIServerSignal.TrafficAsProbe {
 		return false

@@ -29,13 +29,13 @@ const (
 )
 
 // write sends the transitions changes, view to next: see patch.
-func (r *ConfigurationReconciler) write(ctx context.Context, cur client.Object, view, next *admissionregistrationv1.MutatingWebhookConfiguration, changes []decide.Change, targets []config.Target) error {
+func (r *ConfigurationReconciler) write(ctx context.Context, cur client.Object, view, next *circuit.ConfigView, changes []decide.Change, targets []config.Target) error {
 	return r.patch(ctx, transitions, cur, view, next, changes, targets)
 }
 
 // writeArming writes the arming entries of arm, and nothing else: see
 // patch.
-func (r *ConfigurationReconciler) writeArming(ctx context.Context, cur client.Object, view, arm *admissionregistrationv1.MutatingWebhookConfiguration, targets []config.Target) error {
+func (r *ConfigurationReconciler) writeArming(ctx context.Context, cur client.Object, view, arm *circuit.ConfigView, targets []config.Target) error {
 	return r.patch(ctx, arming, cur, view, arm, nil, targets)
 }
 
@@ -47,7 +47,7 @@ func (r *ConfigurationReconciler) writeArming(ctx context.Context, cur client.Ob
 // conflict (decided again by Reconcile) or an invalid write (written one
 // webhook at a time by reconcileOnce) as a WriteFailed Event, and counts,
 // records and reports what it wrote.
-func (r *ConfigurationReconciler) patch(ctx context.Context, what string, cur client.Object, view, next *admissionregistrationv1.MutatingWebhookConfiguration, changes []decide.Change, targets []config.Target) error {
+func (r *ConfigurationReconciler) patch(ctx context.Context, what string, cur client.Object, view, next *circuit.ConfigView, changes []decide.Change, targets []config.Target) error {
 	patch, err := circuit.Patch(view, next)
 	if err != nil {
 		return err
@@ -113,7 +113,7 @@ func (r *ConfigurationReconciler) recordChanges(ctx context.Context, configurati
 // object (its circuit.View), level-based. Under an unreadable record a
 // webhook that is not at Fail, or carries the bypass marker, may be open,
 // and the gauge says so.
-func (r *ConfigurationReconciler) syncGauges(targets []config.Target, view *admissionregistrationv1.MutatingWebhookConfiguration) {
+func (r *ConfigurationReconciler) syncGauges(targets []config.Target, view *circuit.ConfigView) {
 	if len(targets) == 0 {
 		return
 	}

@@ -14,22 +14,29 @@ import (
 // shape, a MutatingWebhookConfiguration; a ValidatingWebhookConfiguration
 // is seen through View, and a change of either is written as Patch.
 
+// ConfigView is a webhook configuration of either kind seen in the one
+// shape the breaker and the rule work on (see View): a mutating one as it
+// is, a validating one's fields copied into a MutatingWebhookConfiguration.
+// It is an alias, so that a view is written, patched and deep-copied as
+// the type it is; the name says which configurations a function accepts.
+type ConfigView = admissionregistrationv1.MutatingWebhookConfiguration
+
 // View returns obj as a MutatingWebhookConfiguration: a deep copy of a
 // mutating one, or a validating one's metadata and webhooks copied field by
 // field (a validating webhook has every field of a mutating one but
 // reinvocationPolicy).
-func View(obj client.Object) (*admissionregistrationv1.MutatingWebhookConfiguration, error) {
+func View(obj client.Object) (*ConfigView, error) {
 	return view(obj, true)
 }
 
 // ReadView is View without the copy: the view shares obj's memory, so
 // neither may be changed while the other is used. It is for readers that
 // look at every configuration on every probe, such as the probe runner.
-func ReadView(obj client.Object) (*admissionregistrationv1.MutatingWebhookConfiguration, error) {
+func ReadView(obj client.Object) (*ConfigView, error) {
 	return view(obj, false)
 }
 
-func view(obj client.Object, deep bool) (*admissionregistrationv1.MutatingWebhookConfiguration, error) {
+func view(obj client.Object, deep bool) (*ConfigView, error) {
 	switch o := obj.(type) {
 	case *admissionregistrationv1.MutatingWebhookConfiguration:
 		if !deep {

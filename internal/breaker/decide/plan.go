@@ -115,7 +115,7 @@ type Inputs struct {
 // probe, so it copies in full only what it changes). Plan is pure: the
 // reconciler writes its result in one JSON patch, so the record and the
 // policy change together or not at all.
-func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) (*admissionregistrationv1.MutatingWebhookConfiguration, []Change, error) {
+func Plan(cur *circuit.ConfigView, in Inputs) (*circuit.ConfigView, []Change, error) {
 	rec, err := circuit.Decode(cur.Annotations)
 	if err != nil {
 		if reason := cur.Annotations[circuit.OverrideAnnotation]; reason != "" {
@@ -142,7 +142,7 @@ func Plan(cur *admissionregistrationv1.MutatingWebhookConfiguration, in Inputs) 
 // handOff releases every circuit of this installation in rec to the
 // administrator who set the override annotation (reason): the bypass
 // markers and the record entries go, failurePolicy stays as it is.
-func handOff(next *admissionregistrationv1.MutatingWebhookConfiguration, rec circuit.Record, signer, reason string) []Change {
+func handOff(next *circuit.ConfigView, rec circuit.Record, signer, reason string) []Change {
 	var changes []Change
 	for _, name := range rec.Webhooks() {
 		entry := rec[name]
@@ -170,7 +170,7 @@ func handOff(next *admissionregistrationv1.MutatingWebhookConfiguration, rec cir
 // written for another object (UID), for a webhook that is gone, undone
 // by someone else, or of a webhook that is no longer a target or is now
 // observed. Another installation's entries are left alone.
-func settleRecord(cur, next *admissionregistrationv1.MutatingWebhookConfiguration, rec circuit.Record, in Inputs) []Change {
+func settleRecord(cur, next *circuit.ConfigView, rec circuit.Record, in Inputs) []Change {
 	var changes []Change
 	targets := map[string]config.Target{}
 	for _, t := range in.Targets {
@@ -233,7 +233,7 @@ func settleRecord(cur, next *admissionregistrationv1.MutatingWebhookConfiguratio
 // transition is t's transition, applied to next and rec, or nil: t's
 // evidence in, judged by JudgeTarget, against the holds (the all-fail
 // hold, marking not yet armed, a minimum open time, flap damping).
-func transition(cur, next *admissionregistrationv1.MutatingWebhookConfiguration, rec circuit.Record, t config.Target, in Inputs) *Change {
+func transition(cur, next *circuit.ConfigView, rec circuit.Record, t config.Target, in Inputs) *Change {
 	if in.Only != "" && t.Webhook != in.Only || t.Observes() {
 		// Observe targets are judged by State.JudgeObserved, and
 		// nothing is written for them.
@@ -319,7 +319,7 @@ func transition(cur, next *admissionregistrationv1.MutatingWebhookConfiguration,
 // then on the breaker of identity closes them, or hands them off, as its
 // own. It returns cur itself and nothing taken when there is nothing to
 // take over, and an error when the record cannot be read.
-func TakeOver(cur *admissionregistrationv1.MutatingWebhookConfiguration, identity string, retired map[string]string) (*admissionregistrationv1.MutatingWebhookConfiguration, []Takeover, error) {
+func TakeOver(cur *circuit.ConfigView, identity string, retired map[string]string) (*circuit.ConfigView, []Takeover, error) {
 	rec, err := circuit.Decode(cur.Annotations)
 	if err != nil {
 		return nil, nil, err
@@ -351,7 +351,7 @@ func TakeOver(cur *admissionregistrationv1.MutatingWebhookConfiguration, identit
 // the administrator who set the override: the record and every bypass
 // marker (the guard owns that name on any webhook) go, failurePolicy stays
 // as it is. The override always works, whatever the record holds.
-func handOffUnreadable(cur *admissionregistrationv1.MutatingWebhookConfiguration, reason string) (*admissionregistrationv1.MutatingWebhookConfiguration, []Change, error) {
+func handOffUnreadable(cur *circuit.ConfigView, reason string) (*circuit.ConfigView, []Change, error) {
 	next := cur.DeepCopy()
 	for i := range next.Webhooks {
 		circuit.RemoveBypass(&next.Webhooks[i])

@@ -16,7 +16,7 @@ import (
 // webhook's struct, whose failurePolicy and matchConditions Plan replaces
 // (it never writes through a pointer or into a slice it did not make).
 // The rest is shared with cur until finish.
-func planCopy(cur *admissionregistrationv1.MutatingWebhookConfiguration) *admissionregistrationv1.MutatingWebhookConfiguration {
+func planCopy(cur *circuit.ConfigView) *circuit.ConfigView {
 	next := *cur
 	next.Annotations = maps.Clone(cur.Annotations)
 	next.Webhooks = slices.Clone(cur.Webhooks)
@@ -25,7 +25,7 @@ func planCopy(cur *admissionregistrationv1.MutatingWebhookConfiguration) *admiss
 
 // finish returns cur when nothing changed, and otherwise a deep copy of
 // next, which shares nothing with cur, with rec encoded.
-func finish(cur, next *admissionregistrationv1.MutatingWebhookConfiguration, rec circuit.Record, changes []Change) (*admissionregistrationv1.MutatingWebhookConfiguration, []Change, error) {
+func finish(cur, next *circuit.ConfigView, rec circuit.Record, changes []Change) (*circuit.ConfigView, []Change, error) {
 	if len(changes) == 0 {
 		return cur, nil, nil
 	}
