@@ -121,7 +121,7 @@ func NewMetrics() *Metrics {
 			Name: "webhook_guard_target_unprobeable", Help: "1 while a target cannot be probed safely (e.g. AdmissionReview probe on sideEffects Some/Unknown); it is never opened.",
 		}, target),
 		Reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "webhook_guard_reconciles_total", Help: "Reconciles of target configurations, by result (written, unchanged, unreadable, failed).",
+			Name: "webhook_guard_reconciles_total", Help: "Reconciles of target configurations, by result (written: a patch of transitions or of arming entries; unchanged, unreadable, failed).",
 		}, []string{"result"}),
 		RecordUnreadable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "webhook_guard_record_unreadable", Help: "1 while a configuration's circuit record cannot be decoded; nothing is changed on it until it is repaired or handed over with the override annotation.",
