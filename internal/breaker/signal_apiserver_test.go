@@ -578,3 +578,47 @@ func TestNameIndex_onePlaceAnswersBothQuestions(t *testing.T) {
 	assert.True(t, idx.alone(validating))
 	assert.False(t, nameIndex{}.alone(mine), "a failed list: no traffic stands in")
 }
+
+// blockingScraper answers only once released: a read of /metrics that the
+// outage slows down.
+type blockingScraper struct{ release chan struct{} }
+
+func (f *blockingScraper) Scrape(ctx context.Context, _ map[apimetrics.Webhook]bool) (apimetrics.Sample, error) {
+	select {
+	case <-f.release:
+	case <-ctx.Done():
+	}
+	return sample(0, 0), nil
+}
+
+// An opening never waits for the read of /metrics that a closing in the
+// same configuration makes first: the probe that brings one target to its
+// threshold while another would close wakes the reconciler at once.
+func TestProbeRunner_anOpeningDoesNotWaitForAClosingsRead(t *testing.T) {
+	closing := breakertest.WithSignal(breakertest.Target(breakertest.WhA, config.ModeBypass, 3, 2))
+	opening := breakertest.WithSignal(breakertest.Target(breakertest.WhB, config.ModeBypass, 3, 2))
+	e := breakertest.EntryFor(config.ModeBypass, breakertest.PolicyFail)
+	e.Signal = decide.SignalProbe
+	cur := breakertest.WithEntries(t, breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail),
+		breakertest.Webhook(breakertest.WhB, breakertest.PolicyFail)), circuit.Record{breakertest.WhA: e})
+	r, trigger := runnerFor(t, cur, opening, breakertest.FailedResult(probe.ReasonTimeout))
+	r.Targets = []config.Target{closing, opening}
+	scraper := &blockingScraper{release: make(chan struct{})}
+	defer close(scraper.release)
+	r.Scraper = scraper
+	r.signal = newAPIServerSignal(r.Targets, 0)
+	for range 2 {
+		r.State.Observe(closing.Key(), breakertest.HealthyResult(), breakertest.Now)
+		r.State.Observe(opening.Key(), breakertest.FailedResult(probe.ReasonTimeout), breakertest.Now)
+	}
+	_, changes, err := decide.Plan(cur, r.inputs(opening.Kind, cur))
+	require.NoError(t, err)
+	require.Len(t, changes, 1, "before this probe only the closing is due")
+
+	go r.ProbeOnce(context.Background(), opening)
+	select {
+	case <-trigger:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the opening waited for the closing's read of /metrics")
+	}
+}

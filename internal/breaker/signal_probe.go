@@ -236,8 +236,13 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 		return
 	}
 	changes, due := wouldChange(view, r.inputs(t.Kind, view))
-	if slices.ContainsFunc(changes, func(c decide.Change) bool { return c.Kind == decide.Closed }) {
-		// Count what was admitted without the webhook up to the close.
+	closing := slices.ContainsFunc(changes, func(c decide.Change) bool { return c.Kind == decide.Closed })
+	opening := slices.ContainsFunc(changes, func(c decide.Change) bool { return c.Kind == decide.Opened })
+	if closing && !opening {
+		// Count what was admitted without the webhook up to the close. An
+		// opening does not wait for that read of /metrics, which the
+		// outage may be slowing: its closing neighbour's Event may then
+		// miss the last interval's count.
 		r.refreshAdmitted(ctx, t.Kind, view)
 	}
 	if due {
