@@ -20,28 +20,9 @@ func TestGlossary_termsAreTheCodes(t *testing.T) {
 	}
 	glossary := string(doc)[strings.Index(string(doc), "# Glossary"):]
 	names := regexp.MustCompile(`\b(?:[A-Z][A-Za-z]*\.)?([a-zA-Z]+[A-Z][A-Za-z]*|Observe|coalesce)\b`).FindAllStringSubmatch(glossary, -1)
-	files, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	decisions, err := filepath.Glob("decide/*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	files = append(files, decisions...)
-	var source strings.Builder
-	for _, f := range files {
-		if strings.HasSuffix(f, "_test.go") || filepath.Base(f) == "doc.go" {
-			continue
-		}
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		source.Write(data)
-	}
+	source := breakerSource(t)
 	declared := func(name string) bool {
-		return regexp.MustCompile(`(?m)(func (\([^)]*\) )?` + name + `\(|^\s+` + name + `\s|\b` + name + `\s*=|type ` + name + `\s)`).MatchString(source.String())
+		return regexp.MustCompile(`(?m)(func (\([^)]*\) )?` + name + `\(|^\s+` + name + `\s|\b` + name + `\s*=|type ` + name + `\s)`).MatchString(source)
 	}
 	checked := 0
 	for _, m := range names {
@@ -79,23 +60,7 @@ func TestWalk_namesTheCode(t *testing.T) {
 	if len(steps) == 0 || len(steps) > 6 {
 		t.Fatalf("the walk has %d steps; want 1 to 6", len(steps))
 	}
-	var source strings.Builder
-	for _, glob := range []string{"*.go", "decide/*.go"} {
-		files, err := filepath.Glob(glob)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, f := range files {
-			if strings.HasSuffix(f, "_test.go") {
-				continue
-			}
-			data, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			source.Write(data)
-		}
-	}
+	source := breakerSource(t)
 	for _, file := range regexp.MustCompile("`((?:internal/breaker/)?[a-z_/]+\\.go)`").FindAllStringSubmatch(walk, -1) {
 		path := strings.TrimPrefix(file[1], "internal/breaker/")
 		if _, err := os.Stat(path); err != nil {
@@ -112,11 +77,37 @@ func TestWalk_namesTheCode(t *testing.T) {
 			continue // a package and an Event reason, not functions
 		}
 		checked++
-		if !regexp.MustCompile(`func (\([^)]*\) )?` + n + `\(`).MatchString(source.String()) {
+		if !regexp.MustCompile(`func (\([^)]*\) )?` + n + `\(`).MatchString(source) {
 			t.Errorf("the walk names %s, which is no function or method of the breaker or decide", name[0])
 		}
 	}
 	if checked < 10 {
 		t.Fatalf("read %d names from the walk; it lost its code names", checked)
 	}
+}
+
+// breakerSource is the source of the breaker's and decide's non-test
+// files, but their package docs.
+func breakerSource(t *testing.T) string {
+	t.Helper()
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	decisions, err := filepath.Glob("decide/*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var source strings.Builder
+	for _, f := range append(files, decisions...) {
+		if strings.HasSuffix(f, "_test.go") || filepath.Base(f) == "doc.go" {
+			continue
+		}
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		source.Write(data)
+	}
+	return source.String()
 }

@@ -91,9 +91,8 @@ func trialNote(t config.Target, entry circuit.Entry) string {
 // admittedNote says, for a closing Event, how many requests the apiserver
 // admitted without the webhook while the circuit was open, when the
 // apiserver signal counted them.
-func admittedNote(t config.Target, entry circuit.Entry, in Inputs) string {
-	ev, ok := in.Evidence[t.Webhook]
-	if !t.APIServerSignal.Enabled || !ok || ev.Unprobeable != "" {
+func admittedNote(t config.Target, entry circuit.Entry, ev Evidence, now time.Time) string {
+	if !t.APIServerSignal.Enabled {
 		return ""
 	}
 	without := "mutation"
@@ -101,7 +100,7 @@ func admittedNote(t config.Target, entry circuit.Entry, in Inputs) string {
 		without = "validation"
 	}
 	note := fmt.Sprintf("; the apiserver admitted %.0f requests without the %s while open (%s), as counted from its /metrics",
-		ev.Admitted, without, in.Now.Sub(entry.OpenedAt.Time).Round(time.Second))
+		ev.Admitted, without, now.Sub(entry.OpenedAt.Time).Round(time.Second))
 	if m := ev.Marked; m > 0 {
 		note += fmt.Sprintf("; %.0f objects were marked %s=%s (guard unmutated lists them)", m, circuit.UnmutatedLabel, marking.ID(t.Configuration, t.Webhook))
 	}

@@ -307,7 +307,7 @@ func transition(cur, next *circuit.ConfigView, rec circuit.Record, t config.Targ
 		return &Change{Webhook: t.Webhook, Kind: Closed, Message: fmt.Sprintf(
 			"closed the circuit on %s %s; restored failurePolicy %s (open since %s)%s",
 			t.Webhook, because, circuit.PolicyString(entry.OriginalFailurePolicy), entry.OpenedAt.UTC().Format(time.RFC3339),
-			admittedNote(t, entry, in)+trial)}
+			admittedNote(t, entry, ev, in.Now)+trial)}
 	}
 	return nil
 }
