@@ -170,7 +170,11 @@ func (wh *Webhook) serve(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-time.After(b.Delay):
 		case <-r.Context().Done():
-			return
+			// The caller gave up: abort, so that no empty 200 is written
+			// into a stream its timeout is tearing down (a probe could
+			// read that as a 0-length answer, bad-response, instead of
+			// its timeout).
+			panic(http.ErrAbortHandler)
 		}
 	}
 	if b.answer == nil {
