@@ -14,7 +14,6 @@ import (
 	"github.com/webhook-guard/webhook-guard/internal/breaker/breakertest"
 	"github.com/webhook-guard/webhook-guard/internal/breaker/decide"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
-	"github.com/webhook-guard/webhook-guard/internal/marking"
 )
 
 // A canary that keeps failing (a policy engine's */* webhook hangs and
@@ -26,7 +25,7 @@ func TestArming_aFailingCanaryHoldsTheOpeningForABoundOnly(t *testing.T) {
 	refused := errors.New(`Internal error occurred: failed calling webhook "policy.engine.example": context deadline exceeded`)
 	f := newBatchFixture(t, []string{breakertest.WhA}, 3, 2)
 	f.canary.err = refused
-	bound := markingBound(f.r.Targets, []marking.Circuit{{Configuration: breakertest.ConfigName, Webhook: breakertest.WhA}})
+	bound := decide.MarkingBound(f.r.Targets, []string{breakertest.WhA})
 
 	f.fail(breakertest.WhA, 2)
 	f.reconcile() // armed ahead of the threshold
@@ -37,7 +36,7 @@ func TestArming_aFailingCanaryHoldsTheOpeningForABoundOnly(t *testing.T) {
 		res := f.reconcile()
 		assert.Empty(t, f.record(), "opened %s after the threshold, before its bound %s", f.clock.Since(start), bound)
 		assert.Positive(t, res.RequeueAfter)
-		f.clock.Step(markingPoll)
+		f.clock.Step(decide.MarkingPoll)
 	}
 	assert.LessOrEqual(t, f.canary.calls, 2, "a failing canary is sent at most once per bound")
 
@@ -58,12 +57,12 @@ func TestArming_aFailingCanaryHoldsTheOpeningForABoundOnly(t *testing.T) {
 }
 
 // The bound is one probe interval of the slowest opening target, and never
-// less than disarmAfter.
+// less than circuit.DisarmAfter.
 func TestMarkingBound(t *testing.T) {
 	f := newBatchFixture(t, []string{breakertest.WhA, breakertest.WhB}, 3, 2)
-	cs := []marking.Circuit{{Configuration: breakertest.ConfigName, Webhook: breakertest.WhA}}
-	assert.Equal(t, disarmAfter, markingBound(f.r.Targets, cs))
+	cs := []string{breakertest.WhA}
+	assert.Equal(t, circuit.DisarmAfter, decide.MarkingBound(f.r.Targets, cs))
 	slow := f.r.Targets[0]
 	slow.Probe.Interval = 5 * time.Second
-	assert.Equal(t, 5*time.Second, markingBound(append(f.r.Targets, slow), cs))
+	assert.Equal(t, 5*time.Second, decide.MarkingBound(append(f.r.Targets, slow), cs))
 }

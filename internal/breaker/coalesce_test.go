@@ -174,7 +174,7 @@ func TestConfigurationReconciler_armsAheadOfTheThreshold(t *testing.T) {
 
 	f.fail(breakertest.WhA, 2)
 	f.fail(breakertest.WhB, 1)
-	assert.True(t, ArmsAhead(f.get(), f.inputs()), "the probe runner wakes the reconciler")
+	assert.True(t, decide.ArmsAhead(decide.Read(f.get()), f.inputs()), "the probe runner wakes the reconciler")
 	res := f.reconcile()
 	assert.Equal(t, []string{breakertest.WhA, breakertest.WhB, breakertest.WhOther}, f.armed(), "a at openAfter-1, and b, failing too, in one write")
 	assert.Equal(t, 1, f.cl.arming)
@@ -182,7 +182,7 @@ func TestConfigurationReconciler_armsAheadOfTheThreshold(t *testing.T) {
 	assert.Empty(t, f.record())
 	assert.Zero(t, f.canary.calls, "no canary before a threshold")
 	assert.Equal(t, time.Second, res.RequeueAfter, "looks again in one interval, to disarm a recovered one")
-	assert.False(t, ArmsAhead(f.get(), f.inputs()), "armed: nothing more to wake for")
+	assert.False(t, decide.ArmsAhead(decide.Read(f.get()), f.inputs()), "armed: nothing more to wake for")
 
 	f.reconcile()
 	assert.Equal(t, 1, f.cl.arming, "armed once")
@@ -214,7 +214,7 @@ func TestConfigurationReconciler_aCanaryAnswerDoesNotOutliveItsEntry(t *testing.
 	f.reconcile() // shown
 	require.Equal(t, 1, f.canary.calls)
 	f.heal(breakertest.WhA, 1)
-	f.clock.Step(disarmAfter)
+	f.clock.Step(circuit.DisarmAfter)
 	f.reconcile()
 	require.Empty(t, f.armed(), "abandoned and removed")
 
@@ -224,11 +224,11 @@ func TestConfigurationReconciler_aCanaryAnswerDoesNotOutliveItsEntry(t *testing.
 	f.canary.notYet = f.canary.calls + 2 // the next two canaries do not show it
 	res := f.reconcile()
 	assert.Equal(t, 2, f.canary.calls, "asked again")
-	assert.Equal(t, markingPoll, res.RequeueAfter)
+	assert.Equal(t, decide.MarkingPoll, res.RequeueAfter)
 	f.fail(breakertest.WhA, 1)
 	res = f.reconcile()
 	assert.Empty(t, f.record(), "not shown armed: the opening waits")
-	assert.Equal(t, markingPoll, res.RequeueAfter)
+	assert.Equal(t, decide.MarkingPoll, res.RequeueAfter)
 	res = f.reconcile()
 	assert.Equal(t, []string{breakertest.WhA}, f.record())
 	assert.Equal(t, 4, f.canary.calls)
@@ -324,9 +324,9 @@ func TestConfigurationReconciler_closesSiblingsInOneWrite(t *testing.T) {
 	f.heal(breakertest.WhB, 1)
 	res = f.reconcile()
 	assert.Equal(t, []string{whC}, f.record(), "a and b close in one write")
-	assert.Equal(t, []string{breakertest.WhA, breakertest.WhB}, f.armed(), "and stay armed disarmAfter")
+	assert.Equal(t, []string{breakertest.WhA, breakertest.WhB}, f.armed(), "and stay armed circuit.DisarmAfter")
 	assert.Equal(t, 1, f.cl.transitions)
-	assert.Equal(t, disarmAfter, res.RequeueAfter)
+	assert.Equal(t, circuit.DisarmAfter, res.RequeueAfter)
 
 	f.clock.Step(400 * time.Millisecond)
 	f.heal(whC, 1)
@@ -336,8 +336,8 @@ func TestConfigurationReconciler_closesSiblingsInOneWrite(t *testing.T) {
 	res = f.reconcile()
 	assert.Empty(t, f.record())
 	assert.Equal(t, 2, f.cl.transitions)
-	assert.Equal(t, disarmAfter, res.RequeueAfter, "disarmed disarmAfter after the latest closing")
-	f.clock.Step(disarmAfter)
+	assert.Equal(t, circuit.DisarmAfter, res.RequeueAfter, "disarmed circuit.DisarmAfter after the latest closing")
+	f.clock.Step(circuit.DisarmAfter)
 	f.reconcile()
 	assert.Empty(t, f.armed())
 	assert.Equal(t, 1, f.cl.arming, "all three disarmed in one write")
@@ -346,13 +346,13 @@ func TestConfigurationReconciler_closesSiblingsInOneWrite(t *testing.T) {
 // A single failed probe arms nothing and writes nothing; nor does a
 // target one failure away while openings are held (every target failing
 // at once), or in a configuration handed to its administrators. A target
-// armed ahead that recovers without opening is disarmed, disarmAfter after
+// armed ahead that recovers without opening is disarmed, circuit.DisarmAfter after
 // it was armed.
 func TestConfigurationReconciler_aBlipArmsNothing(t *testing.T) {
 	t.Run("one failure", func(t *testing.T) {
 		f := newBatchFixture(t, []string{breakertest.WhA, breakertest.WhB}, 3, 2)
 		f.fail(breakertest.WhA, 1)
-		assert.False(t, ArmsAhead(f.get(), f.inputs()))
+		assert.False(t, decide.ArmsAhead(decide.Read(f.get()), f.inputs()))
 		res := f.reconcile()
 		assert.Zero(t, res.RequeueAfter)
 		assert.Zero(t, f.cl.arming+f.cl.transitions)
@@ -360,7 +360,7 @@ func TestConfigurationReconciler_aBlipArmsNothing(t *testing.T) {
 	t.Run("openAfter 2: one failure is the threshold's step, not ahead of it", func(t *testing.T) {
 		f := newBatchFixture(t, []string{breakertest.WhA}, 2, 2)
 		f.fail(breakertest.WhA, 1)
-		assert.False(t, ArmsAhead(f.get(), f.inputs()))
+		assert.False(t, decide.ArmsAhead(decide.Read(f.get()), f.inputs()))
 		f.reconcile()
 		assert.Zero(t, f.cl.arming+f.cl.transitions)
 	})
@@ -369,7 +369,7 @@ func TestConfigurationReconciler_aBlipArmsNothing(t *testing.T) {
 		f.state.HoldWhenAllFail = 2
 		f.fail(breakertest.WhA, 2)
 		f.fail(breakertest.WhB, 2)
-		assert.False(t, ArmsAhead(f.get(), f.inputs()))
+		assert.False(t, decide.ArmsAhead(decide.Read(f.get()), f.inputs()))
 		f.reconcile()
 		assert.Zero(t, f.cl.arming+f.cl.transitions)
 	})
@@ -379,7 +379,7 @@ func TestConfigurationReconciler_aBlipArmsNothing(t *testing.T) {
 		mwc.Annotations[circuit.OverrideAnnotation] = "ours now"
 		require.NoError(t, f.cl.Client.Update(context.Background(), mwc))
 		f.fail(breakertest.WhA, 2)
-		assert.False(t, ArmsAhead(f.get(), f.inputs()))
+		assert.False(t, decide.ArmsAhead(decide.Read(f.get()), f.inputs()))
 		f.reconcile()
 		assert.Zero(t, f.cl.arming+f.cl.transitions)
 	})
@@ -391,9 +391,9 @@ func TestConfigurationReconciler_aBlipArmsNothing(t *testing.T) {
 		f.clock.Step(time.Second)
 		f.heal(breakertest.WhA, 1)
 		res := f.reconcile()
-		assert.Equal(t, []string{breakertest.WhA}, f.armed(), "not yet: disarmAfter after it was armed")
-		assert.Equal(t, disarmAfter-time.Second, res.RequeueAfter)
-		f.clock.Step(disarmAfter - time.Second)
+		assert.Equal(t, []string{breakertest.WhA}, f.armed(), "not yet: circuit.DisarmAfter after it was armed")
+		assert.Equal(t, circuit.DisarmAfter-time.Second, res.RequeueAfter)
+		f.clock.Step(circuit.DisarmAfter - time.Second)
 		res = f.reconcile()
 		assert.Empty(t, f.armed())
 		assert.Zero(t, res.RequeueAfter)

@@ -1,9 +1,11 @@
 // Package breaker owns the circuit: the probe runner that gathers the
 // evidence, and the reconciler that writes the decisions to Mutating- and
 // ValidatingWebhookConfigurations (seen through circuit.View). The
-// decisions themselves, pure functions from evidence to the next
-// configuration (Judge, JudgeTarget, Plan), are package decide's. The
-// names and the record it writes belong to package circuit.
+// decisions themselves are package decide's pure functions: from the
+// evidence to a target's judgment (Judge, JudgeTarget), to the next
+// configuration (Plan), and to the one step a reconcile takes (NextStep:
+// write transitions, arm marking, or wait). The names and the record it
+// writes belong to package circuit.
 //
 // Every transition is exactly one JSON patch of the owned fields, carrying
 // the resourceVersion it read, that changes the policy and the record
@@ -24,15 +26,15 @@
 //   - all-fail hold (State.HoldOpen, Inputs.HoldOpen): every probed target
 //     fails at once, so openings wait, for at most a bound, as the guard's
 //     own network is the likelier culprit (State.HoldWhenAllFail).
-//   - coalescing (ConfigurationReconciler.coalesce, holdTransitions): transitions
-//     that become due within moments of each other are written together,
-//     in one patch.
-//   - decision time (ConfigurationReconciler.decisionTime, holdDecision): one
-//     opening time for every reconcile of an opening that waits for its
-//     marking, the time its marking policies already carry.
-//   - marking wait (armingStep.pending, markingWait): an opening whose
-//     marking policy kube-apiserver has not yet shown armed, for at most
-//     markingBound.
+//   - coalescing (coalesce, coalescing, WaitSibling): transitions that
+//     become due within moments of each other are written together, in
+//     one patch.
+//   - decision time (decisionTime, holdDecision): one opening time for
+//     every reconcile of an opening that waits for its marking, the time
+//     its marking policies already carry.
+//   - marking wait (WaitMarking, markingWait): an opening whose marking
+//     policy kube-apiserver has not yet shown armed, for at most
+//     MarkingBound.
 //   - arming hold (Inputs.Wait, armingStep.hold): the openings a write
 //     leaves out, because the same write arms their marking.
 //

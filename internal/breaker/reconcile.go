@@ -3,6 +3,7 @@ package breaker
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -10,7 +11,6 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
@@ -64,27 +64,13 @@ type ConfigurationReconciler struct {
 	// administrator and armed by that write, is in place and loaded.
 	Marker *marking.Keeper
 
-	mu      sync.Mutex
-	decided map[string]time.Time
-	// armedSince holds when each arming entry outside the record was
-	// first seen (see arming), by configuration UID and webhook.
-	armedSince map[string]time.Time
-	// shown holds the arming entries a canary showed armed, by
-	// configuration UID and webhook, until the breaker adds or removes
-	// them again (see armedShown).
-	shown map[string]bool
-	// holds holds, by configuration name, until when its transitions may
-	// wait for a sibling one probe away (coalesce).
-	holds map[string]time.Time
+	mu sync.Mutex
+	// memory holds what NextStep remembers of each configuration, by
+	// name (decide.Memory).
+	memory map[string]decide.Memory
 	// ownWrites holds, by configuration name, the object as this
 	// reconciler last wrote it, until the cache shows that write.
 	ownWrites map[string]ownWrite
-	// waits holds, by configuration UID and webhook, the openings that
-	// wait for marking evidence (markingWait).
-	waits map[string]wait
-	// canaryFailures holds each configuration's last failed canary, by
-	// UID (recentCanaryFailure).
-	canaryFailures map[string]canaryFailure
 }
 
 // ownWrite is an object as the reconciler wrote it, and the
@@ -126,107 +112,82 @@ func (r *ConfigurationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	return ctrl.Result{RequeueAfter: wait}, nil
 }
 
-// reconcileOnce reads, decides and writes once. It returns how long to
-// wait before deciding again when an opening waits for its marking
-// policies.
+// reconcileOnce reads one snapshot of the configuration, asks
+// decide.NextStep for the one step to take, and takes it: a write of
+// transitions, a write that arms marking before an opening, or a wait. It
+// returns how long to wait before deciding again.
 func (r *ConfigurationReconciler) reconcileOnce(ctx context.Context, name string, targets []config.Target) (time.Duration, error) {
-	cur, view, err := r.read(ctx, name)
+	cur, s, err := r.read(ctx, name)
 	if err != nil || cur == nil {
 		if cur == nil && err == nil {
 			r.syncGauges(targets, nil)
 		}
 		return 0, err
 	}
-	// One decision time while an opening waits for its marking policies:
-	// each reconcile meanwhile stamps the same openedAt, which the
-	// policies already carry.
-	decidedAt := r.decisionTime(name)
-	in := r.State.Inputs(targets, decidedAt, r.Signer, Generation(view))
-	next, changes, err := decide.Plan(view, in)
+	in := r.State.Inputs(targets, now(r.Clock), r.Signer, Generation(s.View))
+	step, err := r.nextStep(ctx, cur, s, in)
 	if err != nil {
-		r.unreadable(cur, view, targets, err)
-		return 0, nil // retried when the object changes
-	}
-	if wait, held := r.coalesce(name, view, in, changes); held {
-		return r.holdTransitions(ctx, cur, view, next, in, changes, decidedAt, wait)
-	}
-	step, err := r.arming(ctx, cur, view, next, changes, in)
-	if err == nil && step.hold != nil {
-		r.holdDecision(name, decidedAt)
-		in.Wait = step.hold
-		next, changes, step, err = r.withoutHeld(view, in, step)
+		return 0, err
 	}
 	switch {
-	case err != nil:
-		return 0, err
-	case step.arm != nil:
-		r.holdDecision(name, decidedAt)
-		return markingPoll, r.writeArming(ctx, cur, view, step.arm, targets)
-	case step.pending:
-		r.holdDecision(name, decidedAt)
-		logf.FromContext(ctx).V(1).Info("Waiting for kube-apiserver to mark with the armed marking policies before opening")
-		return markingPoll, nil
+	case step.Kind == decide.StepArm:
+		return step.After, r.patch(ctx, arming, cur, s.View, step.Next, nil, targets)
+	case step.Kind == decide.StepWrite:
+		return r.writeStep(ctx, cur, s.View, step, in)
+	case step.Why == decide.WaitUnreadable:
+		r.unreadable(cur, s.View, targets, step.Err)
+	case step.Why == decide.WaitNothing:
+		r.Metrics.Reconciles.WithLabelValues(breakermetrics.ReconcileUnchanged).Inc()
+		r.syncGauges(targets, s.View)
+	default:
+		logf.FromContext(ctx).V(1).Info("Waiting", "why", step.Why, "for", step.After, "transitions", step.Coalesced)
 	}
-	return r.writeStep(ctx, cur, view, next, changes, step, in)
+	return step.After, nil
 }
 
-// unreadable reports a record Plan cannot read: nothing is changed on the
-// configuration until it is repaired or handed over.
+// nextStep gathers what decide.NextStep needs besides the snapshot and
+// the evidence (whether each marking policy is in place), asks it, keeps
+// its memory and reports each marking policy not in place. When the step
+// is to ask a canary, it sends that canary and asks once more.
+func (r *ConfigurationReconciler) nextStep(ctx context.Context, cur client.Object, s decide.Snapshot, in decide.Inputs) (decide.Step, error) {
+	mem := r.remembered(s.View.Name)
+	mk := r.marking(ctx, s, in.Targets)
+	step, err := decide.NextStep(s, in, mem, mk)
+	if err == nil && step.Why == decide.WaitCanary {
+		mem = r.canary(ctx, s.View, step.Ask, step.AskTimeout, mem)
+		mk.Asked = true
+		step, err = decide.NextStep(s, in, mem, mk)
+	}
+	if err != nil {
+		return step, err
+	}
+	r.remember(s.View.Name, step.Memory)
+	for _, hook := range slices.Sorted(maps.Keys(step.MarkingFailed)) {
+		r.markingFailed(cur, step.MarkingFailed[hook])
+	}
+	return step, nil
+}
+
+// unreadable reports a record NextStep cannot read: nothing is changed on
+// the configuration until it is repaired or handed over.
 func (r *ConfigurationReconciler) unreadable(cur client.Object, view *circuit.ConfigView, targets []config.Target, err error) {
-	r.forgetDecision(view.Name)
-	r.forgetHold(view.Name)
 	r.Metrics.Reconciles.WithLabelValues(breakermetrics.ReconcileUnreadable).Inc()
 	r.Recorder.Eventf(cur, nil, corev1.EventTypeWarning, "RecordUnreadable", "Reconcile",
 		"webhook-guard changes nothing on this configuration until the record is repaired: %v", err)
 	r.syncGauges(targets, view)
 }
 
-// withoutHeld plans again with the openings step holds back (in.Wait),
-// and arms the entries of those held openings not armed yet in the same
-// write (armingFor).
-func (r *ConfigurationReconciler) withoutHeld(view *circuit.ConfigView, in decide.Inputs, held armingStep) (*circuit.ConfigView, []decide.Change, armingStep, error) {
-	next, changes, err := decide.Plan(view, in)
-	if err != nil {
-		return nil, nil, armingStep{}, err
-	}
-	step, err := r.armingFor(view, next, held.add, held.ahead)
-	if err != nil {
-		return nil, nil, armingStep{}, err
-	}
-	step.wait = minPositive(step.wait, markingPoll)
-	step.unconfirmed = held.unconfirmed
-	return next, changes, step, nil
-}
-
-// writeStep writes next, with the arming entries step carries, unless
-// nothing changes; an invalid write is written one webhook at a time
-// (writeOneByOne).
-func (r *ConfigurationReconciler) writeStep(ctx context.Context, cur client.Object, view, next *circuit.ConfigView, changes []decide.Change, step armingStep, in decide.Inputs) (time.Duration, error) {
-	name := view.Name
-	if !equality.Semantic.DeepEqual(next.Annotations, step.annotations) {
-		if len(changes) == 0 {
-			next = view.DeepCopy() // Plan returned view itself
-		}
-		next.Annotations = step.annotations
-	} else if len(changes) == 0 {
-		r.forgetDecision(name)
-		r.Metrics.Reconciles.WithLabelValues(breakermetrics.ReconcileUnchanged).Inc()
-		r.syncGauges(in.Targets, view)
-		return step.wait, nil
-	}
-	err := r.write(ctx, cur, view, next, r.noteUnconfirmed(name, changes, step.unconfirmed), in.Targets)
-	if err == nil {
-		r.forgetWaits(view.UID, changes)
-		r.forgetDecision(name)
-		if len(changes) > 0 {
-			r.forgetHold(name)
-		}
-		return step.wait, nil
-	}
-	if !apierrors.IsInvalid(err) {
+// writeStep writes step; an invalid write is written one webhook at a
+// time (writeOneByOne).
+func (r *ConfigurationReconciler) writeStep(ctx context.Context, cur client.Object, view *circuit.ConfigView, step decide.Step, in decide.Inputs) (time.Duration, error) {
+	err := r.write(ctx, cur, view, step, in.Targets)
+	switch {
+	case err == nil:
+		return step.After, nil
+	case !apierrors.IsInvalid(err):
 		return 0, err
 	}
-	return 0, r.writeOneByOne(ctx, name, changes, in)
+	return 0, r.writeOneByOne(ctx, view.Name, step.Changes, in)
 }
 
 // writeOneByOne writes changes one webhook at a time. The apiserver
@@ -236,35 +197,26 @@ func (r *ConfigurationReconciler) writeStep(ctx context.Context, cur client.Obje
 // configuration, so the refused ones are left as they are until the
 // configuration changes.
 func (r *ConfigurationReconciler) writeOneByOne(ctx context.Context, name string, changes []decide.Change, in decide.Inputs) error {
-	targets := in.Targets
 	for _, c := range changes {
 		if c.Webhook == "" {
 			continue
 		}
-		cur, view, err := r.read(ctx, name)
+		cur, s, err := r.read(ctx, name)
 		if err != nil || cur == nil {
 			return err
 		}
 		one := in
 		one.Only = c.Webhook
-		next, changes, err := decide.Plan(view, one)
-		if err != nil || len(changes) == 0 {
-			continue
-		}
-		step, err := r.arming(ctx, cur, view, next, changes, one)
-		if err != nil || step.arm != nil || step.pending {
+		step, err := r.nextStep(ctx, cur, s, one)
+		if err != nil || step.Kind != decide.StepWrite || len(step.Changes) == 0 {
 			continue // armed and written by the next reconcile
 		}
-		next.Annotations = step.annotations
-		err = r.write(ctx, cur, view, next, r.noteUnconfirmed(name, changes, step.unconfirmed), targets)
-		if err == nil {
-			r.forgetWaits(view.UID, changes)
-		}
+		err = r.write(ctx, cur, s.View, step, in.Targets)
 		switch {
 		case apierrors.IsInvalid(err):
-			for _, t := range targets {
+			for _, t := range in.Targets {
 				if t.Webhook == c.Webhook {
-					r.State.Refuse(t.Key(), Generation(view))
+					r.State.Refuse(t.Key(), Generation(s.View))
 				}
 			}
 			r.Metrics.WriteErrors.Inc()
@@ -277,58 +229,46 @@ func (r *ConfigurationReconciler) writeOneByOne(ctx context.Context, name string
 	return nil
 }
 
-// holdDecision keeps decidedAt as name's decision time while its opening
-// waits for marking policies, for at most maxHeldDecision.
-func (r *ConfigurationReconciler) holdDecision(name string, decidedAt time.Time) {
+// remembered is what NextStep remembers of the configuration name.
+func (r *ConfigurationReconciler) remembered(name string) decide.Memory {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.decided == nil {
-		r.decided = map[string]time.Time{}
+	return r.memory[name]
+}
+
+// remember keeps m as what NextStep remembers of the configuration name.
+func (r *ConfigurationReconciler) remember(name string, m decide.Memory) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.memory == nil {
+		r.memory = map[string]decide.Memory{}
 	}
-	r.decided[name] = decidedAt
+	r.memory[name] = m
 }
 
-func (r *ConfigurationReconciler) forgetDecision(name string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.decided, name)
-}
-
-// decisionTime is name's held decision time, or now.
-func (r *ConfigurationReconciler) decisionTime(name string) time.Time {
-	now := now(r.Clock)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if at, ok := r.decided[name]; ok && now.Sub(at) < maxHeldDecision {
-		return at
-	}
-	return now
-}
-
-// maxHeldDecision bounds how long an opening keeps its decision time
-// while it waits for its marking policies; after that it decides anew.
-const maxHeldDecision = time.Minute
-
-// read returns name's object and its circuit.View; nil and no error when
-// it does not exist. Read from the cache (r.Client), it is the object as
+// read returns name's object and its snapshot; nil and no error when it
+// does not exist. Read from the cache (r.Client), it is the object as
 // this reconciler last wrote it while the cache has not caught up with
 // that write: deciding from the cache's older copy would only earn a
 // Conflict, and a mass failure's reconciles follow each other faster than
 // the watch delivers their writes.
-func (r *ConfigurationReconciler) read(ctx context.Context, name string) (client.Object, *circuit.ConfigView, error) {
+func (r *ConfigurationReconciler) read(ctx context.Context, name string) (client.Object, decide.Snapshot, error) {
 	cur := r.Kind.New()
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: name}, cur); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.wrote(name, nil, nil)
-			return nil, nil, nil
+			return nil, decide.Snapshot{}, nil
 		}
-		return nil, nil, fmt.Errorf("reading: %w", err)
+		return nil, decide.Snapshot{}, fmt.Errorf("reading: %w", err)
 	}
 	if own := r.ownWrite(name, cur.GetResourceVersion()); own != nil {
 		cur = own
 	}
 	view, err := circuit.View(cur)
-	return cur, view, err
+	if err != nil {
+		return nil, decide.Snapshot{}, err
+	}
+	return cur, decide.Read(view), nil
 }
 
 // wrote notes written, name's object as this reconciler wrote it over

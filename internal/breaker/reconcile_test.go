@@ -73,7 +73,7 @@ func (c *canary) Create(ctx context.Context, e *eventsv1.Event, _ metav1.CreateO
 // write once one canary shows all ten policies marking, and the reconcile
 // that waits returns at once with a requeue instead of holding a worker.
 // Closing moves the entries from the record to the arming entries, which
-// a write removes disarmAfter later. The service writes no policy.
+// a write removes circuit.DisarmAfter later. The service writes no policy.
 func TestConfigurationReconciler_armsMarkingAroundEachTransition(t *testing.T) {
 	var hooks []admissionregistrationv1.MutatingWebhook
 	var targets []config.Target
@@ -122,7 +122,7 @@ func TestConfigurationReconciler_armsMarkingAroundEachTransition(t *testing.T) {
 		rv := get().ResourceVersion
 		res, err := r.Reconcile(ctx, req)
 		require.NoError(t, err)
-		assert.Equal(t, markingPoll, res.RequeueAfter)
+		assert.Equal(t, decide.MarkingPoll, res.RequeueAfter)
 		assert.Equal(t, 0, openCount(t, cl))
 		assert.Len(t, armed(), 10)
 		assert.Zero(t, c.calls, "no canary before the arming write")
@@ -133,7 +133,7 @@ func TestConfigurationReconciler_armsMarkingAroundEachTransition(t *testing.T) {
 	t.Run("while kube-apiserver does not show the policies armed, the opening waits", func(t *testing.T) {
 		res, err := r.Reconcile(ctx, req)
 		require.NoError(t, err)
-		assert.Equal(t, markingPoll, res.RequeueAfter)
+		assert.Equal(t, decide.MarkingPoll, res.RequeueAfter)
 		assert.Equal(t, 0, openCount(t, cl))
 		assert.Equal(t, 1, c.calls, "one canary for all ten policies")
 	})
@@ -160,15 +160,15 @@ func TestConfigurationReconciler_armsMarkingAroundEachTransition(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, 0, openCount(t, cl))
 		assert.Equal(t, before, armed(), "every closed circuit's entry, as it was recorded")
-		assert.Equal(t, disarmAfter, res.RequeueAfter)
+		assert.Equal(t, circuit.DisarmAfter, res.RequeueAfter)
 	})
-	t.Run("disarmAfter later, a write removes them", func(t *testing.T) {
-		clock.Step(disarmAfter / 2)
+	t.Run("circuit.DisarmAfter later, a write removes them", func(t *testing.T) {
+		clock.Step(circuit.DisarmAfter / 2)
 		res, err := r.Reconcile(ctx, req)
 		require.NoError(t, err)
 		assert.Len(t, armed(), 10, "not yet")
-		assert.Equal(t, disarmAfter/2, res.RequeueAfter)
-		clock.Step(disarmAfter / 2)
+		assert.Equal(t, circuit.DisarmAfter/2, res.RequeueAfter)
+		clock.Step(circuit.DisarmAfter / 2)
 		res, err = r.Reconcile(ctx, req)
 		require.NoError(t, err)
 		assert.Zero(t, res.RequeueAfter)
@@ -185,7 +185,7 @@ func TestConfigurationReconciler_armsMarkingAroundEachTransition(t *testing.T) {
 
 // An opening armed but no longer wanted (the webhook recovered before
 // kube-apiserver showed the policy armed) leaves no arming entry behind:
-// it is removed disarmAfter after the breaker saw it.
+// it is removed circuit.DisarmAfter after the breaker saw it.
 func TestConfigurationReconciler_anAbandonedArmingIsRemoved(t *testing.T) {
 	policy, binding := marking.Render(breakertest.ConfigName, breakertest.WhA)
 	scheme := runtime.NewScheme()
@@ -218,8 +218,8 @@ func TestConfigurationReconciler_anAbandonedArmingIsRemoved(t *testing.T) {
 	state.Observe(tgt.Key(), breakertest.HealthyResult(), time.Now()) // recovered
 	res, err := r.Reconcile(ctx, req)
 	require.NoError(t, err)
-	assert.Equal(t, disarmAfter, res.RequeueAfter)
-	clock.Step(disarmAfter)
+	assert.Equal(t, circuit.DisarmAfter, res.RequeueAfter)
+	clock.Step(circuit.DisarmAfter)
 	_, err = r.Reconcile(ctx, req)
 	require.NoError(t, err)
 	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: breakertest.ConfigName}, mwc))
@@ -251,13 +251,13 @@ func TestConfigurationReconciler_aMissingMarkingPolicyHoldsTheOpeningForABound(t
 	}
 	req := ctrl.Request{}
 	req.Name = breakertest.ConfigName
-	bound := markingBound(r.Targets, []marking.Circuit{{Configuration: breakertest.ConfigName, Webhook: breakertest.WhA}})
-	for elapsed := time.Duration(0); elapsed < bound; elapsed += markingPoll {
+	bound := decide.MarkingBound(r.Targets, []string{breakertest.WhA})
+	for elapsed := time.Duration(0); elapsed < bound; elapsed += decide.MarkingPoll {
 		res, err := r.Reconcile(context.Background(), req)
 		require.NoError(t, err)
 		assert.Positive(t, res.RequeueAfter, "looked at again while it waits")
 		assert.Equal(t, 0, openCount(t, cl), "opened after %s, before its bound %s", elapsed, bound)
-		clock.Step(markingPoll)
+		clock.Step(decide.MarkingPoll)
 	}
 	assert.Zero(t, c.calls, "no canary for a policy that is not there")
 	require.Len(t, rec.Events, 1, "one MarkingFailed Event per opening, not one per look")
@@ -290,7 +290,7 @@ func openCount(t *testing.T, c client.Client) int {
 
 // A configuration handed to its administrators (the override annotation)
 // keeps a closing's order: the handoff's write removes the record entry
-// and the bypass and leaves the entry armed; disarmAfter later a write of
+// and the bypass and leaves the entry armed; circuit.DisarmAfter later a write of
 // its own disarms it; then the breaker arms nothing there and writes
 // nothing more.
 func TestConfigurationReconciler_aHandoffDisarmsInALaterWriteAndThenWritesNothing(t *testing.T) {
@@ -320,20 +320,20 @@ func TestConfigurationReconciler_aHandoffDisarmsInALaterWriteAndThenWritesNothin
 	res, err := r.Reconcile(ctx, req)
 	require.NoError(t, err)
 	assert.Positive(t, res.RequeueAfter, "comes back to disarm")
-	assert.LessOrEqual(t, res.RequeueAfter, disarmAfter)
+	assert.LessOrEqual(t, res.RequeueAfter, circuit.DisarmAfter)
 	same := &admissionregistrationv1.MutatingWebhookConfiguration{}
 	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: breakertest.ConfigName}, same))
-	assert.Equal(t, handedOff.ResourceVersion, same.ResourceVersion, "disarmed before disarmAfter")
+	assert.Equal(t, handedOff.ResourceVersion, same.ResourceVersion, "disarmed before circuit.DisarmAfter")
 
-	clock.Step(disarmAfter)
+	clock.Step(circuit.DisarmAfter)
 	_, err = r.Reconcile(ctx, req)
 	require.NoError(t, err)
 	disarmed := &admissionregistrationv1.MutatingWebhookConfiguration{}
 	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: breakertest.ConfigName}, disarmed))
-	assert.NotContains(t, disarmed.Annotations, circuit.ArmingAnnotation, "disarmed disarmAfter after the handoff")
+	assert.NotContains(t, disarmed.Annotations, circuit.ArmingAnnotation, "disarmed circuit.DisarmAfter after the handoff")
 	assert.Equal(t, "the platform team takes over", disarmed.Annotations[circuit.OverrideAnnotation])
 
-	clock.Step(disarmAfter)
+	clock.Step(circuit.DisarmAfter)
 	res, err = r.Reconcile(ctx, req)
 	require.NoError(t, err)
 	assert.Zero(t, res.RequeueAfter)
@@ -368,7 +368,7 @@ func TestConfigurationReconciler_anotherInstallationsArmingIsLeftAlone(t *testin
 		res, err := r.Reconcile(ctx, req)
 		require.NoError(t, err)
 		assert.Zero(t, res.RequeueAfter)
-		clock.Step(disarmAfter)
+		clock.Step(circuit.DisarmAfter)
 	}
 	after := &admissionregistrationv1.MutatingWebhookConfiguration{}
 	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: breakertest.ConfigName}, after))
@@ -442,7 +442,7 @@ func TestConfigurationReconciler_anOpeningArmsTheNextInTheSameWrite(t *testing.T
 	assert.NotEqual(t, rv, rv2)
 }
 
-// Closings spread over time are disarmed together, disarmAfter after the
+// Closings spread over time are disarmed together, circuit.DisarmAfter after the
 // latest of them: one write, however many closed.
 func TestConfigurationReconciler_closingsAreDisarmedInOneWrite(t *testing.T) {
 	entry := circuit.Entry{UID: breakertest.UID, Mode: circuit.ModeBypass, OpenedAt: metav1.Now(), Reason: "timeout", OriginalFailurePolicy: breakertest.PolicyFail, By: testIdentity}
@@ -482,21 +482,21 @@ func TestConfigurationReconciler_closingsAreDisarmedInOneWrite(t *testing.T) {
 	heal(a)
 	_, err = r.Reconcile(ctx, req)
 	require.NoError(t, err)
-	clock.Step(disarmAfter / 2)
+	clock.Step(circuit.DisarmAfter / 2)
 	heal(b)
 	_, err = r.Reconcile(ctx, req)
 	require.NoError(t, err)
 	rec, _ := armed()
 	require.Len(t, rec, 2, "both closed, both armed")
 
-	clock.Step(disarmAfter / 2)
+	clock.Step(circuit.DisarmAfter / 2)
 	res, err := r.Reconcile(ctx, req)
 	require.NoError(t, err)
 	rec, rv := armed()
 	assert.Len(t, rec, 2, "a's grace is over, b's is not: both wait")
-	assert.Equal(t, disarmAfter/2, res.RequeueAfter)
+	assert.Equal(t, circuit.DisarmAfter/2, res.RequeueAfter)
 
-	clock.Step(disarmAfter / 2)
+	clock.Step(circuit.DisarmAfter / 2)
 	_, err = r.Reconcile(ctx, req)
 	require.NoError(t, err)
 	rec, rv2 := armed()
@@ -528,7 +528,7 @@ func TestConfigurationReconciler_anArmingEntryStrippedInItsGraceStaysStripped(t 
 	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: breakertest.ConfigName}, stripped))
 	delete(stripped.Annotations, circuit.ArmingAnnotation)
 	require.NoError(t, cl.Update(ctx, stripped))
-	clock.Step(disarmAfter / 2)
+	clock.Step(circuit.DisarmAfter / 2)
 	res, err = r.Reconcile(ctx, req)
 	require.NoError(t, err)
 	assert.Zero(t, res.RequeueAfter, "nothing left to wait for")

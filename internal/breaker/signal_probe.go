@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -199,8 +198,8 @@ func (r *ProbeRunner) loop(ctx context.Context, t config.Target, wg *sync.WaitGr
 }
 
 // ProbeOnce probes t once, records the result, and wakes the
-// ConfigurationReconciler when Plan would change the configuration. It observes;
-// Plan alone decides.
+// ConfigurationReconciler when the evidence could change its step
+// (decide.Due). It observes; the reconciler's decide.NextStep decides.
 func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 	obj, view, wh := r.probeable(ctx, t)
 	if wh == nil {
@@ -226,7 +225,7 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 	}
 	r.judgeObserved(ctx, t, obj)
 	pathMayOpen := path.Last.Outcome == probe.OutcomeFailed && path.Failures >= t.OpenAfter
-	if view.Annotations[circuit.Annotation] == "" && !holdChanged && !pathMayOpen && (res.Outcome != probe.OutcomeFailed || counts.Failures < ArmAheadAt(t)) {
+	if view.Annotations[circuit.Annotation] == "" && !holdChanged && !pathMayOpen && (res.Outcome != probe.OutcomeFailed || counts.Failures < decide.ArmAheadAt(t)) {
 		// The common case, skipped because it runs for every target every
 		// interval: with no circuit open in the configuration there is
 		// nothing to close, and this probe cannot have opened one below its
@@ -235,9 +234,7 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 		// Only the end of a hold could release other openings.
 		return
 	}
-	changes, due := wouldChange(view, r.inputs(t.Kind, view))
-	closing := slices.ContainsFunc(changes, func(c decide.Change) bool { return c.Kind == decide.Closed })
-	opening := slices.ContainsFunc(changes, func(c decide.Change) bool { return c.Kind == decide.Opened })
+	opening, closing, due := decide.Due(decide.Read(view), r.inputs(t.Kind, view))
 	if closing && !opening {
 		// Count what was admitted without the webhook up to the close. An
 		// opening does not wait for that read of /metrics, which the
@@ -424,24 +421,12 @@ func (r *ProbeRunner) inputs(kind circuit.Kind, view *circuit.ConfigView) decide
 	return r.State.Inputs(r.byConfiguration[configurationKey{kind, view.Name}], r.Clock.Now(), r.Signer, Generation(view))
 }
 
-// wake triggers a reconcile of obj (whose circuit.View is view) when Plan,
-// given in, would change it, or arm marking ahead of an opening.
+// wake triggers a reconcile of obj (whose circuit.View is view) when the
+// evidence in could change its step (decide.Due).
 func (r *ProbeRunner) wake(ctx context.Context, kind circuit.Kind, obj client.Object, view *circuit.ConfigView, in decide.Inputs) {
-	if _, due := wouldChange(view, in); due {
+	if _, _, due := decide.Due(decide.Read(view), in); due {
 		r.trigger(ctx, kind, obj)
 	}
-}
-
-// wouldChange returns the changes Plan, given in, would make to view, and
-// whether the reconciler has something to do: those changes, or arming
-// marking ahead of an opening. A record Plan cannot read is nothing to
-// do: the reconciler reports it when the object changes.
-func wouldChange(view *circuit.ConfigView, in decide.Inputs) ([]decide.Change, bool) {
-	_, changes, err := decide.Plan(view, in)
-	if err != nil {
-		return nil, false
-	}
-	return changes, len(changes) > 0 || ArmsAhead(view, in)
 }
 
 // trigger queues a reconcile of obj's configuration.

@@ -24,19 +24,27 @@ const (
 	// they changed.
 	transitions = "write"
 	// arming: the arming entries alone, marking armed before an opening
-	// (armOpenings, holdTransitions).
+	// (decide.NextStep's StepArm).
 	arming = "arm"
 )
 
-// write sends the transitions changes, view to next: see patch.
-func (r *ConfigurationReconciler) write(ctx context.Context, cur client.Object, view, next *circuit.ConfigView, changes []decide.Change, targets []config.Target) error {
-	return r.patch(ctx, transitions, cur, view, next, changes, targets)
-}
-
-// writeArming writes the arming entries of arm, and nothing else: see
-// patch.
-func (r *ConfigurationReconciler) writeArming(ctx context.Context, cur client.Object, view, arm *circuit.ConfigView, targets []config.Target) error {
-	return r.patch(ctx, arming, cur, view, arm, nil, targets)
+// write sends step's transitions (see patch), and once they are written
+// counts the openings that went without marking evidence and keeps the
+// memory of a written step (decide.Memory.Written).
+func (r *ConfigurationReconciler) write(ctx context.Context, cur client.Object, view *circuit.ConfigView, step decide.Step, targets []config.Target) error {
+	if err := r.patch(ctx, transitions, cur, view, step.Next, step.Changes, targets); err != nil {
+		return err
+	}
+	r.remember(view.Name, step.Memory.Written(step.Changes))
+	if len(step.Unconfirmed) > 0 {
+		logf.FromContext(ctx).Info("Opened without marking evidence: the wait for it is bounded", "unconfirmed", step.Unconfirmed)
+	}
+	for _, c := range step.Changes {
+		if _, ok := step.Unconfirmed[c.Webhook]; ok && c.Kind == decide.Opened {
+			r.Metrics.MarkingUnconfirmed.WithLabelValues(string(r.Kind), view.Name, c.Webhook).Inc()
+		}
+	}
+	return nil
 }
 
 // patch is the breaker's one way to write: one JSON patch of the owned

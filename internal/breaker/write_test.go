@@ -24,6 +24,7 @@ import (
 
 	"github.com/webhook-guard/webhook-guard/internal/breaker/breakermetrics"
 	"github.com/webhook-guard/webhook-guard/internal/breaker/breakertest"
+	"github.com/webhook-guard/webhook-guard/internal/breaker/decide"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 )
@@ -123,9 +124,9 @@ func TestPatch_transitionsAndArmingShareOneWritePath(t *testing.T) {
 			r := &ConfigurationReconciler{Kind: circuit.KindMutating, Client: cl, Targets: targets, State: NewState(), Recorder: rec, Metrics: metrics, Signer: testIdentity}
 			var err error
 			if armingOnly {
-				err = r.writeArming(context.Background(), cur, cur, next, targets)
+				err = r.patch(context.Background(), arming, cur, cur, next, nil, targets)
 			} else {
-				err = r.write(context.Background(), cur, cur, next, nil, targets)
+				err = r.write(context.Background(), cur, cur, decide.Step{Kind: decide.StepWrite, Next: next}, targets)
 			}
 			require.ErrorIs(t, err, tc.err, "arming only: %v", armingOnly)
 			assert.Equal(t, boolGauge(tc.reported), testutil.ToFloat64(metrics.WriteErrors), "arming only: %v, error %v", armingOnly, tc.err)

@@ -2,6 +2,7 @@ package decide
 
 import (
 	"fmt"
+	"maps"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -116,27 +117,38 @@ type Inputs struct {
 // reconciler writes its result in one JSON patch, so the record and the
 // policy change together or not at all.
 func Plan(cur *circuit.ConfigView, in Inputs) (*circuit.ConfigView, []Change, error) {
-	rec, err := circuit.Decode(cur.Annotations)
-	if err != nil {
+	next, _, changes, err := plan(Read(cur), in)
+	return next, changes, err
+}
+
+// plan is Plan on a snapshot: it also returns the record next carries.
+func plan(s Snapshot, in Inputs) (*circuit.ConfigView, circuit.Record, []Change, error) {
+	cur := s.View
+	if s.RecordErr != nil {
 		if reason := cur.Annotations[circuit.OverrideAnnotation]; reason != "" {
-			return handOffUnreadable(cur, reason)
+			next, changes, err := handOffUnreadable(cur, reason)
+			return next, circuit.Record{}, changes, err
 		}
 		// Nothing about what the breaker changed can be known: it changes
 		// nothing, never takes the current Ignore as a baseline, and the
 		// reconciler reports the record.
-		return nil, nil, err
+		return nil, nil, nil, s.RecordErr
 	}
+	rec := maps.Clone(s.Record)
 	next := planCopy(cur)
+	var changes []Change
 	if reason := cur.Annotations[circuit.OverrideAnnotation]; reason != "" {
-		return finish(cur, next, rec, handOff(next, rec, in.Signer, reason))
-	}
-	changes := settleRecord(cur, next, rec, in)
-	for _, t := range in.Targets {
-		if c := transition(cur, next, rec, t, in); c != nil {
-			changes = append(changes, *c)
+		changes = handOff(next, rec, in.Signer, reason)
+	} else {
+		changes = settleRecord(cur, next, rec, in)
+		for _, t := range in.Targets {
+			if c := transition(cur, next, rec, t, in); c != nil {
+				changes = append(changes, *c)
+			}
 		}
 	}
-	return finish(cur, next, rec, changes)
+	next, changes, err := finish(cur, next, rec, changes)
+	return next, rec, changes, err
 }
 
 // handOff releases every circuit of this installation in rec to the
@@ -230,47 +242,26 @@ func settleRecord(cur, next *circuit.ConfigView, rec circuit.Record, in Inputs) 
 	return changes
 }
 
-// transition is t's transition, applied to next and rec, or nil: t's
-// evidence in, judged by JudgeTarget, against the holds (the all-fail
-// hold, marking not yet armed, a minimum open time, flap damping).
+// transition is t's transition, applied to next and rec, or nil: what
+// want makes of t's evidence.
 func transition(cur, next *circuit.ConfigView, rec circuit.Record, t config.Target, in Inputs) *Change {
-	if in.Only != "" && t.Webhook != in.Only || t.Observes() {
-		// Observe targets are judged by State.JudgeObserved, and
-		// nothing is written for them.
+	kind, signal := want(next, rec, t, in)
+	if kind == "" {
 		return nil
 	}
 	wh := circuit.FindWebhook(next, t.Webhook)
-	ev, known := in.Evidence[t.Webhook]
-	if wh == nil || !known {
-		return nil
-	}
+	ev := in.Evidence[t.Webhook]
 	c := ev.Probe
-	entry, open := rec[t.Webhook]
-	if open && !entry.Mine(in.Signer) {
-		return nil // another installation's circuit on the same webhook
-	}
-	if why := ev.Unprobeable; why != "" {
-		if open {
-			circuit.Restore(wh, entry)
-			delete(rec, t.Webhook)
-			return &Change{Webhook: t.Webhook, Kind: Closed, Message: fmt.Sprintf(
-				"closed the circuit on %s because it can no longer be probed (%s), so no probe could ever close it; restored failurePolicy %s (open since %s)",
-				t.Webhook, why, circuit.PolicyString(entry.OriginalFailurePolicy), entry.OpenedAt.UTC().Format(time.RFC3339))}
-		}
-		return nil
-	}
-	action, signal := JudgeTarget(open, entry, c, ev.APIServer, ev.Path, t)
-	switch action {
-	case Open:
-		if in.HoldOpen && signal == SignalProbe {
-			return nil // the apiserver does not agree that the webhook is down
-		}
-		if in.Wait[t.Webhook] {
-			return nil
-		}
-		if !circuit.OpenWebhook(wh, t.Mode) {
-			return nil // Ignore is already the administrator's baseline.
-		}
+	entry := rec[t.Webhook]
+	switch {
+	case kind == Closed && ev.Unprobeable != "":
+		circuit.Restore(wh, entry)
+		delete(rec, t.Webhook)
+		return &Change{Webhook: t.Webhook, Kind: Closed, Message: fmt.Sprintf(
+			"closed the circuit on %s because it can no longer be probed (%s), so no probe could ever close it; restored failurePolicy %s (open since %s)",
+			t.Webhook, ev.Unprobeable, circuit.PolicyString(entry.OriginalFailurePolicy), entry.OpenedAt.UTC().Format(time.RFC3339))}
+	case kind == Opened:
+		circuit.OpenWebhook(wh, t.Mode)
 		original := cur.Webhooks[circuit.WebhookIndex(cur, t.Webhook)].FailurePolicy
 		reason, why := OpenedBecause(signal, c, ev.APIServer)
 		why += PathNote(signal, ev.Path)
@@ -286,30 +277,79 @@ func transition(cur, next *circuit.ConfigView, rec circuit.Record, t config.Targ
 		return &Change{Webhook: t.Webhook, Kind: Opened, Signal: signal, Message: fmt.Sprintf(
 			"opened the circuit on %s in %s mode %s; original failurePolicy %s",
 			t.Webhook, t.Mode, why, circuit.PolicyString(original))}
+	}
+	circuit.Restore(wh, entry)
+	delete(rec, t.Webhook)
+	because, trial := fmt.Sprintf("after %d consecutive healthy probes", c.Successes), trialNote(t, entry)
+	if signal == SignalPath {
+		because, trial = PathClosedBecause(ev.Path), ""
+	}
+	if signal == SignalAPIServer {
+		because = fmt.Sprintf("after %d intervals in which the probe could not run (last: %v) while the apiserver's own calls to the webhook succeeded for %d intervals",
+			c.Unknowns, UnknownErr(c), ev.APIServer.Successes)
+	}
+	return &Change{Webhook: t.Webhook, Kind: Closed, Message: fmt.Sprintf(
+		"closed the circuit on %s %s; restored failurePolicy %s (open since %s)%s",
+		t.Webhook, because, circuit.PolicyString(entry.OriginalFailurePolicy), entry.OpenedAt.UTC().Format(time.RFC3339),
+		admittedNote(t, entry, ev, in.Now)+trial)}
+}
+
+// want is t's transition on view, whose record is rec: Opened, Closed, or
+// "" (it stays as it is), with the signal that decides it. It is t's
+// evidence in, judged by JudgeTarget, against the holds (the all-fail
+// hold, marking not yet armed, a minimum open time, flap damping). It
+// changes nothing.
+func want(view *circuit.ConfigView, rec circuit.Record, t config.Target, in Inputs) (ChangeKind, string) {
+	if in.Only != "" && t.Webhook != in.Only || t.Observes() {
+		// Observe targets are judged by State.JudgeObserved, and
+		// nothing is written for them.
+		return "", ""
+	}
+	wh := circuit.FindWebhook(view, t.Webhook)
+	ev, known := in.Evidence[t.Webhook]
+	if wh == nil || !known {
+		return "", ""
+	}
+	entry, open := rec[t.Webhook]
+	if open && !entry.Mine(in.Signer) {
+		return "", "" // another installation's circuit on the same webhook
+	}
+	if ev.Unprobeable != "" {
+		if open {
+			return Closed, ""
+		}
+		return "", ""
+	}
+	action, signal := JudgeTarget(open, entry, ev.Probe, ev.APIServer, ev.Path, t)
+	switch action {
+	case Open:
+		switch {
+		case in.HoldOpen && signal == SignalProbe:
+			return "", "" // the apiserver does not agree that the webhook is down
+		case in.Wait[t.Webhook]:
+			return "", ""
+		case !Opens(wh, t.Mode):
+			return "", "" // Ignore is already the administrator's baseline.
+		}
+		return Opened, signal
 	case Close:
-		hold := ev.MinOpen
-		if t.Mode == circuit.ModeBypass && openedByAPIServer(entry) && in.Now.Sub(entry.OpenedAt.Time) < hold {
-			return nil // the probe cannot see the apiserver's path; wait
+		if t.Mode == circuit.ModeBypass && openedByAPIServer(entry) && in.Now.Sub(entry.OpenedAt.Time) < ev.MinOpen {
+			return "", "" // the probe cannot see the apiserver's path; wait
 		}
 		if in.Now.Sub(entry.OpenedAt.Time) < ev.Damp {
-			return nil // it re-opened soon after its last close: damped
+			return "", "" // it re-opened soon after its last close: damped
 		}
-		circuit.Restore(wh, entry)
-		delete(rec, t.Webhook)
-		because, trial := fmt.Sprintf("after %d consecutive healthy probes", c.Successes), trialNote(t, entry)
-		if signal == SignalPath {
-			because, trial = PathClosedBecause(ev.Path), ""
-		}
-		if signal == SignalAPIServer {
-			because = fmt.Sprintf("after %d intervals in which the probe could not run (last: %v) while the apiserver's own calls to the webhook succeeded for %d intervals",
-				c.Unknowns, UnknownErr(c), ev.APIServer.Successes)
-		}
-		return &Change{Webhook: t.Webhook, Kind: Closed, Message: fmt.Sprintf(
-			"closed the circuit on %s %s; restored failurePolicy %s (open since %s)%s",
-			t.Webhook, because, circuit.PolicyString(entry.OriginalFailurePolicy), entry.OpenedAt.UTC().Format(time.RFC3339),
-			admittedNote(t, entry, ev, in.Now)+trial)}
+		return Closed, signal
 	}
-	return nil
+	return "", ""
+}
+
+// Opens reports whether opening wh in mode changes it
+// (circuit.OpenWebhook): an Ignore that is the administrator's baseline
+// in Ignore mode does not.
+func Opens(wh *admissionregistrationv1.MutatingWebhook, mode circuit.Mode) bool {
+	return wh.FailurePolicy == nil || *wh.FailurePolicy != admissionregistrationv1.Ignore ||
+		mode == circuit.ModeBypass && circuit.BypassIndex(wh) < 0
 }
 
 // TakeOver signs anew, with identity, every entry of cur's record that
