@@ -131,14 +131,14 @@ func (r *ConfigurationReconciler) reconcileOnce(ctx context.Context, name string
 	}
 	switch {
 	case step.Kind == decide.StepArm:
-		return step.After, r.patch(ctx, arming, cur, s.View, step.Next, nil, targets)
+		return step.After, r.patch(ctx, cur, s.View, step, targets)
 	case step.Kind == decide.StepWrite:
 		return r.writeStep(ctx, cur, s.View, step, in)
 	case step.Why == decide.WaitUnreadable:
-		r.unreadable(cur, s.View, targets, step.Err)
+		r.unreadable(cur, s, targets, step.Err)
 	case step.Why == decide.WaitNothing:
 		r.Metrics.Reconciles.WithLabelValues(breakermetrics.ReconcileUnchanged).Inc()
-		r.syncGauges(targets, s.View)
+		r.syncGauges(targets, &s)
 	default:
 		logf.FromContext(ctx).V(1).Info("Waiting", "why", step.Why, "for", step.After, "transitions", step.Coalesced)
 	}
@@ -170,11 +170,11 @@ func (r *ConfigurationReconciler) nextStep(ctx context.Context, cur client.Objec
 
 // unreadable reports a record NextStep cannot read: nothing is changed on
 // the configuration until it is repaired or handed over.
-func (r *ConfigurationReconciler) unreadable(cur client.Object, view *circuit.ConfigView, targets []config.Target, err error) {
+func (r *ConfigurationReconciler) unreadable(cur client.Object, s decide.Snapshot, targets []config.Target, err error) {
 	r.Metrics.Reconciles.WithLabelValues(breakermetrics.ReconcileUnreadable).Inc()
 	r.Recorder.Eventf(cur, nil, corev1.EventTypeWarning, "RecordUnreadable", "Reconcile",
 		"webhook-guard changes nothing on this configuration until the record is repaired: %v", err)
-	r.syncGauges(targets, view)
+	r.syncGauges(targets, &s)
 }
 
 // writeStep writes step; an invalid write is written one webhook at a

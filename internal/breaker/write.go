@@ -32,7 +32,7 @@ const (
 // counts the openings that went without marking evidence and keeps the
 // memory of a written step (decide.Memory.Written).
 func (r *ConfigurationReconciler) write(ctx context.Context, cur client.Object, view *circuit.ConfigView, step decide.Step, targets []config.Target) error {
-	if err := r.patch(ctx, transitions, cur, view, step.Next, step.Changes, targets); err != nil {
+	if err := r.patch(ctx, cur, view, step, targets); err != nil {
 		return err
 	}
 	r.remember(view.Name, step.Memory.Written(step.Changes))
@@ -47,16 +47,21 @@ func (r *ConfigurationReconciler) write(ctx context.Context, cur client.Object, 
 	return nil
 }
 
-// patch is the breaker's one way to write: one JSON patch of the owned
-// fields (view to next), with the resourceVersion read, refused on
-// conflict, so that no field this client's types do not know can be lost
-// (a full Update could drop it). Whatever it carries (what: transitions or
-// arming), it passes the failpoints, reports a failure other than a
-// conflict (decided again by Reconcile) or an invalid write (written one
-// webhook at a time by reconcileOnce) as a WriteFailed Event, and counts,
-// records and reports what it wrote.
-func (r *ConfigurationReconciler) patch(ctx context.Context, what string, cur client.Object, view, next *circuit.ConfigView, changes []decide.Change, targets []config.Target) error {
-	patch, err := circuit.Patch(view, next)
+// patch is the breaker's one way to write a step (decide.StepWrite or
+// decide.StepArm): one JSON patch of the owned fields (view to step.Next),
+// with the resourceVersion read, refused on conflict, so that no field
+// this client's types do not know can be lost (a full Update could drop
+// it). Whatever it carries (transitions or arming entries), it passes the
+// failpoints, reports a failure other than a conflict (decided again by
+// Reconcile) or an invalid write (written one webhook at a time by
+// writeStep) as a WriteFailed Event, and counts, records and reports what
+// it wrote.
+func (r *ConfigurationReconciler) patch(ctx context.Context, cur client.Object, view *circuit.ConfigView, step decide.Step, targets []config.Target) error {
+	what := transitions
+	if step.Kind == decide.StepArm {
+		what = arming
+	}
+	patch, err := circuit.Patch(view, step.Next)
 	if err != nil {
 		return err
 	}
@@ -65,7 +70,7 @@ func (r *ConfigurationReconciler) patch(ctx context.Context, what string, cur cl
 	if err := r.Client.Patch(ctx, written, client.RawPatch(types.JSONPatchType, patch), client.FieldOwner(circuit.FieldManager)); err != nil {
 		if !apierrors.IsConflict(err) && !apierrors.IsInvalid(err) {
 			r.Metrics.WriteErrors.Inc()
-			carried := fmt.Sprintf("%d change(s)", len(changes))
+			carried := fmt.Sprintf("%d change(s)", len(step.Changes))
 			if what == arming {
 				carried = "the arming entries that arm marking before an opening"
 			}
@@ -78,10 +83,10 @@ func (r *ConfigurationReconciler) patch(ctx context.Context, what string, cur cl
 	r.wrote(cur.GetName(), cur, written)
 	r.Metrics.Reconciles.WithLabelValues(breakermetrics.ReconcileWritten).Inc()
 	if what == arming {
-		logf.FromContext(ctx).V(1).Info("Armed marking before opening", "annotation", next.Annotations[circuit.ArmingAnnotation], "resourceVersion", written.GetResourceVersion())
+		logf.FromContext(ctx).V(1).Info("Armed marking before opening", "annotation", step.Next.Annotations[circuit.ArmingAnnotation], "resourceVersion", written.GetResourceVersion())
 	}
-	r.recordChanges(ctx, view.Name, written, changes, targets)
-	r.syncGauges(targets, next)
+	r.recordChanges(ctx, view.Name, written, step.Changes, targets)
+	r.syncGauges(targets, &decide.Snapshot{View: step.Next, Record: step.Record})
 	return nil
 }
 
@@ -117,25 +122,25 @@ func (r *ConfigurationReconciler) recordChanges(ctx context.Context, configurati
 	}
 }
 
-// syncGauges sets webhook_guard_circuit_open and webhook_guard_record_unreadable from the
-// object (its circuit.View), level-based. Under an unreadable record a
-// webhook that is not at Fail, or carries the bypass marker, may be open,
-// and the gauge says so.
-func (r *ConfigurationReconciler) syncGauges(targets []config.Target, view *circuit.ConfigView) {
+// syncGauges sets webhook_guard_circuit_open and
+// webhook_guard_record_unreadable from the configuration's snapshot (nil:
+// it is missing), level-based. Under an unreadable record a webhook that
+// is not at Fail, or carries the bypass marker, may be open, and the
+// gauge says so.
+func (r *ConfigurationReconciler) syncGauges(targets []config.Target, s *decide.Snapshot) {
 	if len(targets) == 0 {
 		return
 	}
-	rec, unreadable := circuit.Record{}, false
-	if view != nil {
-		decoded, err := circuit.Decode(view.Annotations)
-		rec, unreadable = decoded, err != nil
-	}
+	unreadable := s != nil && s.RecordErr != nil
 	r.Metrics.RecordUnreadable.WithLabelValues(string(r.Kind), targets[0].Configuration).Set(boolGauge(unreadable))
 	for _, t := range targets {
-		_, open := rec[t.Webhook]
-		if unreadable {
-			wh := circuit.FindWebhook(view, t.Webhook)
+		open := false
+		switch {
+		case unreadable:
+			wh := circuit.FindWebhook(s.View, t.Webhook)
 			open = wh != nil && (wh.FailurePolicy == nil || *wh.FailurePolicy != admissionregistrationv1.Fail || circuit.BypassIndex(wh) >= 0)
+		case s != nil:
+			_, open = s.Record[t.Webhook]
 		}
 		r.Metrics.CircuitOpen.WithLabelValues(string(t.Kind), t.Configuration, t.Webhook).Set(boolGauge(open))
 	}

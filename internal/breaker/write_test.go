@@ -124,7 +124,7 @@ func TestPatch_transitionsAndArmingShareOneWritePath(t *testing.T) {
 			r := &ConfigurationReconciler{Kind: circuit.KindMutating, Client: cl, Targets: targets, State: NewState(), Recorder: rec, Metrics: metrics, Signer: testIdentity}
 			var err error
 			if armingOnly {
-				err = r.patch(context.Background(), arming, cur, cur, next, nil, targets)
+				err = r.patch(context.Background(), cur, cur, decide.Step{Kind: decide.StepArm, Next: next}, targets)
 			} else {
 				err = r.write(context.Background(), cur, cur, decide.Step{Kind: decide.StepWrite, Next: next}, targets)
 			}

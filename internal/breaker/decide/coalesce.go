@@ -151,5 +151,5 @@ func (d *decision) coalescing(after circuit.Record, changes []Change, wait time.
 	if err != nil {
 		return Step{}, err
 	}
-	return Step{Kind: StepArm, Next: arm, After: wait, Coalesced: len(changes)}, nil
+	return Step{Kind: StepArm, Next: arm, Record: d.s.Record, After: wait, Coalesced: len(changes)}, nil
 }

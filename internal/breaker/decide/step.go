@@ -56,8 +56,10 @@ type Step struct {
 	// After is how long to wait before deciding again; zero waits for the
 	// next change of the evidence or the object.
 	After time.Duration
-	// Next is the object to write (StepWrite, StepArm).
-	Next *circuit.ConfigView
+	// Next is the object to write (StepWrite, StepArm), and Record the
+	// circuit record it carries.
+	Next   *circuit.ConfigView
+	Record circuit.Record
 	// Changes are the transitions StepWrite writes.
 	Changes []Change
 	// Unconfirmed are the openings of Changes that go without marking
@@ -148,17 +150,17 @@ func (d *decision) step() (Step, error) {
 		return a.ask.step(), nil
 	case a.arm != nil:
 		d.m.holdDecision(d.in.Now)
-		return Step{Kind: StepArm, Next: a.arm, After: MarkingPoll}, nil
+		return Step{Kind: StepArm, Next: a.arm, Record: d.s.Record, After: MarkingPoll}, nil
 	case a.pending:
 		d.m.holdDecision(d.in.Now)
 		return Step{Kind: StepWait, Why: WaitMarking, After: MarkingPoll}, nil
 	}
-	return d.write(next, changes, a), nil
+	return d.write(next, after, changes, a), nil
 }
 
 // write is the step that writes next, with the arming entries a carries,
 // or nothing when nothing changes.
-func (d *decision) write(next *circuit.ConfigView, changes []Change, a armingStep) Step {
+func (d *decision) write(next *circuit.ConfigView, after circuit.Record, changes []Change, a armingStep) Step {
 	if !maps.Equal(next.Annotations, a.annotations) {
 		if len(changes) == 0 {
 			next = d.s.View.DeepCopy() // plan returned the view itself
@@ -168,7 +170,7 @@ func (d *decision) write(next *circuit.ConfigView, changes []Change, a armingSte
 		d.m.DecidedAt = time.Time{}
 		return Step{Kind: StepWait, Why: WaitNothing, After: a.wait}
 	}
-	return Step{Kind: StepWrite, Next: next, Changes: NoteUnconfirmed(changes, a.unconfirmed), Unconfirmed: a.unconfirmed, After: a.wait}
+	return Step{Kind: StepWrite, Next: next, Record: after, Changes: NoteUnconfirmed(changes, a.unconfirmed), Unconfirmed: a.unconfirmed, After: a.wait}
 }
 
 // NoteUnconfirmed adds to the message of each opening in unconfirmed that
