@@ -120,6 +120,16 @@ func record(ctx context.Context, s *store, apiserver bool) (_ *recording, err er
 		}
 	}()
 
+	defer startLoad(ctx, env, rec)()
+	if err := playOutage(ctx, wh, env, g, rec); err != nil {
+		return nil, err
+	}
+	return rec, nil
+}
+
+// startLoad starts loadClients creating ConfigMaps, counted in rec, and
+// returns the function that stops them.
+func startLoad(ctx context.Context, env *harness.Env, rec *recording) (stop func()) {
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	var load sync.WaitGroup
 	for range loadClients {
@@ -129,37 +139,43 @@ func record(ctx context.Context, s *store, apiserver bool) (_ *recording, err er
 			createLoop(loadCtx, env, rec)
 		}()
 	}
-	defer func() {
+	return func() {
 		stopLoad()
 		load.Wait()
-	}()
+	}
+}
 
+// playOutage plays the scenario under load: healthy, slow until the
+// circuit opens and for the outage, recovered until it closes, healthy
+// again; rec notes when each happened.
+func playOutage(ctx context.Context, wh *harness.Webhook, env *harness.Env, g *harness.Guard, rec *recording) error {
+	var err error
 	say("healthy for %s", *healthy)
 	if err := sleep(ctx, *healthy); err != nil {
-		return nil, err
+		return err
 	}
 	wh.SetBehaviour(path, harness.Delayed(delay, harness.Allow()))
 	rec.slow = time.Now()
 	say("the webhook turned slow (%s against timeoutSeconds 1)", delay)
 	if rec.opened, err = waitFor(ctx, env, open); err != nil {
-		return nil, fmt.Errorf("%w\n%s", err, g.Logs())
+		return fmt.Errorf("%w\n%s", err, g.Logs())
 	}
 	say("circuit opened %s after the webhook turned slow", rec.opened.Sub(rec.slow).Round(time.Millisecond))
 	if err := sleep(ctx, time.Until(rec.slow.Add(*outage))); err != nil {
-		return nil, err
+		return err
 	}
 	wh.SetBehaviour(path, harness.Allow())
 	rec.recovered = time.Now()
 	say("the webhook recovered")
 	if rec.closed, err = waitFor(ctx, env, restored); err != nil {
-		return nil, fmt.Errorf("%w\n%s", err, g.Logs())
+		return fmt.Errorf("%w\n%s", err, g.Logs())
 	}
 	say("circuit closed %s after the webhook recovered", rec.closed.Sub(rec.recovered).Round(time.Millisecond))
 	if err := sleep(ctx, *healthy); err != nil {
-		return nil, err
+		return err
 	}
 	say("%d ConfigMaps created, %d rejected", rec.created.Load(), rec.rejected.Load())
-	return rec, nil
+	return nil
 }
 
 // guardConfig probes fast so that the scenario is short.

@@ -94,7 +94,28 @@ func run(ctx context.Context) error {
 	if err := d.measure(ctx, "no webhook"); err != nil {
 		return err
 	}
+	if err := d.install(ctx); err != nil {
+		return err
+	}
+	slow := harness.Delayed(delay, harness.Allow())
+	if err := d.withoutGuard(ctx, slow); err != nil {
+		return err
+	}
+	for _, mode := range []string{"Ignore", "Bypass"} {
+		if err := d.withGuard(ctx, mode, slow); err != nil {
+			return err
+		}
+	}
+	d.print()
+	if err := d.writeJSON(); err != nil {
+		return err
+	}
+	return d.listUnmutated(ctx)
+}
 
+// install registers the sample webhook, healthy, with failurePolicy Fail,
+// and the guard's ServiceAccount with its grants.
+func (d *demo) install(ctx context.Context) error {
 	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: service},
 		Webhooks: []admissionregistrationv1.MutatingWebhook{{
@@ -115,21 +136,22 @@ func run(ctx context.Context) error {
 		}},
 	}
 	d.wh.SetBehaviour(path, harness.Allow())
-	if err := env.Client.Create(ctx, mwc); err != nil {
+	if err := d.env.Client.Create(ctx, mwc); err != nil {
 		return err
 	}
 	go d.watch(ctx, mwc.ResourceVersion)
 
-	d.guardID, err = env.ServiceAccount(ctx, guardNS, "webhook-guard")
+	var err error
+	d.guardID, err = d.env.ServiceAccount(ctx, guardNS, "webhook-guard")
 	if err != nil {
 		return err
 	}
-	if err := env.GrantGuard(ctx, guardNS, d.guardID, []string{service}); err != nil {
-		return err
-	}
-	slow := harness.Delayed(delay, harness.Allow())
+	return d.env.GrantGuard(ctx, guardNS, d.guardID, []string{service})
+}
 
-	// Without the guard: the problem.
+// withoutGuard measures the problem: the webhook turns slow under Fail,
+// and then under the static alternative, Ignore set by hand.
+func (d *demo) withoutGuard(ctx context.Context, slow harness.Behaviour) error {
 	if err := d.waitCalledWith(ctx, "healthy, Fail", harness.Allow()); err != nil {
 		return err
 	}
@@ -137,7 +159,6 @@ func run(ctx context.Context) error {
 	if err := d.measure(ctx, "slow, Fail (no guard)"); err != nil {
 		return err
 	}
-	// The static alternative: failurePolicy Ignore set by hand.
 	if err := d.setFailurePolicy(ctx, admissionregistrationv1.Ignore); err != nil {
 		return err
 	}
@@ -145,48 +166,39 @@ func run(ctx context.Context) error {
 	if err := d.measure(ctx, "slow, static Ignore (no guard)"); err != nil {
 		return err
 	}
-	if err := d.setFailurePolicy(ctx, admissionregistrationv1.Fail); err != nil {
-		return err
-	}
+	return d.setFailurePolicy(ctx, admissionregistrationv1.Fail)
+}
 
-	// With the guard, in each mode.
-	for _, mode := range []string{"Ignore", "Bypass"} {
-		d.wh.SetBehaviour(path, harness.Allow())
-		g, err := d.startGuard(mode)
-		if err != nil {
-			return err
-		}
-		d.wh.SetBehaviour(path, slow)
-		slowAt := time.Now()
-		if err := d.waitFor(ctx, func(m *admissionregistrationv1.MutatingWebhookConfiguration) bool { return open(m) }); err != nil {
-			g.Stop()
-			return fmt.Errorf("%s mode: %w\n%s", mode, err, g.Logs())
-		}
-		d.note("%s mode: circuit opened %s after the webhook turned slow", mode, time.Since(slowAt).Round(time.Millisecond))
-		d.settle(ctx, func(err error, called bool) bool { return err == nil && (mode != "Bypass" || !called) })
-		if err := d.measure(ctx, "slow, circuit open in "+mode+" mode"); err != nil {
-			return err
-		}
-		d.wh.SetBehaviour(path, harness.Allow())
-		okAt := time.Now()
-		if err := d.waitFor(ctx, func(m *admissionregistrationv1.MutatingWebhookConfiguration) bool { return restored(m) }); err != nil {
-			g.Stop()
-			return fmt.Errorf("%s mode: %w\n%s", mode, err, g.Logs())
-		}
-		d.note("%s mode: circuit closed %s after the webhook recovered; failurePolicy Fail restored", mode, time.Since(okAt).Round(time.Millisecond))
-		if mode == "Bypass" {
-			d.settle(ctx, func(err error, called bool) bool { return err == nil && called })
-			if err := d.measure(ctx, "recovered, Fail restored"); err != nil {
-				return err
-			}
-		}
-		g.Stop()
-	}
-	d.print()
-	if err := d.writeJSON(); err != nil {
+// withGuard runs the guard in mode while the webhook turns slow and
+// recovers, and measures each phase.
+func (d *demo) withGuard(ctx context.Context, mode string, slow harness.Behaviour) error {
+	d.wh.SetBehaviour(path, harness.Allow())
+	g, err := d.startGuard(mode)
+	if err != nil {
 		return err
 	}
-	return d.listUnmutated(ctx)
+	defer g.Stop()
+	d.wh.SetBehaviour(path, slow)
+	slowAt := time.Now()
+	if err := d.waitFor(ctx, func(m *admissionregistrationv1.MutatingWebhookConfiguration) bool { return open(m) }); err != nil {
+		return fmt.Errorf("%s mode: %w\n%s", mode, err, g.Logs())
+	}
+	d.note("%s mode: circuit opened %s after the webhook turned slow", mode, time.Since(slowAt).Round(time.Millisecond))
+	d.settle(ctx, func(err error, called bool) bool { return err == nil && (mode != "Bypass" || !called) })
+	if err := d.measure(ctx, "slow, circuit open in "+mode+" mode"); err != nil {
+		return err
+	}
+	d.wh.SetBehaviour(path, harness.Allow())
+	okAt := time.Now()
+	if err := d.waitFor(ctx, func(m *admissionregistrationv1.MutatingWebhookConfiguration) bool { return restored(m) }); err != nil {
+		return fmt.Errorf("%s mode: %w\n%s", mode, err, g.Logs())
+	}
+	d.note("%s mode: circuit closed %s after the webhook recovered; failurePolicy Fail restored", mode, time.Since(okAt).Round(time.Millisecond))
+	if mode == "Bypass" {
+		d.settle(ctx, func(err error, called bool) bool { return err == nil && called })
+		return d.measure(ctx, "recovered, Fail restored")
+	}
+	return nil
 }
 
 // setFailurePolicy sets the webhook's failurePolicy by hand, as an

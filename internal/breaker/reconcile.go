@@ -34,11 +34,11 @@ import (
 )
 
 // ConfigurationReconciler writes the circuit's transitions to the target webhook
-// configurations of one kind, one JSON patch per transition, with a
-// resourceVersion precondition. It is level-based: from the object (seen
-// through circuit.View) and the probe counts Plan computes the wanted
-// object, and the reconciler writes it, so a repeated or late reconcile is
-// harmless.
+// configurations of one kind, one JSON patch per step, with a
+// resourceVersion precondition. It is level-based: from one snapshot of
+// the object (seen through circuit.View) and the evidence, decide.NextStep
+// says what to write, and the reconciler writes it, so a repeated or late
+// reconcile is harmless.
 type ConfigurationReconciler struct {
 	// Kind is the kind of configuration it writes.
 	Kind circuit.Kind
@@ -82,7 +82,7 @@ type ownWrite struct {
 	superseded []string
 }
 
-// Reconcile brings one configuration to what Plan wants. A conflict is
+// Reconcile takes one step of one configuration (reconcileOnce). A conflict is
 // decided again from the cache (retry.RetryOnConflict's backoff). An
 // opening that waits for its marking policies to take effect is
 // requeued, so the worker is free meanwhile.

@@ -134,8 +134,8 @@ func (r *ProbeRunner) signalLoop(ctx context.Context, s *apiserverSignal) {
 }
 
 // ScrapeOnce reads the apiserver's metrics once, feeds one observation
-// per target to State, and wakes the ConfigurationReconciler when Plan would
-// change a configuration.
+// per target to State, and wakes the ConfigurationReconciler when the
+// evidence could change a configuration's step (decide.Due).
 func (r *ProbeRunner) ScrapeOnce(ctx context.Context, s *apiserverSignal) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -34,8 +34,8 @@ type Prober interface {
 var _ Prober = (*probe.Prober)(nil)
 
 // ProbeRunner probes every target at its interval, feeds the results to
-// State, and wakes the ConfigurationReconciler when Plan would change a
-// configuration. It runs on the leader only.
+// State, and wakes the ConfigurationReconciler when the evidence could
+// change a configuration's step (decide.Due). It runs on the leader only.
 type ProbeRunner struct {
 	// Reader reads webhook configurations (the manager's cache).
 	Reader client.Reader

@@ -36,9 +36,10 @@ type Metrics struct {
 	TargetMissing     *prometheus.GaugeVec
 	TargetUnprobeable *prometheus.GaugeVec
 	// Reconciles counts the breaker's reconciles by result: written (one
-	// Update carried a transition), unchanged (Plan wanted nothing; the
-	// probe runner only wakes the reconciler when Plan wants a change, so
-	// these come from watch events), unreadable (the record could not be
+	// patch was written: transitions or arming entries), unchanged (the
+	// step was to change nothing; the probe runner only wakes the
+	// reconciler when the evidence could change its step, so these come
+	// mostly from watch events), unreadable (the record could not be
 	// decoded) and failed.
 	Reconciles *prometheus.CounterVec
 	// RecordUnreadable is 1 while a configuration's circuit record cannot

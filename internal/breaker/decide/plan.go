@@ -100,7 +100,7 @@ type Inputs struct {
 	// target of the service is failing at once (State.Inputs).
 	HoldOpen bool
 	// Wait holds back the openings of these webhooks: their marking is
-	// not armed yet (ConfigurationReconciler.arming).
+	// not armed yet (the arming hold of NextStep).
 	Wait map[string]bool
 	// Only, when set, limits the decisions about targets to this webhook;
 	// the others stay as they are. The reconciler uses it to write
@@ -112,10 +112,10 @@ type Inputs struct {
 // It never opens a circuit of a target in Observe mode (config.ModeObserve),
 // and closes one left open from an earlier mode.
 // It returns a modified deep copy and the changes it made; no changes
-// means no write, and then the result is cur itself (Plan runs on every
-// probe, so it copies in full only what it changes). Plan is pure: the
-// reconciler writes its result in one JSON patch, so the record and the
-// policy change together or not at all.
+// means no write, and then the result is cur itself (it copies in full
+// only what it changes). Plan is pure: the reconciler writes its result,
+// through NextStep, in one JSON patch, so the record and the policy change
+// together or not at all.
 func Plan(cur *circuit.ConfigView, in Inputs) (*circuit.ConfigView, []Change, error) {
 	next, _, changes, err := plan(Read(cur), in)
 	return next, changes, err
