@@ -219,34 +219,23 @@ func (d *decision) armAhead(after circuit.Record, changes []Change) (map[string]
 
 // aheadEntries returns the entries Plan would record for the targets of
 // s that have failed at least once in a row and whose circuit is closed,
-// if they reached their threshold now.
+// if they reached their threshold now (want, as if they had; openEntry).
 func aheadEntries(s Snapshot, in Inputs) circuit.Record {
 	if in.HoldOpen || s.RecordErr != nil {
 		return nil
 	}
 	pretend := in
-	pretend.Evidence, pretend.Wait, pretend.Only = map[string]Evidence{}, nil, ""
-	var names []string
+	pretend.Wait, pretend.Only = nil, ""
+	out := circuit.Record{}
 	for _, t := range in.Targets {
 		ev, known := in.Evidence[t.Webhook]
 		if _, open := s.Record[t.Webhook]; !known || ev.Unprobeable != "" || open || t.Observes() || ev.Probe.Failures == 0 {
 			continue
 		}
 		ev.Probe.Failures = max(ev.Probe.Failures, t.OpenAfter)
-		pretend.Evidence[t.Webhook] = ev
-		names = append(names, t.Webhook)
-	}
-	if len(names) == 0 {
-		return nil
-	}
-	_, would, _, err := plan(s, pretend)
-	if err != nil {
-		return nil
-	}
-	out := circuit.Record{}
-	for _, hook := range names {
-		if entry, ok := would[hook]; ok && entry.UID == s.View.UID && entry.Mine(in.Signer) {
-			out[hook] = entry
+		pretend.Evidence = map[string]Evidence{t.Webhook: ev}
+		if kind, signal := want(s.View, s.Record, t, pretend); kind == Opened {
+			out[t.Webhook] = openEntry(s.View, t, signal, ev, in)
 		}
 	}
 	return out

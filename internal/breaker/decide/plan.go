@@ -263,17 +263,9 @@ func transition(cur, next *circuit.ConfigView, rec circuit.Record, t config.Targ
 	case kind == Opened:
 		circuit.OpenWebhook(wh, t.Mode)
 		original := cur.Webhooks[circuit.WebhookIndex(cur, t.Webhook)].FailurePolicy
-		reason, why := OpenedBecause(signal, c, ev.APIServer)
+		_, why := OpenedBecause(signal, c, ev.APIServer)
 		why += PathNote(signal, ev.Path)
-		rec[t.Webhook] = circuit.Entry{
-			UID:                   cur.UID,
-			Mode:                  t.Mode,
-			OpenedAt:              metav1.NewTime(in.Now.UTC().Truncate(time.Second)),
-			Reason:                reason,
-			Signal:                signal,
-			OriginalFailurePolicy: cur.DeepCopy().Webhooks[circuit.WebhookIndex(cur, t.Webhook)].FailurePolicy,
-			By:                    in.Signer,
-		}
+		rec[t.Webhook] = openEntry(cur, t, signal, ev, in)
 		return &Change{Webhook: t.Webhook, Kind: Opened, Signal: signal, Message: fmt.Sprintf(
 			"opened the circuit on %s in %s mode %s; original failurePolicy %s",
 			t.Webhook, t.Mode, why, circuit.PolicyString(original))}
@@ -292,6 +284,21 @@ func transition(cur, next *circuit.ConfigView, rec circuit.Record, t config.Targ
 		"closed the circuit on %s %s; restored failurePolicy %s (open since %s)%s",
 		t.Webhook, because, circuit.PolicyString(entry.OriginalFailurePolicy), entry.OpenedAt.UTC().Format(time.RFC3339),
 		admittedNote(t, entry, ev, in.Now)+trial)}
+}
+
+// openEntry is the record entry of t's circuit opened on cur by signal,
+// given its evidence ev.
+func openEntry(cur *circuit.ConfigView, t config.Target, signal string, ev Evidence, in Inputs) circuit.Entry {
+	reason, _ := OpenedBecause(signal, ev.Probe, ev.APIServer)
+	return circuit.Entry{
+		UID:                   cur.UID,
+		Mode:                  t.Mode,
+		OpenedAt:              metav1.NewTime(in.Now.UTC().Truncate(time.Second)),
+		Reason:                reason,
+		Signal:                signal,
+		OriginalFailurePolicy: cur.DeepCopy().Webhooks[circuit.WebhookIndex(cur, t.Webhook)].FailurePolicy,
+		By:                    in.Signer,
+	}
 }
 
 // want is t's transition on view, whose record is rec: Opened, Closed, or
