@@ -189,18 +189,15 @@ func (tc stepCase) snapshot(t *testing.T) (decide.Snapshot, decide.Inputs) {
 	return decide.Read(cur), decide.Inputs{Targets: targets, Evidence: tc.evidence, Now: breakertest.Now, Signer: signer}
 }
 
-func armedOf(t *testing.T, s decide.Step) []string {
-	t.Helper()
-	require.NotNil(t, s.Next)
-	armed, err := circuit.DecodeArming(s.Next.Annotations)
-	require.NoError(t, err)
-	return armed.Webhooks()
-}
+func armedOf(t *testing.T, s decide.Step) []string { return webhooksOf(t, s, circuit.DecodeArming) }
 
-func recordOf(t *testing.T, s decide.Step) []string {
+func recordOf(t *testing.T, s decide.Step) []string { return webhooksOf(t, s, circuit.Decode) }
+
+// webhooksOf are the webhooks of the entries decode reads from s.Next.
+func webhooksOf(t *testing.T, s decide.Step, decode func(map[string]string) (circuit.Record, error)) []string {
 	t.Helper()
 	require.NotNil(t, s.Next)
-	rec, err := circuit.Decode(s.Next.Annotations)
+	rec, err := decode(s.Next.Annotations)
 	require.NoError(t, err)
 	return rec.Webhooks()
 }
