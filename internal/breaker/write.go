@@ -32,13 +32,13 @@ const (
 // counts the openings that went without marking evidence and keeps the
 // memory of a written step (decide.Memory.Written).
 func (r *ConfigurationReconciler) write(ctx context.Context, cur client.Object, view *circuit.ConfigView, step decide.Step, targets []config.Target) error {
+	if len(step.Unconfirmed) > 0 {
+		logf.FromContext(ctx).Info("Opening without marking evidence: the wait for it is bounded", "unconfirmed", step.Unconfirmed)
+	}
 	if err := r.patch(ctx, cur, view, step, targets); err != nil {
 		return err
 	}
 	r.remember(view.Name, step.Memory.Written(step.Changes))
-	if len(step.Unconfirmed) > 0 {
-		logf.FromContext(ctx).Info("Opened without marking evidence: the wait for it is bounded", "unconfirmed", step.Unconfirmed)
-	}
 	for _, c := range step.Changes {
 		if _, ok := step.Unconfirmed[c.Webhook]; ok && c.Kind == decide.Opened {
 			r.Metrics.MarkingUnconfirmed.WithLabelValues(string(r.Kind), view.Name, c.Webhook).Inc()
