@@ -150,6 +150,11 @@ func (r *ConfigurationReconciler) reconcileOnce(ctx context.Context, name string
 // its memory and reports each marking policy not in place. When the step
 // is to ask a canary, it sends that canary and asks once more.
 func (r *ConfigurationReconciler) nextStep(ctx context.Context, cur client.Object, s decide.Snapshot, in decide.Inputs) (decide.Step, error) {
+	if s.ArmedErr != nil && r.Marker != nil {
+		// Only the breaker writes them, and they only arm marking: the
+		// step rewrites them.
+		logf.FromContext(ctx).Info("Rewriting unreadable arming entries", "error", s.ArmedErr)
+	}
 	mem := r.remembered(s.View.Name)
 	mk := r.marking(ctx, s, in.Targets)
 	step, err := decide.NextStep(s, in, mem, mk)
