@@ -44,11 +44,12 @@ func ArmsAhead(s Snapshot, in Inputs) bool {
 // (those, a record entry to settle, a handoff, or marking to arm ahead of
 // an opening). It is what the probe runner asks after it records
 // evidence, to wake the reconciler; it copies nothing unless a record
-// entry may need settling. A record that cannot be read is nothing to do:
-// the reconciler reports it when the object changes.
+// entry may need settling. A record that cannot be read is nothing to do
+// but a handoff: the reconciler reports it when the object changes.
 func Due(s Snapshot, in Inputs) (opening, closing, due bool) {
 	if s.RecordErr != nil {
-		return false, false, false
+		// Only a handoff changes it (handOffUnreadable).
+		return false, false, s.View.Annotations[circuit.OverrideAnnotation] != ""
 	}
 	if s.View.Annotations[circuit.OverrideAnnotation] != "" {
 		for _, e := range s.Record {
