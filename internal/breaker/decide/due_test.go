@@ -25,8 +25,8 @@ func TestDue(t *testing.T) {
 		unreadable bool
 		want       want
 	}{
-		"healthy and closed":                        {probe: breakertest.Healthy(5)},
-		"one failure":                               {probe: breakertest.Failing(1, probe.ReasonTimeout)},
+		"healthy and closed": {probe: breakertest.Healthy(5)},
+		"one failure":        {probe: breakertest.Failing(1, probe.ReasonTimeout)},
 		"one failure from the threshold: arm ahead": {probe: breakertest.Failing(2, probe.ReasonTimeout), want: want{due: true}},
 		"at the threshold":                          {probe: breakertest.Failing(3, probe.ReasonTimeout), want: want{opening: true, due: true}},
 		"open, one success":                         {record: open, probe: breakertest.Healthy(1)},
