@@ -100,7 +100,7 @@ func TestProbeRunner_roadScheduleOpensOnTheRoadAlone(t *testing.T) {
 	go func() { _ = r.Start(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 
-	require.Eventually(t, func() bool { return r.roads != nil }, time.Second, time.Millisecond)
+	require.Eventually(t, clock.HasWaiters, time.Second, time.Millisecond, "the runner started")
 	for elapsed := time.Duration(0); elapsed < 4*time.Second && len(trigger) == 0; elapsed += 100 * time.Millisecond {
 		require.Eventually(t, clock.HasWaiters, time.Second, time.Millisecond)
 		clock.Step(100 * time.Millisecond)
