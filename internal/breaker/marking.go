@@ -10,7 +10,6 @@ import (
 
 	"github.com/webhook-guard/webhook-guard/internal/breaker/decide"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
-	"github.com/webhook-guard/webhook-guard/internal/config"
 	"github.com/webhook-guard/webhook-guard/internal/marking"
 )
 
@@ -19,9 +18,12 @@ import (
 // and sends the canary a step asks for.
 
 // marking is what NextStep needs to know of s's marking: whether its
-// openings arm marking at all (Marker set), and why each target's marking
-// policy is not in place (Marker.Check, a read of the cache).
-func (r *ConfigurationReconciler) marking(ctx context.Context, s decide.Snapshot, targets []config.Target) decide.Marking {
+// openings arm marking at all (Marker set), and why the marking policy of
+// each target that could open is not in place (Marker.Check, a read of
+// the cache). Only a target with a failure in some signal can open; the
+// others are not checked, which at a thousand targets saved rendering
+// every policy on every reconcile.
+func (r *ConfigurationReconciler) marking(ctx context.Context, s decide.Snapshot, in decide.Inputs) decide.Marking {
 	if r.Marker == nil {
 		return decide.Marking{}
 	}
@@ -29,7 +31,11 @@ func (r *ConfigurationReconciler) marking(ctx context.Context, s decide.Snapshot
 	if s.View.Annotations[circuit.OverrideAnnotation] != "" {
 		return mk // handed over: nothing opens
 	}
-	for _, t := range targets {
+	for _, t := range in.Targets {
+		ev := in.Evidence[t.Webhook]
+		if ev.Probe.Failures == 0 && ev.APIServer.Failures == 0 && ev.Path.Failures == 0 {
+			continue
+		}
 		if err := r.Marker.Check(ctx, marking.Circuit{Configuration: s.View.Name, Webhook: t.Webhook}); err != nil {
 			mk.Policies[t.Webhook] = err.Error()
 		}

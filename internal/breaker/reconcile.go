@@ -156,7 +156,7 @@ func (r *ConfigurationReconciler) nextStep(ctx context.Context, cur client.Objec
 		logf.FromContext(ctx).Info("Rewriting unreadable arming entries", "error", s.ArmedErr)
 	}
 	mem := r.remembered(s.View.Name)
-	mk := r.marking(ctx, s, in.Targets)
+	mk := r.marking(ctx, s, in)
 	step, err := decide.NextStep(s, in, mem, mk)
 	if err == nil && step.Why == decide.WaitCanary {
 		mem = r.canary(ctx, s.View, step.Ask, step.AskTimeout, mem)

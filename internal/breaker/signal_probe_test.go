@@ -2,6 +2,7 @@ package breaker
 
 import (
 	"context"
+	"reflect"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -156,4 +157,22 @@ func TestProbeRunner_startsAProbeEveryIntervalWhileEarlierOnesWait(t *testing.T)
 	step()
 	require.Eventually(t, func() bool { return int(p.started.Load()) == limit+1 }, 10*time.Second, time.Millisecond,
 		"no probe started once one had answered")
+}
+
+// The runner decodes a configuration's record again only when its text
+// changed, and always judges the view it was given.
+func TestProbeRunner_snapshotDecodesOnlyChangedText(t *testing.T) {
+	r := &ProbeRunner{}
+	closed := breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail))
+	first := r.snapshot(circuit.KindMutating, closed)
+	assert.Empty(t, first.Record)
+
+	open := breakertest.WithEntries(t, closed.DeepCopy(), circuit.Record{breakertest.WhA: breakertest.EntryFor(config.ModeBypass, breakertest.PolicyFail)})
+	changed := r.snapshot(circuit.KindMutating, open)
+	assert.Equal(t, []string{breakertest.WhA}, changed.Record.Webhooks(), "the record's text changed: decoded again")
+
+	same := open.DeepCopy()
+	again := r.snapshot(circuit.KindMutating, same)
+	assert.Same(t, same, again.View, "the view given, not the one decoded")
+	assert.Equal(t, reflect.ValueOf(changed.Record).Pointer(), reflect.ValueOf(again.Record).Pointer(), "the same text: not decoded again")
 }
