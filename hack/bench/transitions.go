@@ -264,7 +264,7 @@ func massFailure(ctx context.Context, b *Bench) ([]Row, error) {
 		if err != nil {
 			return rows, err
 		}
-		var openS, closeS, openW, closeW, openMost, closeMost, conflicts, created, arming []float64
+		var openS, closeS, openW, closeW, openMost, closeMost, conflicts, created, arming, cores, throttled []float64
 		for range b.Runs {
 			// holdWhenAllFail 0: every target of the guard fails at once
 			// here, which the default hold would take for the guard's own
@@ -285,6 +285,7 @@ func massFailure(ctx context.Context, b *Bench) ([]Row, error) {
 			openMost, closeMost = append(openMost, float64(res.open.most)), append(closeMost, float64(res.close.most))
 			conflicts, created = append(conflicts, res.conflicts), append(created, float64(res.created))
 			arming = append(arming, float64(res.open.arming+res.close.arming+res.disarm))
+			cores, throttled = append(cores, res.openCores), append(throttled, 100*res.openThrottled)
 		}
 		f.delete(ctx, env)
 		name := fmt.Sprintf("%d webhooks in %d configurations, Ignore", n, len(f.configs))
@@ -300,6 +301,8 @@ func massFailure(ctx context.Context, b *Bench) ([]Row, error) {
 			Row{Section: "mass failure", Case: name, Metric: "arming writes, opening and closing all", Runs: arming,
 				Note: "one before the openings and one 2 s after the closings, per configuration"}.AtMost(float64(len(f.configs))*2*1.1),
 			Row{Section: "mass failure", Case: name, Metric: "write conflicts", Runs: conflicts},
+			Row{Section: "mass failure", Case: name, Metric: "guard CPU while opening (cores)", Runs: cores}.AtMost(limit),
+			Row{Section: "mass failure", Case: name, Metric: "CFS periods in which the guard's quota ran out, while opening (%)", Runs: throttled},
 			Row{Section: "mass failure", Case: name, Metric: "admission policy objects created while opening", Runs: created,
 				Note: "the marking policies are installed beforehand; before, the service created 2 per mutating webhook"}.AtMost(0),
 		)
@@ -319,6 +322,34 @@ type massResult struct {
 	conflicts float64
 	// created are the admission policy objects created while opening.
 	created int
+	// openCores is the guard's CPU while opening, in cores, and
+	// openThrottled the share of CFS periods meanwhile in which its quota
+	// ran out.
+	openCores, openThrottled float64
+}
+
+// startUsage starts measuring the guard's CPU, in cores, and the share of
+// CFS periods in which its cgroup's quota ran out; the function it
+// returns gives both since then.
+func (r *guardRun) startUsage() func() (cores, throttled float64) {
+	start := time.Now()
+	cpu0, _ := cpuSeconds(r.g.Pid())
+	var p0, t0 float64
+	if r.cg != nil {
+		p0, t0 = r.cg.throttled()
+	}
+	return func() (float64, float64) {
+		cpu1, _ := cpuSeconds(r.g.Pid())
+		cores := (cpu1 - cpu0) / time.Since(start).Seconds()
+		if r.cg == nil {
+			return cores, 0
+		}
+		p1, t1 := r.cg.throttled()
+		if p1 <= p0 {
+			return cores, 0
+		}
+		return cores, (t1 - t0) / (p1 - p0)
+	}
 }
 
 // massRun measures one failure and recovery of every webhook of f:
@@ -345,8 +376,11 @@ func massRun(ctx context.Context, env *harness.Env, f *fleet, r *guardRun) (mass
 	if err != nil {
 		return out, err
 	}
-	if out.openS, out.open, err = transition(ctx, o, f, true, 2*time.Minute); err != nil {
-		return out, err
+	usage := r.startUsage()
+	out.openS, out.open, err = transition(ctx, o, f, true, 2*time.Minute)
+	out.openCores, out.openThrottled = usage()
+	if err != nil {
+		return out, fmt.Errorf("%w (meanwhile the guard used %.2f cores, and its quota ran out in %.0f%% of CFS periods)", err, out.openCores, 100*out.openThrottled)
 	}
 	after, err := admissionPolicyObjects(ctx, env)
 	if err != nil {
