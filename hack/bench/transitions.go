@@ -388,7 +388,7 @@ func massRun(ctx context.Context, env *harness.Env, f *fleet, r *guardRun) (mass
 	}
 	out.created = after - before
 	if out.closeS, out.close, err = transition(ctx, o, f, false, 2*time.Minute); err != nil {
-		return out, err
+		return out, fmt.Errorf("all opened after %.2f s, using %.2f cores; then %w", out.openS, out.openCores, err)
 	}
 	time.Sleep(disarmSettle)
 	out.disarm = o.takeWrites().arming
