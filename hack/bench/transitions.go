@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"maps"
+	"math"
 	"sync"
 	"time"
 
@@ -330,7 +331,8 @@ type massResult struct {
 
 // startUsage starts measuring the guard's CPU, in cores, and the share of
 // CFS periods in which its cgroup's quota ran out; the function it
-// returns gives both since then.
+// returns gives both since then (the cores are NaN once the guard has
+// exited).
 func (r *guardRun) startUsage() func() (cores, throttled float64) {
 	start := time.Now()
 	cpu0, _ := cpuSeconds(r.g.Pid())
@@ -339,8 +341,10 @@ func (r *guardRun) startUsage() func() (cores, throttled float64) {
 		p0, t0 = r.cg.throttled()
 	}
 	return func() (float64, float64) {
-		cpu1, _ := cpuSeconds(r.g.Pid())
-		cores := (cpu1 - cpu0) / time.Since(start).Seconds()
+		cores := math.NaN() // the guard exited: its CPU is no longer known
+		if cpu1, err := cpuSeconds(r.g.Pid()); err == nil {
+			cores = (cpu1 - cpu0) / time.Since(start).Seconds()
+		}
 		if r.cg == nil {
 			return cores, 0
 		}
