@@ -133,14 +133,7 @@ func TestCrash_randomSIGKILLs(t *testing.T) {
 func TestCrash_adminEditsAgainstAFlappingBreaker(t *testing.T) {
 	ctx := context.Background()
 	s := newBreakerSetup(t, setupOptions{mode: "Bypass"})
-	g, err := env.StartGuard(harness.GuardOptions{Name: "guard", Kubeconfig: s.guardID.KubeconfigPath, Config: s.config(""), Args: []string{"--leader-elect=false"}})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		g.Stop()
-		if t.Failed() {
-			t.Logf("guard logs:\n%s", g.Logs())
-		}
-	})
+	env.StartGuardT(t, harness.GuardOptions{Name: "guard", Kubeconfig: s.guardID.KubeconfigPath, Config: s.config(""), Args: []string{"--leader-elect=false"}})
 
 	stop := make(chan struct{})
 	flapped := make(chan struct{})

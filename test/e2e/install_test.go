@@ -589,14 +589,7 @@ func TestInstall_guardRunsAsInstalledServiceAccount(t *testing.T) {
 	id, err := env.ServiceAccount(ctx, installNamespace, installServiceAccount)
 	require.NoError(t, err)
 	require.Equal(t, installUser, id.Username)
-	g, err := env.StartGuard(harness.GuardOptions{Name: "installed", Kubeconfig: id.KubeconfigPath, Config: cfg, Args: installGuardArgs(t)})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		g.Stop()
-		if t.Failed() {
-			t.Logf("guard logs:\n%s", g.Logs())
-		}
-	})
+	g := env.StartGuardT(t, harness.GuardOptions{Name: "installed", Kubeconfig: id.KubeconfigPath, Config: cfg, Args: installGuardArgs(t)})
 	const wait = 60 * time.Second
 	notExited := func() {
 		if exited, code := g.Exited(); exited {

@@ -499,15 +499,8 @@ func TestMarking_twentyOpeningsUnderAStream(t *testing.T) {
 	// The probe alone judges, so that each circuit closes as soon as the
 	// webhook answers again (no minOpen); and without flap damping, which
 	// would keep each of these back-to-back re-openings open longer.
-	g, err := env.StartGuard(harness.GuardOptions{Name: "twenty", Kubeconfig: s.guardID.KubeconfigPath,
+	g := env.StartGuardT(t, harness.GuardOptions{Name: "twenty", Kubeconfig: s.guardID.KubeconfigPath,
 		Config: s.config("  dampFlapping: false\n  apiserverSignal:\n    enabled: false\n")})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		g.Stop()
-		if t.Failed() {
-			t.Logf("guard logs:\n%s", g.Logs())
-		}
-	})
 	waitHealthyProbes(t, g, 2)
 
 	// About 10 creates a second, each on its own: one waiting for the

@@ -33,20 +33,13 @@ func TestObserve_outageWritesNothingAndReportsWhatWouldHaveHappened(t *testing.T
 	before := rawConfiguration(t, s.name)
 
 	metricsAddr := freeAddr(t)
-	g, err := env.StartGuard(harness.GuardOptions{
+	g := env.StartGuardT(t, harness.GuardOptions{
 		Name: "guard", Kubeconfig: s.guardID.KubeconfigPath, Config: s.config(""),
 		// An Observe target never opens, so it marks nothing: the guard
 		// starts without the marking policies.
 		WithoutMarking: true,
 		Args: []string{"--leader-elect", "--leader-election-namespace", s.ns, "--metrics-bind-address", metricsAddr,
 			"--leader-election-lease-duration", "3s", "--leader-election-renew-deadline", "2s", "--leader-election-retry-period", "500ms"},
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		g.Stop()
-		if t.Failed() {
-			t.Logf("guard logs:\n%s", g.Logs())
-		}
 	})
 	waitHealthyProbes(t, g, 3)
 	// The guard's policy is in place, and manages no configuration: an
@@ -76,6 +69,7 @@ func TestObserve_outageWritesNothingAndReportsWhatWouldHaveHappened(t *testing.T
 	assert.Contains(t, note, "would have opened the circuit on "+s.hook+" after 2 consecutive failed probes (last: timeout")
 	assert.Contains(t, note, "mode Observe: webhook-guard changed nothing")
 	var body string
+	var err error
 	require.Eventually(t, func() bool {
 		body, err = scrape(metricsAddr, reader)
 		return err == nil && metricValue(body, wouldOpen) == 1 && metricValue(body, transitions(decide.WouldOpen)) == 1

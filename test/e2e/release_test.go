@@ -254,14 +254,7 @@ func TestRelease_kustomizeLeavesEveryConfigurationAsItWas(t *testing.T) {
 	if help, _ := exec.Command(bin, "run", "--help").CombinedOutput(); strings.Contains(string(help), "-cert-secret") {
 		args = append(args, "--cert-secret=")
 	}
-	g, err := env.StartGuard(harness.GuardOptions{Name: "release", Kubeconfig: id.KubeconfigPath, Config: releaseConfig(), Args: args, WithoutMarking: true})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		g.Stop()
-		if t.Failed() {
-			t.Logf("guard logs:\n%s", g.Logs())
-		}
-	})
+	g := env.StartGuardT(t, harness.GuardOptions{Name: "release", Kubeconfig: id.KubeconfigPath, Config: releaseConfig(), Args: args, WithoutMarking: true})
 	var opened []releaseTarget
 	for _, tg := range releaseTargets {
 		if !tg.healthy {

@@ -442,16 +442,9 @@ func (s *suite) startGuard(instance string) *harness.Guard {
 	require.NoError(t, env.Client.Create(ctx, role))
 	require.NoError(t, env.Bind(ctx, role.Name, role.Name, s.ns, "webhook-guard"))
 
-	g, err := env.StartGuard(harness.GuardOptions{
+	g := env.StartGuardT(t, harness.GuardOptions{
 		Name: s.name, Kubeconfig: id.KubeconfigPath, Config: s.guardConfig(instance),
 		Args: []string{"--leader-elect", "--leader-election-namespace", s.ns},
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		g.Stop()
-		if t.Failed() {
-			t.Logf("guard logs:\n%s", g.Logs())
-		}
 	})
 	return g
 }

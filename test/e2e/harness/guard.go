@@ -301,3 +301,29 @@ func (e *Env) GrantGuard(ctx context.Context, namespace string, id *Identity, na
 // Pid is the guard process's ID, for measuring it (CPU, memory) or
 // putting it in a cgroup.
 func (g *Guard) Pid() int { return g.cmd.Process.Pid }
+
+// T is what StartGuardT needs of a test (a *testing.T).
+type T interface {
+	Helper()
+	Fatalf(format string, args ...any)
+	Logf(format string, args ...any)
+	Cleanup(func())
+	Failed() bool
+}
+
+// StartGuardT starts the guard as StartGuard does, failing t if it
+// cannot, and stops it when t ends, logging its output if t failed.
+func (e *Env) StartGuardT(t T, opts GuardOptions) *Guard {
+	t.Helper()
+	g, err := e.StartGuard(opts)
+	if err != nil {
+		t.Fatalf("starting the guard: %v", err)
+	}
+	t.Cleanup(func() {
+		g.Stop()
+		if t.Failed() {
+			t.Logf("guard logs:\n%s", g.Logs())
+		}
+	})
+	return g
+}

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
 	"github.com/webhook-guard/webhook-guard/internal/breaker/decide"
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
@@ -34,14 +33,7 @@ targets:
     pathProbe:
       service: {namespace: %s, name: hook, port: %d}
 `, w.name, w.hook, w.ns, w.wh.Port())
-	g, err := env.StartGuard(harness.GuardOptions{Name: "defaults", Kubeconfig: w.id.KubeconfigPath, Config: config, WithoutMarking: true})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		g.Stop()
-		if t.Failed() {
-			t.Logf("guard logs:\n%s", g.Logs())
-		}
-	})
+	g := env.StartGuardT(t, harness.GuardOptions{Name: "defaults", Kubeconfig: w.id.KubeconfigPath, Config: config, WithoutMarking: true})
 	waitHealthyProbes(t, g, 3)
 
 	cut := time.Now()

@@ -37,14 +37,7 @@ targets:
     interval: %s
     timeout: 500ms
 `, w.name, w.hook, openAfter, interval)
-	g, err := env.StartGuard(harness.GuardOptions{Name: "traffic", Kubeconfig: w.id.KubeconfigPath, Config: cfg, WithoutMarking: true})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		g.Stop()
-		if t.Failed() {
-			t.Logf("guard logs:\n%s", g.Logs())
-		}
-	})
+	g := env.StartGuardT(t, harness.GuardOptions{Name: "traffic", Kubeconfig: w.id.KubeconfigPath, Config: cfg, WithoutMarking: true})
 	l := startLoad(t, w.ns)
 	probes := func() int { return w.wh.Calls(path) - w.wh.APIServerCalls(path) }
 
