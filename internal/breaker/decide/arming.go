@@ -297,7 +297,7 @@ func (d *decision) armingFor(next *circuit.ConfigView, after, add circuit.Record
 	}
 	maps.Copy(want, kept)
 	maps.Copy(want, add)
-	d.m.armedNow(hooksOf(add), d.now)
+	d.m.armedNow(add, d.now)
 	for hook, interval := range ahead {
 		if _, ok := want[hook]; ok && interval > 0 {
 			// Look again in one interval: an entry whose target has
@@ -310,14 +310,6 @@ func (d *decision) armingFor(next *circuit.ConfigView, after, add circuit.Record
 		return armingStep{err: err}
 	}
 	return armingStep{wait: wait, annotations: annotations, ahead: ahead}
-}
-
-func hooksOf(rec circuit.Record) map[string]bool {
-	out := map[string]bool{}
-	for hook := range rec {
-		out[hook] = true
-	}
-	return out
 }
 
 // armOpenings arms the openings' marking policies before the write that
@@ -407,7 +399,7 @@ func (d *decision) armOpenings(after circuit.Record, opening []string, ahead cir
 func (d *decision) armWrite(add circuit.Record) (*circuit.ConfigView, error) {
 	want := maps.Clone(d.s.Armed)
 	maps.Copy(want, add)
-	d.m.armedNow(hooksOf(add), d.now)
+	d.m.armedNow(add, d.now)
 	arm := d.s.View.DeepCopy()
 	annotations, err := circuit.EncodeArming(maps.Clone(d.s.View.Annotations), want)
 	if err != nil {

@@ -3,9 +3,12 @@ package decide
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
 )
 
 // Memory is what the reconciler keeps of one configuration from one
@@ -73,7 +76,7 @@ func (m Memory) CanaryAnswered(uid types.UID, asked, notYet []string, err error,
 		return m
 	}
 	for _, hook := range asked {
-		if !contains(notYet, hook) {
+		if !slices.Contains(notYet, hook) {
 			m.Shown[hook] = true
 		}
 	}
@@ -123,12 +126,12 @@ func (m *Memory) armedAt(hook string, now time.Time, reset bool) time.Time {
 	return now
 }
 
-// armedNow notes now as when the entries of hooks, about to be armed,
+// armedNow notes now as when the entries of rec, about to be armed,
 // were first seen, unless they were seen before: an arming abandoned
 // without an opening goes disarmAfter after it was armed. A canary's
 // answer about them is forgotten: it may predate their addition.
-func (m *Memory) armedNow(hooks map[string]bool, now time.Time) {
-	for hook := range hooks {
+func (m *Memory) armedNow(rec circuit.Record, now time.Time) {
+	for hook := range rec {
 		m.armedAt(hook, now, false)
 		delete(m.Shown, hook)
 	}
@@ -190,13 +193,4 @@ func (m *Memory) unshownWhy(bound time.Duration) string {
 		return m.CanaryFailure.Err
 	}
 	return fmt.Sprintf("kube-apiserver did not show the policy armed within %s", bound)
-}
-
-func contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }

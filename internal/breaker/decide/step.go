@@ -2,6 +2,7 @@ package decide
 
 import (
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
@@ -179,8 +180,7 @@ func NoteUnconfirmed(changes []Change, unconfirmed map[string]string) []Change {
 	if len(unconfirmed) == 0 {
 		return changes
 	}
-	out := make([]Change, len(changes))
-	copy(out, changes)
+	out := slices.Clone(changes)
 	for i, c := range out {
 		if why, ok := unconfirmed[c.Webhook]; ok && c.Kind == Opened {
 			out[i].Message += "; marking not confirmed: " + why
