@@ -17,18 +17,25 @@ import (
 	"github.com/webhook-guard/webhook-guard/internal/probe"
 )
 
-// PathProbesPerSecond is the budget of the continuous path probe: at most
-// this many GETs through kube-apiserver's service proxy start per second,
-// across all Services. A proxied GET costs kube-apiserver one
-// authenticated, authorized request and one round trip to the webhook's
-// server, plus a TLS dial when its proxy transport holds no idle
-// connection to the endpoint: 2.6-4.2 ms of its CPU each as measured
-// (make bench, section road), so at 10 a second about 0.03-0.04 of a
-// core, however many Services there are. Up to 10
-// Services are each probed every interval (default 1 s); beyond that,
-// least recently probed first, each every ceil(services/10) seconds: 10 s
-// at 100 Services, 100 s at 1,000.
-const PathProbesPerSecond = 10
+// PathProbesPerSecond is the budget of the continuous path probe while
+// every road answers: at most this many GETs through kube-apiserver's
+// service proxy start per second, across all Services. A proxied GET costs
+// kube-apiserver one authenticated, authorized request and one round trip
+// to the webhook's server, plus a TLS dial when its proxy transport holds
+// no idle connection to the endpoint: 2.6-4.2 ms of its CPU each as
+// measured (make bench, section road), so at 2 a second under 1% of a
+// core, however many Services there are. One or two Services are each
+// probed every interval (default 1 s); beyond that, least recently probed
+// first, each every services/2 seconds: 50 s at 100 Services.
+const PathProbesPerSecond = 2
+
+// SuspectPathProbesPerSecond is the budget while the last probe of some
+// road failed. A cut egress (konnectivity, an egress proxy) cuts every
+// road, so the first failure shows within 1/PathProbesPerSecond s; from
+// then on the failing roads come first, each once per interval while the
+// budget lasts, and the others are swept five times faster, until no
+// road's last probe failed.
+const SuspectPathProbesPerSecond = 10
 
 // ContinuousRoad reports whether the path probe of t runs every interval
 // in the road schedule, rather than only while PathProbeNeeded: its
@@ -56,6 +63,7 @@ type roadTarget struct {
 // timeout to probe, and every target behind that Service and port.
 type roadProbe struct {
 	road    string
+	started time.Time
 	svc     admissionregistrationv1.ServiceReference
 	path    string
 	timeout time.Duration
@@ -65,16 +73,21 @@ type roadProbe struct {
 // roadSchedule picks which Service's road to path-probe next: one probe
 // per distinct Service and port per interval (the shortest of its
 // targets'), shared by all of them, at most MaxProbesInFlight of them
-// outstanding, least recently probed first.
+// outstanding, within PathProbesPerSecond (SuspectPathProbesPerSecond
+// while a road's last probe failed), failing roads first, then least
+// recently probed first.
 type roadSchedule struct {
 	mu       sync.Mutex
 	targets  map[string]roadTarget // by target key
 	last     map[string]time.Time  // by road: when its last probe started
 	inFlight map[string]int        // by road
+	failing  map[string]bool       // by road: its last telling probe Failed
+	recorded map[string]time.Time  // by road: when the probe it last recorded started
+	started  time.Time             // when the last probe of any road started
 }
 
 func newRoadSchedule() *roadSchedule {
-	return &roadSchedule{targets: map[string]roadTarget{}, last: map[string]time.Time{}, inFlight: map[string]int{}}
+	return &roadSchedule{targets: map[string]roadTarget{}, last: map[string]time.Time{}, inFlight: map[string]int{}, failing: map[string]bool{}, recorded: map[string]time.Time{}}
 }
 
 // roadKey names a Service port: "<namespace>/https:<name>:<port>".
@@ -103,14 +116,50 @@ func (s *roadSchedule) has(key string) bool {
 }
 
 // next returns the road due at now (its interval passed since its last
-// probe started, fewer than its limit outstanding) that was probed least
-// recently, and marks it started; false when none is due. done must be
-// called with its road when the probe ends.
+// probe started, fewer than its limit outstanding, and the budget allows a
+// start), failing roads first, then the one probed least recently, and
+// marks it started; false when none is due. done must be called with its
+// road and result when the probe ends.
 func (s *roadSchedule) next(now time.Time) (roadProbe, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	roads := map[string]*roadProbe{}
-	every, limit := map[string]time.Duration{}, map[string]int{}
+	roads, every, limit := s.roads()
+	budget := PathProbesPerSecond
+	for k := range s.failing {
+		if roads[k] == nil {
+			delete(s.failing, k) // no target is behind it any more
+		} else {
+			budget = SuspectPathProbesPerSecond
+		}
+	}
+	if !s.started.IsZero() && now.Sub(s.started) < time.Second/time.Duration(budget) {
+		return roadProbe{}, false
+	}
+	var pick *roadProbe
+	for _, k := range slices.Sorted(maps.Keys(roads)) {
+		last, ok := s.last[k]
+		if ok && now.Sub(last) < every[k] || s.inFlight[k] >= limit[k] {
+			continue
+		}
+		if pick == nil || s.failing[k] && !s.failing[pick.road] ||
+			s.failing[k] == s.failing[pick.road] && last.Before(s.last[pick.road]) {
+			pick = roads[k]
+		}
+	}
+	if pick == nil {
+		return roadProbe{}, false
+	}
+	s.last[pick.road], s.started = now, now
+	s.inFlight[pick.road]++
+	rp := *pick
+	rp.started = now
+	return rp, true
+}
+
+// roads groups the targets by road, with each road's interval (the
+// shortest of its targets') and limit of outstanding probes.
+func (s *roadSchedule) roads() (roads map[string]*roadProbe, every map[string]time.Duration, limit map[string]int) {
+	roads, every, limit = map[string]*roadProbe{}, map[string]time.Duration{}, map[string]int{}
 	for _, key := range slices.Sorted(maps.Keys(s.targets)) {
 		rt := s.targets[key]
 		k := roadKey(rt.svc)
@@ -123,28 +172,30 @@ func (s *roadSchedule) next(now time.Time) (roadProbe, bool) {
 		rp.timeout, every[k] = min(rp.timeout, rt.timeout), min(every[k], rt.t.Probe.Interval)
 		limit[k] = max(limit[k], MaxProbesInFlight(rt.t))
 	}
-	var pick *roadProbe
-	for _, k := range slices.Sorted(maps.Keys(roads)) {
-		last, ok := s.last[k]
-		if ok && now.Sub(last) < every[k] || s.inFlight[k] >= limit[k] {
-			continue
-		}
-		if pick == nil || last.Before(s.last[pick.road]) {
-			pick = roads[k]
-		}
-	}
-	if pick == nil {
-		return roadProbe{}, false
-	}
-	s.last[pick.road] = now
-	s.inFlight[pick.road]++
-	return *pick, true
+	return roads, every, limit
 }
 
-func (s *roadSchedule) done(road string) {
+// done ends a probe that next started, and reports whether its result is
+// current: false when a probe of the same road that started later has
+// already ended, so that a probe that hung through a cut and fails after
+// the road healed does not count after the healthy ones that followed it.
+// A current Failed result marks the road failing and a Healthy one clears
+// it; an Unknown says nothing about the road and changes nothing.
+func (s *roadSchedule) done(rp roadProbe, res probe.Result) (current bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.inFlight[road]--
+	s.inFlight[rp.road]--
+	if rp.started.Before(s.recorded[rp.road]) {
+		return false
+	}
+	s.recorded[rp.road] = rp.started
+	switch res.Outcome {
+	case probe.OutcomeFailed:
+		s.failing[rp.road] = true
+	case probe.OutcomeHealthy:
+		delete(s.failing, rp.road)
+	}
+	return true
 }
 
 // noteRoad adds t to the road schedule when ContinuousRoad(t, wh), and
@@ -161,12 +212,13 @@ func (r *ProbeRunner) noteRoad(t config.Target, wh *admissionregistrationv1.Muta
 	r.roads.set(roadTarget{t: t, svc: svc, path: pathProbePath(t, svc), timeout: probe.PathTimeout(*wh, probe.Spec{Timeout: t.Probe.Timeout})})
 }
 
-// roadLoop is the road schedule's loop: every 1/PathProbesPerSecond s it
-// starts the path probe of at most one road (roadSchedule.next), without
+// roadLoop is the road schedule's loop: every 1/SuspectPathProbesPerSecond
+// s it starts the path probe of at most one road, within the schedule's
+// budget (roadSchedule.next), without
 // waiting for those outstanding, and records each result for every target
 // behind that road. The probes it starts join wg.
 func (r *ProbeRunner) roadLoop(ctx context.Context, wg *sync.WaitGroup) {
-	tick := time.Second / PathProbesPerSecond
+	tick := time.Second / SuspectPathProbesPerSecond
 	for {
 		timer := r.Clock.NewTimer(tick)
 		select {
@@ -180,10 +232,9 @@ func (r *ProbeRunner) roadLoop(ctx context.Context, wg *sync.WaitGroup) {
 			continue
 		}
 		wg.Go(func() {
-			defer r.roads.done(rp.road)
 			res := r.PathProber.Probe(ctx, rp.svc, rp.path, rp.timeout)
-			if ctx.Err() != nil {
-				return
+			if !r.roads.done(rp, res) || ctx.Err() != nil {
+				return // a later probe of the road has answered
 			}
 			for _, m := range rp.members {
 				r.roadResult(ctx, m.t, res)

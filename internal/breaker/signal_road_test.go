@@ -33,11 +33,38 @@ func TestRoadSchedule_oneProbePerServiceAndInterval(t *testing.T) {
 	rp, ok := s.next(breakertest.Now)
 	require.True(t, ok)
 	assert.Len(t, rp.members, 2, "two webhooks behind one Service share one probe")
-	s.done(rp.road)
+	s.done(rp, probe.Result{Outcome: probe.OutcomeHealthy})
 	_, ok = s.next(breakertest.Now.Add(500 * time.Millisecond))
 	assert.False(t, ok, "not due before its interval")
 	_, ok = s.next(breakertest.Now.Add(time.Second))
 	assert.True(t, ok)
+}
+
+// sweep drives s for d from start, ticking as roadLoop does, and returns
+// when each road's probes started; fail names the roads whose probes
+// Fail (the others are Healthy).
+func sweep(s *roadSchedule, start time.Time, d time.Duration, fail func(road string) bool) map[string][]time.Time {
+	probed := map[string][]time.Time{}
+	tick := time.Second / SuspectPathProbesPerSecond
+	for now := start; now.Before(start.Add(d)); now = now.Add(tick) {
+		if rp, ok := s.next(now); ok {
+			probed[rp.road] = append(probed[rp.road], now)
+			res := probe.Result{Outcome: probe.OutcomeHealthy}
+			if fail(rp.road) {
+				res = probe.Result{Outcome: probe.OutcomeFailed, Reason: probe.ReasonRefused}
+			}
+			s.done(rp, res)
+		}
+	}
+	return probed
+}
+
+func starts(probed map[string][]time.Time) int {
+	n := 0
+	for _, at := range probed {
+		n += len(at)
+	}
+	return n
 }
 
 func TestRoadSchedule_budgetRoundRobin(t *testing.T) {
@@ -46,21 +73,57 @@ func TestRoadSchedule_budgetRoundRobin(t *testing.T) {
 	for i := range services {
 		s.set(roadTargetFor(fmt.Sprintf("w%d.example.com", i), fmt.Sprintf("hook-%d", i)))
 	}
-	probed := map[string][]time.Time{}
-	tick := time.Second / PathProbesPerSecond
-	for now := breakertest.Now; now.Before(breakertest.Now.Add(30 * time.Second)); now = now.Add(tick) {
-		if rp, ok := s.next(now); ok { // one start per tick: the budget
-			probed[rp.road] = append(probed[rp.road], now)
-			s.done(rp.road)
-		}
-	}
+	probed := sweep(s, breakertest.Now, 60*time.Second, func(string) bool { return false })
 	require.Len(t, probed, services)
+	assert.LessOrEqual(t, starts(probed), 60*PathProbesPerSecond, "more starts than the budget while every road answers")
 	every := time.Duration((services+PathProbesPerSecond-1)/PathProbesPerSecond) * time.Second
 	for road, at := range probed {
 		for i := 1; i < len(at); i++ {
 			assert.LessOrEqual(t, at[i].Sub(at[i-1]), every, "%s waited longer than ceil(services/N) s", road)
 		}
 	}
+}
+
+// A failing road raises the budget, and the failing roads come first:
+// one cut road among 25 is probed every interval once it has failed, and
+// the healthy ones keep within the suspect budget.
+func TestRoadSchedule_aFailingRoadComesFirstWithinTheSuspectBudget(t *testing.T) {
+	const services = 25
+	s := newRoadSchedule()
+	for i := range services {
+		s.set(roadTargetFor(fmt.Sprintf("w%d.example.com", i), fmt.Sprintf("hook-%d", i)))
+	}
+	cut := roadKey(roadTargetFor("w7.example.com", "hook-7").svc)
+	probed := sweep(s, breakertest.Now, 30*time.Second, func(road string) bool { return road == cut })
+	at := probed[cut]
+	require.NotEmpty(t, at)
+	assert.LessOrEqual(t, at[0].Sub(breakertest.Now), time.Duration(services/PathProbesPerSecond+1)*time.Second, "the cut road is found within one sweep at the steady budget")
+	for i := 1; i < len(at); i++ {
+		assert.LessOrEqual(t, at[i].Sub(at[i-1]), time.Second+time.Second/SuspectPathProbesPerSecond, "a failing road is probed every interval")
+	}
+	assert.LessOrEqual(t, starts(probed), 30*SuspectPathProbesPerSecond, "more starts than the suspect budget")
+	assert.Greater(t, starts(probed), 30*PathProbesPerSecond, "the budget did not rise while a road failed")
+
+	// Once it answers again, the budget falls back.
+	later := sweep(s, breakertest.Now.Add(time.Minute), 30*time.Second, func(string) bool { return false })
+	assert.LessOrEqual(t, starts(later), 30*PathProbesPerSecond+1)
+}
+
+// A probe that hung through a cut and fails after a later probe of the
+// same road answered counts for nothing, and leaves the road healthy.
+func TestRoadSchedule_aLateFailureAfterALaterAnswerIsDropped(t *testing.T) {
+	s := newRoadSchedule()
+	s.set(roadTargetFor("a.example.com", "hook"))
+	hung, ok := s.next(breakertest.Now)
+	require.True(t, ok)
+	healed, ok := s.next(breakertest.Now.Add(time.Second))
+	require.True(t, ok)
+	assert.True(t, s.done(healed, probe.Result{Outcome: probe.OutcomeHealthy}))
+	assert.False(t, s.done(hung, probe.Result{Outcome: probe.OutcomeFailed, Reason: probe.ReasonTimeout}), "the earlier probe's failure is stale")
+	assert.Empty(t, s.failing, "a stale failure marked the road failing")
+	third, ok := s.next(breakertest.Now.Add(2 * time.Second))
+	require.True(t, ok)
+	assert.True(t, s.done(third, probe.Result{Outcome: probe.OutcomeFailed, Reason: probe.ReasonTimeout}), "a later failure counts")
 }
 
 func TestRoadSchedule_atMostMaxProbesInFlight(t *testing.T) {
