@@ -21,6 +21,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -471,19 +472,31 @@ func cpuSeconds(pid int) (float64, error) {
 	return (utime + stime) / 100, nil // USER_HZ is 100 on Linux
 }
 
-// rssMiB is pid's resident set size.
-func rssMiB(pid int) (float64, error) {
+// rssMiB is pid's resident set size (VmRSS), and the anonymous part of it
+// (RssAnon): the part a memory limit cannot reclaim. The rest is mostly
+// the binary's own pages, which the kernel drops under pressure.
+func rssMiB(pid int) (rss, anon float64, err error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
+	found := 0
 	for _, line := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(line, "VmRSS:") {
-			kb, err := strconv.ParseFloat(strings.Fields(line)[1], 64)
-			return kb / 1024, err
+		for name, v := range map[string]*float64{"VmRSS:": &rss, "RssAnon:": &anon} {
+			if strings.HasPrefix(line, name) {
+				kb, err := strconv.ParseFloat(strings.Fields(line)[1], 64)
+				if err != nil {
+					return 0, 0, err
+				}
+				*v = kb / 1024
+				found++
+			}
 		}
 	}
-	return 0, fmt.Errorf("no VmRSS for %d", pid)
+	if found != 2 {
+		return 0, 0, fmt.Errorf("no VmRSS or RssAnon for %d", pid)
+	}
+	return rss, anon, nil
 }
 
 // cgroup is a CPU limit like the Deployment's: a CFS quota per 100 ms.
@@ -553,24 +566,36 @@ func (c *cgroup) remove() {
 }
 
 // deploymentCPULimit is the guard container's CPU limit in the
-// Deployment the kustomize base installs, in cores.
+// Deployment that install.yaml ships, in cores.
 func deploymentCPULimit() (float64, error) {
+	q, err := deploymentLimit(corev1.ResourceCPU)
+	return q.AsApproximateFloat64(), err
+}
+
+// deploymentMemoryLimitMiB is the guard container's memory limit there,
+// in MiB.
+func deploymentMemoryLimitMiB() (float64, error) {
+	q, err := deploymentLimit(corev1.ResourceMemory)
+	return q.AsApproximateFloat64() / (1 << 20), err
+}
+
+func deploymentLimit(name corev1.ResourceName) (resource.Quantity, error) {
 	root, err := harness.RepoRoot()
 	if err != nil {
-		return 0, err
+		return resource.Quantity{}, err
 	}
 	data, err := os.ReadFile(filepath.Join(root, "deploy/kustomize/base/deployment.yaml"))
 	if err != nil {
-		return 0, err
+		return resource.Quantity{}, err
 	}
 	var d appsv1.Deployment
 	if err := yaml.Unmarshal(data, &d); err != nil {
-		return 0, err
+		return resource.Quantity{}, err
 	}
 	for _, c := range d.Spec.Template.Spec.Containers {
-		if q, ok := c.Resources.Limits[corev1.ResourceCPU]; ok {
-			return q.AsApproximateFloat64(), nil
+		if q, ok := c.Resources.Limits[name]; ok {
+			return q, nil
 		}
 	}
-	return 0, fmt.Errorf("the Deployment sets no CPU limit")
+	return resource.Quantity{}, fmt.Errorf("the Deployment sets no %s limit", name)
 }

@@ -33,7 +33,7 @@ const (
 
 // window is what one steady-state window of a guard measured.
 type steady struct {
-	cores, cpuPerProbeMs, rss, onTime, probes, failures, unknown, openings, requests, throttled float64
+	cores, cpuPerProbeMs, rss, anon, onTime, probes, failures, unknown, openings, requests, throttled float64
 }
 
 // measureWindow measures r over window after warmUp.
@@ -76,7 +76,7 @@ func measureWindow(ctx context.Context, r *guardRun) (steady, error) {
 	if err != nil {
 		return steady{}, err
 	}
-	rss, err := rssMiB(r.g.Pid())
+	rss, anon, err := rssMiB(r.g.Pid())
 	if err != nil {
 		return steady{}, err
 	}
@@ -84,6 +84,7 @@ func measureWindow(ctx context.Context, r *guardRun) (steady, error) {
 	s := steady{
 		cores:    (cpu1 - cpu0) / elapsed,
 		rss:      rss,
+		anon:     anon,
 		probes:   d("webhook_guard_probe_duration_seconds_count"),
 		failures: d("webhook_guard_probe_failures_total"),
 		unknown:  d("webhook_guard_probe_unknown_total"),
@@ -215,15 +216,21 @@ func scaleRows(c scaleCell, runs []steady, limit float64) []Row {
 	}
 	cores := row("guard CPU (cores)", "", func(s steady) float64 { return s.cores })
 	rss := row("guard RSS (MiB)", "", func(s steady) float64 { return s.rss })
+	anon := row("guard anonymous RSS (MiB)", "", func(s steady) float64 { return s.anon })
+	anon.Note = "RssAnon: the resident memory the kernel cannot drop under the memory limit (the rest is mostly the binary's own pages)"
 	if c.n == 1000 {
 		cores = cores.AtMost(0.1)
 		rss = rss.AtMost(100)
+		if mem, err := deploymentMemoryLimitMiB(); err == nil {
+			anon = anon.AtMost(0.6 * mem) // issue 31: 60% of the shipped limit
+		}
 	}
 	cores.Note = fmt.Sprintf("inside a %.2g-core CFS quota (the Deployment's limit); throttled in %s%% of periods", limit, format(median(col(func(s steady) float64 { return s.throttled }))))
 	return []Row{
 		cores,
 		row("CPU per probe (ms)", "", func(s steady) float64 { return s.cpuPerProbeMs }),
 		rss,
+		anon,
 		row("probes on time (%, ≤ 100 ms late)", "", func(s steady) float64 { return s.onTime }).AtLeast(99),
 		row("failed or unknown probes, circuits opened", "", func(s steady) float64 { return s.failures + s.unknown + s.openings }).AtMost(0),
 		Row{Section: "scale", Case: name, Metric: "apiserver requests/s from the guard, all targets", Runs: col(func(s steady) float64 { return s.requests }),

@@ -176,3 +176,10 @@ func TestProbeRunner_snapshotDecodesOnlyChangedText(t *testing.T) {
 	assert.Same(t, same, again.View, "the view given, not the one decoded")
 	assert.Equal(t, reflect.ValueOf(changed.Record).Pointer(), reflect.ValueOf(again.Record).Pointer(), "the same text: not decoded again")
 }
+
+func TestFirstSpread(t *testing.T) {
+	assert.Equal(t, time.Second, FirstSpread(time.Second, 1), "a few targets spread over one interval")
+	assert.Equal(t, time.Second, FirstSpread(time.Second, FirstProbesPerSecond), "as many as the budget: one interval")
+	assert.Equal(t, 10*time.Second, FirstSpread(time.Second, 1000), "a thousand targets: at most FirstProbesPerSecond first probes a second")
+	assert.Equal(t, 30*time.Second, FirstSpread(30*time.Second, 1000), "never shorter than the interval")
+}

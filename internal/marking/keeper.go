@@ -7,7 +7,6 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -61,7 +60,7 @@ func (k *Keeper) Check(ctx context.Context, c Circuit) error {
 			return fmt.Errorf("reading the marking policy %s: %w", wantPolicy.Name, err)
 		}
 	}
-	if !equality.Semantic.DeepEqual(policy.Spec, wantPolicy.Spec) || !equality.Semantic.DeepEqual(binding.Spec, wantBinding.Spec) {
+	if digestOfSpec(policy, policy.Spec) != specDigest(wantPolicy.Spec) || digestOfSpec(binding, binding.Spec) != specDigest(wantBinding.Spec) {
 		return fmt.Errorf("the marking policy %s of %s/%s differs from what this release renders (changed by hand, or rendered by another release): %s",
 			wantPolicy.Name, c.Configuration, c.Webhook, InstallHint)
 	}

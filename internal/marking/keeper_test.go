@@ -119,3 +119,50 @@ func TestKeeper_Armed(t *testing.T) {
 		assert.Len(t, fake.sent, 2)
 	})
 }
+
+// cachedThrough returns c's policy and binding of a as the guard's cache
+// holds them (CacheTransform), in a new reader.
+func cachedThrough(t *testing.T, c client.Client, a Circuit) client.Client {
+	t.Helper()
+	ctx := context.Background()
+	p := &admissionregistrationv1.MutatingAdmissionPolicy{}
+	b := &admissionregistrationv1.MutatingAdmissionPolicyBinding{}
+	var objs []client.Object
+	for _, o := range []client.Object{p, b} {
+		require.NoError(t, c.Get(ctx, client.ObjectKey{Name: Name(a.Configuration, a.Webhook)}, o))
+		o.SetManagedFields([]metav1.ManagedFieldsEntry{{Manager: "kubectl"}})
+		out, err := CacheTransform(o)
+		require.NoError(t, err)
+		objs = append(objs, out.(client.Object))
+	}
+	assert.Empty(t, p.Spec.Variables, "the cache keeps the policy's spec")
+	assert.Empty(t, p.ManagedFields, "the cache keeps managedFields")
+	assert.Empty(t, b.Spec.PolicyName, "the cache keeps the binding's spec")
+	scheme := runtime.NewScheme()
+	require.NoError(t, clientgoscheme.AddToScheme(scheme))
+	for _, o := range objs {
+		o.SetResourceVersion("")
+	}
+	return fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build()
+}
+
+// Through the cache transform, which drops the specs, Check still tells
+// an installed policy from an edited one.
+func TestKeeper_Check_throughTheCacheTransform(t *testing.T) {
+	ctx := context.Background()
+	a := Circuit{"injector", "inject.example.com"}
+	require.NoError(t, (&Keeper{Reader: cachedThrough(t, installed(t, a), a)}).Check(ctx, a))
+
+	edited := installed(t, a)
+	p := &admissionregistrationv1.MutatingAdmissionPolicy{}
+	require.NoError(t, edited.Get(ctx, client.ObjectKey{Name: Name(a.Configuration, a.Webhook)}, p))
+	p.Spec.MatchConditions[0].Expression = "true"
+	require.NoError(t, edited.Update(ctx, p))
+	err := (&Keeper{Reader: cachedThrough(t, edited, a)}).Check(ctx, a)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "differs from what this release renders")
+
+	other, err := CacheTransform(&admissionregistrationv1.MutatingWebhookConfiguration{Webhooks: []admissionregistrationv1.MutatingWebhook{{Name: "a"}}})
+	require.NoError(t, err)
+	assert.Len(t, other.(*admissionregistrationv1.MutatingWebhookConfiguration).Webhooks, 1, "other objects pass unchanged")
+}

@@ -144,10 +144,14 @@ func (o *Options) Run(ctx context.Context) error {
 		Controller:                    ctrlConfig(),
 		// Nothing reads the managedFields of webhook configurations from
 		// the cache; without them every copy a probe or a reconcile makes
-		// is smaller (marking policies keep theirs: the Keeper reads them).
+		// is smaller.
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&admissionregistrationv1.MutatingWebhookConfiguration{}:   {Transform: cache.TransformStripManagedFields()},
 			&admissionregistrationv1.ValidatingWebhookConfiguration{}: {Transform: cache.TransformStripManagedFields()},
+			// Marking policies: their metadata and a digest of their spec
+			// (what the Keeper compares), not the spec itself.
+			&admissionregistrationv1.MutatingAdmissionPolicy{}:        {Transform: marking.CacheTransform},
+			&admissionregistrationv1.MutatingAdmissionPolicyBinding{}: {Transform: marking.CacheTransform},
 		}},
 	})
 	if err != nil {
