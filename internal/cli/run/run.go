@@ -12,8 +12,9 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -113,6 +114,17 @@ func (o *Options) Run(ctx context.Context) error {
 		startcheck.Interception{Namespace: o.LeaderElectionNamespace, LeaderElection: o.LeaderElect, Config: cfg})
 	setupLog.Info("Starting webhook-guard", "version", o.Build.Version, "identity", identity, "targets", len(cfg.Targets))
 
+	// Marking what is admitted without a mutating webhook needs
+	// MutatingAdmissionPolicy (GA in 1.36). Asked before the manager is
+	// built: its cache cannot be told how to keep a kind the apiserver
+	// does not serve.
+	discoverCtx, cancel := context.WithTimeout(ctx, whoAmITimeout)
+	markingProblem, err := markingUnavailable(discoverCtx, o.KubeClient.Discovery())
+	cancel()
+	if err != nil {
+		return err
+	}
+
 	var webhookServer webhook.Server
 	if o.WebhookCertDir != "" {
 		webhookServer = webhook.NewServer(webhook.Options{Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.WebhookCertDir, TLSOpts: serverTLSOpts})
@@ -145,14 +157,7 @@ func (o *Options) Run(ctx context.Context) error {
 		// Nothing reads the managedFields of webhook configurations from
 		// the cache; without them every copy a probe or a reconcile makes
 		// is smaller.
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&admissionregistrationv1.MutatingWebhookConfiguration{}:   {Transform: cache.TransformStripManagedFields()},
-			&admissionregistrationv1.ValidatingWebhookConfiguration{}: {Transform: cache.TransformStripManagedFields()},
-			// Marking policies: their metadata and a digest of their spec
-			// (what the Keeper compares), not the spec itself.
-			&admissionregistrationv1.MutatingAdmissionPolicy{}:        {Transform: marking.CacheTransform},
-			&admissionregistrationv1.MutatingAdmissionPolicyBinding{}: {Transform: marking.CacheTransform},
-		}},
+		Cache: cache.Options{ByObject: cacheByObject(markingProblem == "")},
 	})
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
@@ -187,14 +192,11 @@ func (o *Options) Run(ctx context.Context) error {
 	state.HoldWhenAllFail = cfg.HoldWhenAllFail
 	recorder := mgr.GetEventRecorder(circuit.ReportingController)
 	triggers := map[circuit.Kind]chan<- event.GenericEvent{}
-	// Marking what is admitted without a mutating webhook needs
-	// MutatingAdmissionPolicy (GA in 1.36). Where the apiserver does not
-	// serve it, the breaker works as before and says so once.
+	// Where the apiserver does not serve MutatingAdmissionPolicy, the
+	// breaker works as before and says so once.
 	clientset := o.KubeClient
 	var marker *marking.Keeper
-	markingProblem := ""
-	if _, err := mgr.GetRESTMapper().RESTMapping(schema.GroupKind{Group: admissionregistrationv1.GroupName, Kind: "MutatingAdmissionPolicy"}, "v1"); err != nil {
-		markingProblem = fmt.Sprintf("the apiserver does not serve admissionregistration.k8s.io/v1 MutatingAdmissionPolicy (%v): objects admitted while a circuit is open are not marked", err)
+	if markingProblem != "" {
 		setupLog.Info("Marking unavailable", "reason", markingProblem)
 		m.MarkingAvailable.Set(0)
 	} else {
@@ -334,3 +336,44 @@ var serverTLSOpts = []func(*tls.Config){
 }
 
 func ctrlConfig() ctrlconfig.Controller { return ctrlconfig.Controller{RecoverPanic: ptr.To(true)} }
+
+// markingUnavailable says why objects admitted while a circuit is open
+// cannot be marked ("" when they can): the apiserver does not serve
+// admissionregistration.k8s.io/v1 MutatingAdmissionPolicy and its binding.
+// An error is one from discovery itself, not a missing group version.
+func markingUnavailable(ctx context.Context, d discovery.ServerResourcesInterfaceWithContext) (string, error) {
+	gv := admissionregistrationv1.SchemeGroupVersion.String()
+	list, err := d.ServerResourcesForGroupVersionWithContext(ctx, gv)
+	if apierrors.IsNotFound(err) {
+		return fmt.Sprintf("the apiserver does not serve %s: objects admitted while a circuit is open are not marked", gv), nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("discovering %s: %w", gv, err)
+	}
+	served := map[string]bool{}
+	for _, r := range list.APIResources {
+		served[r.Kind] = true
+	}
+	for _, kind := range []string{"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"} {
+		if !served[kind] {
+			return fmt.Sprintf("the apiserver does not serve %s %s: objects admitted while a circuit is open are not marked", gv, kind), nil
+		}
+	}
+	return "", nil
+}
+
+// cacheByObject is how the manager's cache keeps what the service reads:
+// webhook configurations without managedFields (nothing reads them), and,
+// when marking is available, marking policies as their metadata and a
+// digest of their spec (what the Keeper compares), not the spec itself.
+func cacheByObject(withMarking bool) map[client.Object]cache.ByObject {
+	by := map[client.Object]cache.ByObject{
+		&admissionregistrationv1.MutatingWebhookConfiguration{}:   {Transform: cache.TransformStripManagedFields()},
+		&admissionregistrationv1.ValidatingWebhookConfiguration{}: {Transform: cache.TransformStripManagedFields()},
+	}
+	if withMarking {
+		by[&admissionregistrationv1.MutatingAdmissionPolicy{}] = cache.ByObject{Transform: marking.CacheTransform}
+		by[&admissionregistrationv1.MutatingAdmissionPolicyBinding{}] = cache.ByObject{Transform: marking.CacheTransform}
+	}
+	return by
+}

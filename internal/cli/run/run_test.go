@@ -3,6 +3,7 @@ package run
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"os"
@@ -12,7 +13,12 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	discoveryfake "k8s.io/client-go/discovery/fake"
 	"k8s.io/client-go/rest"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/webhook-guard/webhook-guard/internal/cli"
 	"github.com/webhook-guard/webhook-guard/internal/cli/factory"
@@ -125,4 +131,49 @@ func TestRunFlags_takesTheFlagsItsCallersPass(t *testing.T) {
 	assert.Empty(t, o.Certs.SecretName)
 	assert.Equal(t, "/tmp/certs", o.WebhookCertDir)
 	assert.NotNil(t, o.Zap.Level, "--zap-log-level reaches the zap options")
+}
+
+// Marking is available only where the apiserver serves both marking kinds;
+// where it does not, the service starts without them (and its cache is not
+// told about kinds it cannot map, which failed the start before).
+func TestMarkingUnavailable_servedKinds(t *testing.T) {
+	gv := admissionregistrationv1.SchemeGroupVersion.String()
+	withKinds := func(kinds ...string) []*metav1.APIResourceList {
+		list := &metav1.APIResourceList{GroupVersion: gv}
+		for _, k := range kinds {
+			list.APIResources = append(list.APIResources, metav1.APIResource{Kind: k})
+		}
+		return []*metav1.APIResourceList{list}
+	}
+	for name, tc := range map[string]struct {
+		resources []*metav1.APIResourceList
+		problem   string
+	}{
+		"both served":      {withKinds("MutatingWebhookConfiguration", "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"), ""},
+		"binding missing":  {withKinds("MutatingWebhookConfiguration", "MutatingAdmissionPolicy"), "MutatingAdmissionPolicyBinding"},
+		"policy missing":   {withKinds("MutatingWebhookConfiguration"), "MutatingAdmissionPolicy:"},
+		"group not served": {nil, "does not serve admissionregistration.k8s.io/v1:"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			d := &discoveryfake.FakeDiscovery{Fake: &k8stesting.Fake{Resources: tc.resources}}
+			problem, err := markingUnavailable(t.Context(), d)
+			require.NoError(t, err)
+			if tc.problem == "" {
+				assert.Empty(t, problem)
+				assert.Len(t, cacheByObject(true), 4)
+				return
+			}
+			assert.Contains(t, problem, tc.problem)
+			assert.Len(t, cacheByObject(false), 2, "no cache entry for a kind the apiserver does not serve")
+		})
+	}
+}
+
+func TestMarkingUnavailable_aDiscoveryErrorFailsTheStart(t *testing.T) {
+	f := &k8stesting.Fake{}
+	f.AddReactor("get", "resource", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("connection refused")
+	})
+	_, err := markingUnavailable(t.Context(), &discoveryfake.FakeDiscovery{Fake: f})
+	require.ErrorContains(t, err, "connection refused")
 }
