@@ -24,11 +24,11 @@ type Metrics struct {
 	// ProbeLateness is how much later than due probes start: the guard's
 	// own delay (CPU starvation, throttling), not the webhooks'.
 	ProbeLateness prometheus.Histogram
-	ProbeFailures *prometheus.CounterVec
-	ProbeUnknown  *prometheus.CounterVec
+	ProbeFailures *TargetCounterVec
+	ProbeUnknown  *TargetCounterVec
 	// ProbesSkipped counts the probes the apiserver's own healthy calls
 	// stood in for (apiserverSignal.trafficAsProbe).
-	ProbesSkipped     *prometheus.CounterVec
+	ProbesSkipped     *TargetCounterVec
 	UnknownWhileOpen  *prometheus.GaugeVec
 	Transitions       *prometheus.CounterVec
 	WriteConflicts    prometheus.Counter
@@ -50,19 +50,19 @@ type Metrics struct {
 	// breaker holds every opening (config holdWhenAllFail).
 	OpeningsHeld prometheus.Gauge
 	// Openings counts openings by the signal that opened them.
-	Openings *prometheus.CounterVec
+	Openings *TargetCounterVec
 	// The apiserver signal: its scrapes, observations, disagreements with
 	// the probe, and the requests admitted without an open webhook.
 	ScrapeDuration        prometheus.Histogram
 	ScrapeBytes           prometheus.Gauge
 	ScrapeErrors          *prometheus.CounterVec
-	APIServerObservations *prometheus.CounterVec
+	APIServerObservations *TargetCounterVec
 	SignalsDisagree       *prometheus.GaugeVec
-	AdmittedWithout       *prometheus.CounterVec
+	AdmittedWithout       *TargetCounterVec
 	// PathProbes counts path probes (kube-apiserver's road to a
 	// service-backed webhook, through its service proxy), by target and
 	// outcome.
-	PathProbes *prometheus.CounterVec
+	PathProbes *TargetCounterVec
 	// MarkingAvailable is 1 when the apiserver serves
 	// MutatingAdmissionPolicy, so objects admitted while a mutating
 	// webhook's circuit is open are marked.
@@ -94,15 +94,15 @@ func NewMetrics() *Metrics {
 			Name: "webhook_guard_probe_lateness_seconds", Help: "How much later than due probes started, for every target together: the guard's own scheduling delay (CPU starvation or throttling), not the webhooks'.",
 			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}),
-		ProbeFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "webhook_guard_probe_failures_total", Help: "Failed probes, by target and reason.",
-		}, append(target, "reason")),
-		ProbeUnknown: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "webhook_guard_probe_unknown_total", Help: "Probes that could not run for reasons on the guard's side; they count for nothing.",
-		}, target),
-		ProbesSkipped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "webhook_guard_probes_skipped_total", Help: "Direct probes not sent because kube-apiserver's own calls to the webhook, in its last scrape, all answered in time (apiserverSignal.trafficAsProbe).",
-		}, target),
+		ProbeFailures: NewTargetCounterVec("webhook_guard_probe_failures_total",
+			"Failed probes, by target and reason.",
+			"reason"),
+		ProbeUnknown: NewTargetCounterVec("webhook_guard_probe_unknown_total",
+			"Probes that could not run for reasons on the guard's side; they count for nothing.",
+			""),
+		ProbesSkipped: NewTargetCounterVec("webhook_guard_probes_skipped_total",
+			"Direct probes not sent because kube-apiserver's own calls to the webhook, in its last scrape, all answered in time (apiserverSignal.trafficAsProbe).",
+			""),
 		UnknownWhileOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "webhook_guard_probe_unknown_while_open", Help: "1 while an open circuit's probe has said Unknown for closeAfter intervals in a row: the circuit closes only when closeAfter apiserver observations in a row see the webhook's calls succeed (Ignore mode), and otherwise stays open.",
 		}, target),
@@ -130,9 +130,9 @@ func NewMetrics() *Metrics {
 		OpeningsHeld: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "webhook_guard_openings_held", Help: "1 while every probed target is failing at once: the likely cause is the guard's own network, so no circuit is opened until one target is healthy again.",
 		}),
-		Openings: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "webhook_guard_circuit_openings_total", Help: "Circuits opened, by target and the signal that opened them (probe, apiserver, probe+apiserver, road).",
-		}, append(target, "signal")),
+		Openings: NewTargetCounterVec("webhook_guard_circuit_openings_total",
+			"Circuits opened, by target and the signal that opened them (probe, apiserver, probe+apiserver, road).",
+			"signal"),
 	}
 	m.addSignalMetrics(target)
 	return m
@@ -151,9 +151,9 @@ func (m *Metrics) addSignalMetrics(target []string) {
 	m.ScrapeErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "webhook_guard_apiserver_scrape_errors_total", Help: "Failed reads of kube-apiserver's /metrics, by kind (forbidden: RBAC get on /metrics is missing; error: anything else). The apiserver signal is Unknown meanwhile.",
 	}, []string{"reason"})
-	m.APIServerObservations = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "webhook_guard_apiserver_observations_total", Help: "Apiserver signal observations, by target and verdict (Healthy, Failing, Unknown).",
-	}, append(target, "verdict"))
+	m.APIServerObservations = NewTargetCounterVec("webhook_guard_apiserver_observations_total",
+		"Apiserver signal observations, by target and verdict (Healthy, Failing, Unknown).",
+		"verdict")
 	m.SignalsDisagree = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "webhook_guard_signals_disagree", Help: "1 while one signal (failing=apiserver or failing=probe) has failed for several intervals while the other was healthy: the network path of the failing side is broken, not the webhook.",
 	}, append(target, "failing"))
@@ -166,12 +166,12 @@ func (m *Metrics) addSignalMetrics(target []string) {
 	m.CanaryFailures = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "webhook_guard_marking_canary_failures_total", Help: "Marking canaries (dry-run Event creates) that failed or timed out; a failing webhook that intercepts Events refuses them.",
 	})
-	m.PathProbes = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "webhook_guard_path_probes_total", Help: "Probes of kube-apiserver's own road to a service-backed webhook, a GET through its service proxy, by target and outcome (Healthy: the webhook's server answered; Failed: the apiserver could not reach it; Unknown: cannot tell). They run while the apiserver's calls fail and while a circuit they opened is open.",
-	}, append(target, "outcome"))
-	m.AdmittedWithout = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "webhook_guard_admitted_without_webhook_total", Help: "Requests kube-apiserver admitted without calling the webhook (bypass matchCondition) or after the call failed (Ignore) while its circuit was open, from the apiserver's own counters.",
-	}, target)
+	m.PathProbes = NewTargetCounterVec("webhook_guard_path_probes_total",
+		"Probes of kube-apiserver's own road to a service-backed webhook, a GET through its service proxy, by target and outcome (Healthy: the webhook's server answered; Failed: the apiserver could not reach it; Unknown: cannot tell). They run while the apiserver's calls fail and while a circuit they opened is open.",
+		"outcome")
+	m.AdmittedWithout = NewTargetCounterVec("webhook_guard_admitted_without_webhook_total",
+		"Requests kube-apiserver admitted without calling the webhook (bypass matchCondition) or after the call failed (Ignore) while its circuit was open, from the apiserver's own counters.",
+		"")
 }
 
 // Collectors returns every collector, for registration on
