@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"maps"
+	"reflect"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -35,6 +36,13 @@ func CacheTransform(obj any) (any, error) {
 		o, spec = p, p.Spec
 		defer func() { p.Spec = admissionregistrationv1.MutatingAdmissionPolicyBindingSpec{} }()
 	default:
+		return obj, nil
+	}
+	if _, done := o.GetAnnotations()[cachedSpecAnnotation]; done && reflect.ValueOf(spec).IsZero() {
+		// Transformed already: the informer can hand the transform an
+		// object it transformed before, and the digest of the empty spec
+		// would replace the one kept (the Keeper then saw every policy
+		// as changed by hand).
 		return obj, nil
 	}
 	a := maps.Clone(o.GetAnnotations())
