@@ -86,7 +86,6 @@ func BenchmarkInitialize_1000targets(b *testing.B) {
 			before := liveHeap()
 			m := NewMetrics()
 			vecs := initializeAsCounterVecs(targets)
-			m.ProbeDuration.WithLabelValues("Mutating", "x", "y")
 			for _, t := range targets {
 				m.ProbeDuration.WithLabelValues(string(t.Kind), t.Configuration, t.Webhook)
 			}
