@@ -23,6 +23,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -330,6 +331,69 @@ func (r *guardRun) profile(ctx context.Context, name string, d time.Duration) er
 		}
 	}
 	return nil
+}
+
+// apiserverProfile saves kube-apiserver's CPU profile over d, then its
+// heap profile, to
+// profileDir, named after name: where the control plane's time goes while
+// the guard works.
+func apiserverProfile(ctx context.Context, env *harness.Env, name string, d time.Duration) error {
+	hc, err := rest.HTTPClientFor(env.Config)
+	if err != nil {
+		return err
+	}
+	hc.Timeout = d + 30*time.Second
+	for _, p := range []struct{ path, file string }{
+		{fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(d.Seconds())), name + ".apiserver.cpu.pprof"},
+		{"/debug/pprof/heap", name + ".apiserver.heap.pprof"},
+	} {
+		resp, err := hc.Get(strings.TrimSuffix(env.Config.Host, "/") + p.path)
+		if err != nil {
+			return err
+		}
+		data, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(*profileDir, p.file), data, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// apiserverRequests reads kube-apiserver's request counts by verb,
+// resource and dry run (apiserver_request_total), keyed "VERB resource
+// [dry run]".
+func apiserverRequests(ctx context.Context, env *harness.Env) (map[string]float64, error) {
+	hc, err := rest.HTTPClientFor(env.Config)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(env.Config.Host, "/")+"/metrics?name[]=apiserver_request_total", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for _, m := range families["apiserver_request_total"].GetMetric() {
+		key := labelValue(m.GetLabel(), "verb") + " " + labelValue(m.GetLabel(), "resource")
+		if labelValue(m.GetLabel(), "dry_run") != "" {
+			key += " [dry run]"
+		}
+		out[key] += m.GetCounter().GetValue()
+	}
+	return out, nil
 }
 
 func (r *guardRun) stop() {

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"os"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -375,14 +378,19 @@ func massRun(ctx context.Context, env *harness.Env, f *fleet, r *guardRun) (mass
 	defer o.stop()
 	if r.pprofAddr != "" {
 		go func() { _ = r.profile(ctx, r.g.Name+"-opening", 20*time.Second) }()
+		go func() { _ = apiserverProfile(ctx, env, r.g.Name+"-opening", 20*time.Second) }()
 	}
 	before, err := admissionPolicyObjects(ctx, env)
 	if err != nil {
 		return out, err
 	}
 	usage := r.startUsage()
+	req0, _ := apiserverRequests(ctx, env)
 	out.openS, out.open, err = transition(ctx, o, f, true, 2*time.Minute)
 	out.openCores, out.openThrottled = usage()
+	if req1, rerr := apiserverRequests(ctx, env); rerr == nil {
+		logRequests("while opening", req0, req1)
+	}
 	if err != nil {
 		return out, fmt.Errorf("%w (meanwhile the guard used %.2f cores, and its quota ran out in %.0f%% of CFS periods)", err, out.openCores, 100*out.openThrottled)
 	}
@@ -402,6 +410,27 @@ func massRun(ctx context.Context, env *harness.Env, f *fleet, r *guardRun) (mass
 	}
 	out.conflicts = m1["webhook_guard_write_conflicts_total"] - m0["webhook_guard_write_conflicts_total"]
 	return out, nil
+}
+
+// logRequests prints the kube-apiserver requests counted between a and
+// b, most first.
+func logRequests(when string, a, b map[string]float64) {
+	type kv struct {
+		k string
+		v float64
+	}
+	var d []kv
+	for k, v := range b {
+		if n := v - a[k]; n > 0 {
+			d = append(d, kv{k, n})
+		}
+	}
+	sort.Slice(d, func(i, j int) bool { return d[i].v > d[j].v })
+	var parts []string
+	for _, x := range d[:min(len(d), 12)] {
+		parts = append(parts, fmt.Sprintf("%s: %.0f", x.k, x.v))
+	}
+	fmt.Fprintf(os.Stderr, "bench: kube-apiserver requests %s: %s\n", when, strings.Join(parts, ", "))
 }
 
 // admissionPolicyObjects counts the MutatingAdmissionPolicies and their

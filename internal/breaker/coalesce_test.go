@@ -104,7 +104,7 @@ func newBatchFixture(t *testing.T, hooks []string, openAfter, closeAfter int, op
 	f.r = &ConfigurationReconciler{
 		Kind: circuit.KindMutating, Client: f.cl, Targets: targets, State: f.state,
 		Recorder: events.NewFakeRecorder(1000), Metrics: breakermetrics.NewMetrics(), Signer: testIdentity, Clock: f.clock,
-		Marker: &marking.Keeper{Reader: f.cl, Canary: f.canary},
+		Marker: &marking.Keeper{Reader: f.cl, Canary: f.canary, CanaryGap: time.Nanosecond},
 	}
 	return f
 }

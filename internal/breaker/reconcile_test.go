@@ -102,7 +102,7 @@ func TestConfigurationReconciler_armsMarkingAroundEachTransition(t *testing.T) {
 	r := &ConfigurationReconciler{
 		Kind: circuit.KindMutating, Client: cl, Targets: targets, State: state,
 		Recorder: events.NewFakeRecorder(100), Metrics: breakermetrics.NewMetrics(), Signer: testIdentity, Clock: clock,
-		Marker: &marking.Keeper{Reader: cl, Canary: c},
+		Marker: &marking.Keeper{Reader: cl, Canary: c, CanaryGap: time.Nanosecond},
 	}
 	ctx := context.Background()
 	req := ctrl.Request{}
@@ -202,7 +202,7 @@ func TestConfigurationReconciler_anAbandonedArmingIsRemoved(t *testing.T) {
 	r := &ConfigurationReconciler{
 		Kind: circuit.KindMutating, Client: cl, Targets: []config.Target{tgt}, State: state,
 		Recorder: events.NewFakeRecorder(10), Metrics: breakermetrics.NewMetrics(), Signer: testIdentity, Clock: clock,
-		Marker: &marking.Keeper{Reader: cl, Canary: c},
+		Marker: &marking.Keeper{Reader: cl, Canary: c, CanaryGap: time.Nanosecond},
 	}
 	ctx := context.Background()
 	req := ctrl.Request{}
@@ -247,7 +247,7 @@ func TestConfigurationReconciler_aMissingMarkingPolicyHoldsTheOpeningForABound(t
 	r := &ConfigurationReconciler{
 		Kind: circuit.KindMutating, Client: cl, Targets: []config.Target{tgt}, State: state,
 		Recorder: rec, Metrics: breakermetrics.NewMetrics(), Signer: testIdentity, Clock: clock,
-		Marker: &marking.Keeper{Reader: cl, Canary: c},
+		Marker: &marking.Keeper{Reader: cl, Canary: c, CanaryGap: time.Nanosecond},
 	}
 	req := ctrl.Request{}
 	req.Name = breakertest.ConfigName
@@ -357,7 +357,7 @@ func TestConfigurationReconciler_anotherInstallationsArmingIsLeftAlone(t *testin
 	r := &ConfigurationReconciler{
 		Kind: circuit.KindMutating, Client: cl, State: NewState(),
 		Recorder: events.NewFakeRecorder(10), Metrics: breakermetrics.NewMetrics(), Signer: testIdentity, Clock: clock,
-		Marker: &marking.Keeper{Reader: cl, Canary: &canary{reader: cl}},
+		Marker: &marking.Keeper{Reader: cl, Canary: &canary{reader: cl}, CanaryGap: time.Nanosecond},
 	}
 	ctx := context.Background()
 	req := ctrl.Request{}
@@ -403,7 +403,7 @@ func TestConfigurationReconciler_anOpeningArmsTheNextInTheSameWrite(t *testing.T
 	r := &ConfigurationReconciler{
 		Kind: circuit.KindMutating, Client: cl, Targets: []config.Target{a, b}, State: state,
 		Recorder: events.NewFakeRecorder(100), Metrics: breakermetrics.NewMetrics(), Signer: testIdentity,
-		Clock: clocktesting.NewFakeClock(time.Now()), Marker: &marking.Keeper{Reader: cl, Canary: c},
+		Clock: clocktesting.NewFakeClock(time.Now()), Marker: &marking.Keeper{Reader: cl, Canary: c, CanaryGap: time.Nanosecond},
 	}
 	ctx := context.Background()
 	req := ctrl.Request{}
@@ -466,7 +466,7 @@ func TestConfigurationReconciler_closingsAreDisarmedInOneWrite(t *testing.T) {
 	r := &ConfigurationReconciler{
 		Kind: circuit.KindMutating, Client: cl, Targets: []config.Target{a, b}, State: state,
 		Recorder: events.NewFakeRecorder(100), Metrics: breakermetrics.NewMetrics(), Signer: testIdentity, Clock: clock,
-		Marker: &marking.Keeper{Reader: cl, Canary: &canary{reader: cl}},
+		Marker: &marking.Keeper{Reader: cl, Canary: &canary{reader: cl}, CanaryGap: time.Nanosecond},
 	}
 	ctx := context.Background()
 	req := ctrl.Request{}
@@ -552,6 +552,6 @@ func armedReconciler(t *testing.T, objs ...client.Object) (*ConfigurationReconci
 	return &ConfigurationReconciler{
 		Kind: circuit.KindMutating, Client: cl, Targets: []config.Target{tgt}, State: state,
 		Recorder: events.NewFakeRecorder(10), Metrics: breakermetrics.NewMetrics(), Signer: testIdentity, Clock: clock,
-		Marker: &marking.Keeper{Reader: cl, Canary: &canary{reader: cl}},
+		Marker: &marking.Keeper{Reader: cl, Canary: &canary{reader: cl}, CanaryGap: time.Nanosecond},
 	}, cl, clock
 }

@@ -76,6 +76,22 @@ func EntryText(record, webhook string) string {
 	return re.FindString(record)
 }
 
+// EntryTextOfCEL is EntryText in CEL for a webhook named when the
+// expression is written; namePattern is its NamePattern (or a placeholder
+// that is replaced by one). Its pattern is a constant, which
+// kube-apiserver compiles once with the expression (k8s.io/apiserver's
+// FindRegexOptimization), where EntryTextCEL's is compiled again at every
+// evaluation: in a marking policy that is every write in the cluster.
+func EntryTextOfCEL(record, namePattern string) string {
+	return fmt.Sprintf("%s.find(%s)", record, QuoteCEL(`"`+namePattern+entryPatternSuffix))
+}
+
+// NamePattern is an RE2 pattern that matches exactly webhook, a DNS
+// subdomain: each '.' is written [.], which matches as \. does (entryPattern)
+// but holds no backslash, so a template can put a name into it by plain
+// replacement.
+func NamePattern(webhook string) string { return strings.ReplaceAll(webhook, ".", "[.]") }
+
 // EntryTextCEL is EntryText in CEL.
 func EntryTextCEL(record, webhook string) string {
 	return fmt.Sprintf("%s.find(%s)", record, entryPatternCEL(webhook))

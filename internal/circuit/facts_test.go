@@ -126,6 +126,11 @@ func TestFact_CEL_agreesWithGo(t *testing.T) {
 			assert.Equal(t, HasEntry(text, n), eval(HasEntryCEL("record", "webhook"), text, n), "HasEntry %q in %s", n, text)
 			entry := EntryText(text, n)
 			assert.Equal(t, entry, eval(EntryTextCEL("record", "webhook"), text, n), "entry %q in %s", n, text)
+			assert.Equal(t, entry, eval(EntryTextOfCEL("record", NamePattern(n)), text, n), "entry %q in %s, constant pattern", n, text)
+			// [.] is no wildcard: an entry whose name has an x where n
+			// has a '.' is not n's.
+			renamed := strings.ReplaceAll(text, `"`+n+`"`, `"`+strings.Replace(n, ".", "x", 1)+`"`)
+			assert.Equal(t, EntryText(renamed, n), eval(EntryTextOfCEL("record", NamePattern(n)), renamed, n), "entry %q in %s", n, renamed)
 			for _, f := range []Fact{FactOpenedAt, FactOriginalFailurePolicy, FactMode, FactReason} {
 				assert.Equal(t, f.Read(entry), eval(f.CEL(EntryTextCEL("record", "webhook")), text, n), "%s of %q in %s", f.Key, n, text)
 				assert.Equal(t, f.Show(entry), eval(f.ShowCEL(EntryTextCEL("record", "webhook")), text, n), "%s of %q in %s", f.Key, n, text)

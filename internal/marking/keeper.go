@@ -3,6 +3,8 @@ package marking
 import (
 	"context"
 	"fmt"
+	"sync"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -26,15 +28,41 @@ type Events interface {
 
 // Keeper checks, before a circuit opens, that its marking policy is in
 // place: installed as Render renders it, loaded by kube-apiserver, and
-// armed by the configuration it reads. It
-// writes nothing; the policies are installed by an administrator (guard
-// manifests marking). It keeps no state, so it is safe for concurrent use.
+// armed by the configuration it reads. It writes nothing; the policies
+// are installed by an administrator (guard manifests marking). It is
+// safe for concurrent use: concurrent calls of Armed share canaries.
 type Keeper struct {
 	// Reader reads the installed policies and bindings (the manager's
 	// cache).
 	Reader client.Reader
 	// Canary sends the canary: a dry-run Event create.
 	Canary Events
+	// CanaryGap is the least time from one canary to the next
+	// (DefaultCanaryGap when zero).
+	CanaryGap time.Duration
+
+	// mu guards next, last and sending; sending holds a token while a
+	// canary is in flight, so that one is at a time.
+	mu      sync.Mutex
+	next    *canaryBatch
+	last    time.Time
+	sending chan struct{}
+}
+
+// DefaultCanaryGap bounds the canaries to four a second, however many
+// circuits open at once. A canary goes through admission, where every
+// marking policy of the cluster evaluates its match condition: at 1,000
+// policies a canary per configuration and probe interval was most of
+// kube-apiserver's CPU in a mass failure (docs/performance.md).
+const DefaultCanaryGap = 250 * time.Millisecond
+
+// canaryBatch is one canary and the circuits it asks about: every call of
+// Armed that comes while it waits for its turn joins it.
+type canaryBatch struct {
+	circuits map[Circuit]struct{}
+	done     chan struct{}
+	review   *eventsv1.Event
+	err      error
 }
 
 // CanaryNamespace is where the canary Event is created (dry run): the
@@ -72,32 +100,126 @@ func (k *Keeper) Check(ctx context.Context, c Circuit) error {
 // the policy's LoadedAnnotation with this release's Digest and its
 // ArmedAnnotation. It checks each policy first (an error when one is not
 // installed as Render renders it). Arming depends on the configuration,
-// not on the policy, so every call sends one canary for all of cs.
+// not on the policy, so every call waits for a canary sent after it: the
+// next one, which carries the circuits of every call meanwhile, at most
+// one at a time and CanaryGap apart. The first call to ask for a canary
+// sends it, within its own context.
 func (k *Keeper) Armed(ctx context.Context, cs []Circuit) ([]Circuit, error) {
 	for _, c := range cs {
 		if err := k.Check(ctx, c); err != nil {
 			return nil, err
 		}
 	}
-	review, err := k.Canary.Create(ctx, CanaryEvent(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-	if err != nil {
-		return nil, fmt.Errorf("sending the marking canary (a dry-run Event): %w", err)
+	b, first := k.join(cs)
+	if first {
+		k.send(ctx, b)
+	} else {
+		select {
+		case <-b.done:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for the marking canary (a dry-run Event): %w", ctx.Err())
+		}
+	}
+	if b.err != nil {
+		return nil, fmt.Errorf("sending the marking canary (a dry-run Event): %w", b.err)
 	}
 	var notYet []Circuit
 	for _, c := range cs {
-		if review.Annotations[LoadedAnnotation(c.Configuration, c.Webhook)] != Digest(c.Configuration, c.Webhook) ||
-			review.Annotations[ArmedAnnotation(c.Configuration, c.Webhook)] != "true" {
+		if b.review.Annotations[LoadedAnnotation(c.Configuration, c.Webhook)] != Digest(c.Configuration, c.Webhook) ||
+			b.review.Annotations[ArmedAnnotation(c.Configuration, c.Webhook)] != "true" {
 			notYet = append(notYet, c)
 		}
 	}
 	return notYet, nil
 }
 
-// CanaryEvent is the dry-run Event that the marking policies answer:
-// valid, so that the dry run succeeds, and about nothing in particular.
-func CanaryEvent() *eventsv1.Event {
+// join adds cs to the next canary, and reports whether they are the first
+// to ask for it: that call sends it.
+func (k *Keeper) join(cs []Circuit) (*canaryBatch, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.sending == nil {
+		k.sending = make(chan struct{}, 1)
+	}
+	b, first := k.next, false
+	if b == nil {
+		b, first = &canaryBatch{circuits: map[Circuit]struct{}{}, done: make(chan struct{})}, true
+		k.next = b
+	}
+	for _, c := range cs {
+		b.circuits[c] = struct{}{}
+	}
+	return b, first
+}
+
+// send sends b's canary, within ctx, once the canary before it has
+// answered and CanaryGap has passed since that one was sent; the calls
+// that come meanwhile join b. When ctx ends first, b fails for all who
+// joined it, and they ask again on their next look.
+func (k *Keeper) send(ctx context.Context, b *canaryBatch) {
+	defer close(b.done)
+	k.mu.Lock()
+	sending := k.sending
+	k.mu.Unlock()
+	select {
+	case sending <- struct{}{}:
+	default:
+		select {
+		case sending <- struct{}{}:
+		case <-ctx.Done():
+			b.err = k.abandon(b, ctx)
+			return
+		}
+	}
+	defer func() { <-sending }()
+	k.mu.Lock()
+	gap := k.CanaryGap
+	if gap == 0 {
+		gap = DefaultCanaryGap
+	}
+	wait := gap - time.Since(k.last)
+	k.mu.Unlock()
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			b.err = k.abandon(b, ctx)
+			return
+		}
+	}
+	k.mu.Lock()
+	k.next = nil
+	k.last = time.Now()
+	cs := make([]Circuit, 0, len(b.circuits))
+	for c := range b.circuits {
+		cs = append(cs, c)
+	}
+	k.mu.Unlock()
+	b.review, b.err = k.Canary.Create(ctx, CanaryEvent(cs...), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+}
+
+// abandon takes b out of turn, unsent, and returns why.
+func (k *Keeper) abandon(b *canaryBatch, ctx context.Context) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.next == b {
+		k.next = nil
+	}
+	return ctx.Err()
+}
+
+// CanaryEvent is the dry-run Event that the marking policies of cs
+// answer (CanaryLabelFor): valid, so that the dry run succeeds, and about
+// nothing in particular.
+func CanaryEvent(cs ...Circuit) *eventsv1.Event {
+	labels := map[string]string{CanaryLabel: "true"}
+	for _, c := range cs {
+		labels[CanaryLabelFor(c.Configuration, c.Webhook)] = "true"
+	}
 	return &eventsv1.Event{
-		ObjectMeta:          metav1.ObjectMeta{GenerateName: "webhook-guard-marking-canary-", Labels: map[string]string{CanaryLabel: "true"}},
+		ObjectMeta:          metav1.ObjectMeta{GenerateName: "webhook-guard-marking-canary-", Labels: labels},
 		EventTime:           metav1.NowMicro(),
 		ReportingController: "webhook-guard.io/marking-canary",
 		ReportingInstance:   "webhook-guard",

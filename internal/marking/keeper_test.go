@@ -2,7 +2,10 @@ package marking
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -18,19 +21,41 @@ import (
 // answers is a fake kube-apiserver for the canary: it answers for the
 // policies in loaded, with the digest each was loaded with.
 type answers struct {
+	mu     sync.Mutex
 	loaded map[Circuit]string
 	// armed are the circuits whose policy the configuration arms.
 	armed map[Circuit]bool
 	sent  []*eventsv1.Event
 	opts  []metav1.CreateOptions
+	// release, when set, holds every canary until it is closed; held
+	// counts the circuits the canaries held meanwhile ask for.
+	release chan struct{}
+	held    int
 }
 
-func (a *answers) Create(_ context.Context, e *eventsv1.Event, opts metav1.CreateOptions) (*eventsv1.Event, error) {
+// Create answers as kube-apiserver does: each loaded policy that the
+// canary asks for (CanaryLabelFor) adds its annotations.
+func (a *answers) Create(ctx context.Context, e *eventsv1.Event, opts metav1.CreateOptions) (*eventsv1.Event, error) {
+	if a.release != nil {
+		a.mu.Lock()
+		a.held += len(e.Labels) - 1 // the circuits it asks for
+		a.mu.Unlock()
+		select {
+		case <-a.release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	a.sent = append(a.sent, e)
 	a.opts = append(a.opts, opts)
 	out := e.DeepCopy()
 	out.Annotations = map[string]string{}
 	for c, digest := range a.loaded {
+		if e.Labels[CanaryLabelFor(c.Configuration, c.Webhook)] != "true" {
+			continue
+		}
 		out.Annotations[LoadedAnnotation(c.Configuration, c.Webhook)] = digest
 		if a.armed[c] {
 			out.Annotations[ArmedAnnotation(c.Configuration, c.Webhook)] = "true"
@@ -118,6 +143,65 @@ func TestKeeper_Armed(t *testing.T) {
 		assert.Contains(t, err.Error(), "is not installed")
 		assert.Len(t, fake.sent, 2)
 	})
+}
+
+// Calls of Armed that come together share canaries: one is in flight at
+// a time, and the next carries every circuit asked for meanwhile, so that
+// a hundred configurations opening at once send a few canaries, not a
+// hundred. Each call still gets the answer for its own circuits.
+func TestKeeper_Armed_callsTogetherShareCanaries(t *testing.T) {
+	ctx := context.Background()
+	const n = 100
+	var cs []Circuit
+	fake := &answers{loaded: map[Circuit]string{}, armed: map[Circuit]bool{}, release: make(chan struct{})}
+	for i := range n {
+		c := Circuit{fmt.Sprintf("configuration-%d", i), "hook.example.com"}
+		cs = append(cs, c)
+		fake.loaded[c] = Digest(c.Configuration, c.Webhook)
+		fake.armed[c] = i%2 == 0
+	}
+	k := &Keeper{Reader: installed(t, cs...), Canary: fake, CanaryGap: time.Millisecond}
+	var wg sync.WaitGroup
+	results := make([][]Circuit, n)
+	errs := make([]error, n)
+	for i, c := range cs {
+		wg.Go(func() { results[i], errs[i] = k.Armed(ctx, []Circuit{c}) })
+	}
+	// The first canary is held in flight until every call has asked.
+	require.Eventually(t, func() bool {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		fake.mu.Lock()
+		defer fake.mu.Unlock()
+		return k.next != nil && fake.held+len(k.next.circuits) == n
+	}, 10*time.Second, time.Millisecond)
+	close(fake.release)
+	wg.Wait()
+	for i, c := range cs {
+		require.NoError(t, errs[i])
+		if fake.armed[c] {
+			assert.Empty(t, results[i], "%s is armed", c.Configuration)
+		} else {
+			assert.Equal(t, []Circuit{c}, results[i], "%s is loaded but not armed", c.Configuration)
+		}
+	}
+	assert.Len(t, fake.sent, 2, "canaries for %d calls together: the one in flight, and the next", n)
+}
+
+// A caller waits no longer than its context allows, and the next call
+// asks again.
+func TestKeeper_Armed_aCallerWaitsNoLongerThanItsContext(t *testing.T) {
+	a := Circuit{"injector", "a.example.com"}
+	fake := &answers{loaded: map[Circuit]string{a: Digest(a.Configuration, a.Webhook)}, armed: map[Circuit]bool{a: true}, release: make(chan struct{})}
+	k := &Keeper{Reader: installed(t, a), Canary: fake}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	_, err := k.Armed(ctx, []Circuit{a})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	close(fake.release)
+	notYet, err := k.Armed(context.Background(), []Circuit{a})
+	require.NoError(t, err)
+	assert.Empty(t, notYet)
 }
 
 // cachedThrough returns c's policy and binding of a as the guard's cache

@@ -67,10 +67,19 @@ func ArmedAnnotation(configuration, webhook string) string {
 	return "webhook-guard.io/armed-" + ID(configuration, webhook)
 }
 
-// CanaryLabel on the dry-run create of an events.k8s.io Event asks every
-// marking policy to answer on it with its LoadedAnnotation. Only dry-run
+// CanaryLabel marks the dry-run create of an events.k8s.io Event that
+// asks marking policies to answer on it (CanaryEvent). Only dry-run
 // creates are answered: nothing answered is ever stored.
 const CanaryLabel = "webhook-guard.io/marking-canary"
+
+// CanaryLabelFor, on a canary, asks the marking policy of one circuit to
+// answer with its LoadedAnnotation (and ArmedAnnotation while armed). A
+// policy answers only the canaries that ask for it: each answer is a
+// mutation kube-apiserver applies, and a canary that every one of a
+// thousand policies answered cost it a thousand.
+func CanaryLabelFor(configuration, webhook string) string {
+	return "webhook-guard.io/canary-" + ID(configuration, webhook)
+}
 
 // Render returns the marking policy and binding of configuration's
 // mutating webhook, as an administrator installs them (guard manifests
@@ -214,7 +223,21 @@ const (
 	placeholderWebhook       = "@WEBHOOK@"
 	placeholderID            = "@ID@"
 	placeholderDigest        = "@DIGEST@"
+	// placeholderWebhookPattern is the webhook's circuit.NamePattern
+	// ('.' written [.]), inside the regular expressions that find its
+	// entry.
+	placeholderWebhookPattern = "@WEBHOOK_PATTERN@"
 )
+
+// namePattern is webhook's circuit.NamePattern, and in the template its
+// placeholder: the chart writes the name into the pattern with each '.'
+// as [.], which it cannot do to a pattern made from @WEBHOOK@.
+func namePattern(webhook string) string {
+	if webhook == placeholderWebhook {
+		return placeholderWebhookPattern
+	}
+	return circuit.NamePattern(webhook)
+}
 
 // markingTemplate is what TemplateJSON holds.
 type markingTemplate struct {
@@ -222,8 +245,9 @@ type markingTemplate struct {
 	// Digest.
 	Digest string `json:"digest"`
 	// Policy and Binding are Render's objects, as JSON objects, with the
-	// placeholders @CONFIGURATION@, @WEBHOOK@, @ID@ (the circuit's ID)
-	// and @DIGEST@ (its Digest) where the circuit's values go.
+	// placeholders @CONFIGURATION@, @WEBHOOK@, @WEBHOOK_PATTERN@ (the
+	// webhook's circuit.NamePattern), @ID@ (the circuit's ID) and
+	// @DIGEST@ (its Digest) where the circuit's values go.
 	Policy  map[string]any `json:"policy"`
 	Binding map[string]any `json:"binding"`
 }
@@ -322,7 +346,7 @@ func variables(configuration, webhook string) []admissionregistrationv1.Variable
 	return []admissionregistrationv1.Variable{
 		// The canary: the service's evidence that this policy is
 		// loaded. Never stored.
-		v("canary", canaryExpr),
+		v("canary", canaryExpr(configuration, webhook)),
 		// The circuit record on the configuration, '' when there is none.
 		v("record", annotationExpr(circuit.Annotation)),
 		// The entries that arm marking around a transition (see
@@ -370,10 +394,12 @@ namespaceObject != null && has(namespaceObject.metadata.labels) ? namespaceObjec
 	}
 }
 
-// canaryExpr is true on a canary: the dry-run create of an
-// events.k8s.io Event labelled CanaryLabel.
-var canaryExpr = `request.resource.group == 'events.k8s.io' && request.resource.resource == 'events' &&
-has(request.dryRun) && request.dryRun && has(object.metadata.labels) && ` + circuit.QuoteCEL(CanaryLabel) + ` in object.metadata.labels`
+// canaryExpr is true on a canary that asks for this circuit: the dry-run
+// create of an events.k8s.io Event labelled CanaryLabelFor it.
+func canaryExpr(configuration, webhook string) string {
+	return `request.resource.group == 'events.k8s.io' && request.resource.resource == 'events' &&
+has(request.dryRun) && request.dryRun && has(object.metadata.labels) && ` + circuit.QuoteCEL(CanaryLabelFor(configuration, webhook)) + ` in object.metadata.labels`
+}
 
 // annotationExpr is the configuration's (the param's) annotation key, the
 // empty string when there is none.
@@ -385,8 +411,8 @@ func annotationExpr(key string) string {
 // entryExpr is webhook's entry with the configuration's UID in the record,
 // or else in the arming entries; the empty string when neither holds one.
 func entryExpr(webhook string) string {
-	inRecord := circuit.EntryTextCEL("variables.record", circuit.QuoteCEL(webhook))
-	inArming := circuit.EntryTextCEL("variables.arming", circuit.QuoteCEL(webhook))
+	inRecord := circuit.EntryTextOfCEL("variables.record", namePattern(webhook))
+	inArming := circuit.EntryTextOfCEL("variables.arming", namePattern(webhook))
 	uid := func(entry string) string { return circuit.FactUID.CEL(entry) + " == string(params.metadata.uid)" }
 	return "([" + inRecord + ",\n  " + inArming + "].filter(e, e != '' && " + uid("e") + ") + [''])[0]"
 }

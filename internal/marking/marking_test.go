@@ -141,6 +141,7 @@ func fill(templateJSON []byte, configuration, webhook string) (policy, binding m
 		placeholderID, ID(configuration, webhook),
 		placeholderDigest, Digest(configuration, webhook),
 		placeholderConfiguration, configuration,
+		placeholderWebhookPattern, circuit.NamePattern(webhook),
 		placeholderWebhook, webhook,
 	).Replace(string(templateJSON))
 	var t markingTemplate

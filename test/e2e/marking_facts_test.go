@@ -69,7 +69,7 @@ func TestFact_markingPolicyReadsTheWebhookConfigurationAsItsParam(t *testing.T) 
 	circuits := []marking.Circuit{{Configuration: name, Webhook: hook}}
 	start := time.Now()
 	require.Eventually(t, func() bool {
-		review, err := cs.EventsV1().Events(marking.CanaryNamespace).Create(ctx, marking.CanaryEvent(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		review, err := cs.EventsV1().Events(marking.CanaryNamespace).Create(ctx, marking.CanaryEvent(circuits...), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		require.NoError(t, err)
 		return review.Annotations[marking.LoadedAnnotation(name, hook)] == marking.Digest(name, hook)
 	}, propagation, 20*time.Millisecond, "the canary never showed the policy loaded")

@@ -77,7 +77,8 @@ mutating target, in the order of the targets, without repeats, into a JSON
 list of objects: exactly what "guard manifests marking" renders, with no
 step before helm. files/marking.json is the guard's template of them
 (marking.TemplateJSON, written by "make manifests"); a circuit's objects
-are the template with its names, its ID (the first 10 hex characters of
+are the template with its names (the webhook's also with each "." as
+"[.]", in the patterns that find its entry), its ID (the first 10 hex characters of
 the SHA-256 of "<configuration>/<webhook>") and its digest (16 of the
 SHA-256 of the template's digest, a space and "<configuration>/<webhook>")
 put in (TestTemplateJSON_filledIsRender does the same in Go).
@@ -94,7 +95,7 @@ put in (TestTemplateJSON_filledIsRender does the same in Go).
 {{- $circuit := printf "%s/%s" .configuration .webhook -}}
 {{- if and (ne (.kind | default "Mutating") "Validating") (not (hasKey $seen $circuit)) -}}
 {{- $_ := set $seen $circuit true -}}
-{{- $filled := $template | replace "@ID@" ($circuit | sha256sum | trunc 10) | replace "@DIGEST@" (printf "%s %s" $digest $circuit | sha256sum | trunc 16) | replace "@CONFIGURATION@" .configuration | replace "@WEBHOOK@" .webhook | fromJson -}}
+{{- $filled := $template | replace "@ID@" ($circuit | sha256sum | trunc 10) | replace "@DIGEST@" (printf "%s %s" $digest $circuit | sha256sum | trunc 16) | replace "@CONFIGURATION@" .configuration | replace "@WEBHOOK_PATTERN@" (.webhook | replace "." "[.]") | replace "@WEBHOOK@" .webhook | fromJson -}}
 {{- $objs = append (append $objs $filled.policy) $filled.binding -}}
 {{- end -}}
 {{- end -}}
