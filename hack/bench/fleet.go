@@ -232,7 +232,7 @@ func startGuard(ctx context.Context, env *harness.Env, f *fleet, mode string, ho
 		args = append(args, "--pprof-bind-address", pprofAddr)
 	}
 	restore := setGuardEnv()
-	g, err := env.StartGuard(harness.GuardOptions{Name: f.ns, Kubeconfig: id.KubeconfigPath, Config: f.config(mode, hold), Args: args})
+	g, err := env.StartGuard(harness.GuardOptions{Name: f.ns, Kubeconfig: id.KubeconfigPath, Config: f.config(mode, hold), Args: args, WithoutMarking: !*withMarking})
 	restore()
 	if err != nil {
 		return nil, err
@@ -267,6 +267,12 @@ func (f *fleet) identity(ctx context.Context, env *harness.Env) error {
 	f.id = id
 	return nil
 }
+
+// withMarking (-marking=false) runs the control plane without
+// MutatingAdmissionPolicy, as before Kubernetes 1.36, and so the guard
+// without marking: to tell the marking policies' cost in kube-apiserver
+// from the guard's own.
+var withMarking = flag.Bool("marking", true, "Serve MutatingAdmissionPolicy and install the marking policies of the fleet's webhooks, as a user does (false: a control plane without MutatingAdmissionPolicy, and a guard without marking).")
 
 // guardEnv (-guard-env) is extra environment for the guard process only,
 // such as GOMEMLIMIT or GOGC: set in the bench's own environment the

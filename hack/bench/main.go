@@ -73,7 +73,16 @@ func (b *Bench) Env() (*harness.Env, error) {
 		return b.env, nil
 	}
 	say("starting kube-apiserver and etcd")
-	env, err := harness.Start(harness.Options{})
+	opts := harness.Options{}
+	if !*withMarking {
+		// As test/e2e/partition: an apiserver without
+		// MutatingAdmissionPolicy, where the guard runs without marking.
+		opts.APIServerFlags = map[string]string{
+			"runtime-config":            "admissionregistration.k8s.io/v1/mutatingadmissionpolicies=false,admissionregistration.k8s.io/v1/mutatingadmissionpolicybindings=false",
+			"disable-admission-plugins": "MutatingAdmissionPolicy",
+		}
+	}
+	env, err := harness.Start(opts)
 	if err != nil {
 		return nil, err
 	}

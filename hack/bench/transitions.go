@@ -436,6 +436,9 @@ func logRequests(when string, a, b map[string]float64) {
 // admissionPolicyObjects counts the MutatingAdmissionPolicies and their
 // bindings in the cluster.
 func admissionPolicyObjects(ctx context.Context, env *harness.Env) (int, error) {
+	if !*withMarking {
+		return 0, nil // not served
+	}
 	policies := &admissionregistrationv1.MutatingAdmissionPolicyList{}
 	bindings := &admissionregistrationv1.MutatingAdmissionPolicyBindingList{}
 	for _, l := range []client.ObjectList{policies, bindings} {
