@@ -306,8 +306,9 @@ func setGuardEnv() (restore func()) {
 }
 
 // profileDir, when set (-profile), receives a CPU profile and a heap
-// profile of the guard for every measured window.
-var profileDir = flag.String("profile", "", "Write the guard's CPU and heap profiles of each scale window to this folder.")
+// profile of the guard for every measured window, and kube-apiserver's
+// while a mass failure opens.
+var profileDir = flag.String("profile", "", "Write the guard's CPU and heap profiles of each scale window, and kube-apiserver's of a mass failure's opening, to this folder.")
 
 // profile saves the guard's CPU profile over d and then its heap profile
 // to profileDir, named after name.
@@ -315,45 +316,33 @@ func (r *guardRun) profile(ctx context.Context, name string, d time.Duration) er
 	if r.pprofAddr == "" {
 		return nil
 	}
-	for _, p := range []struct{ path, file string }{
-		{fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(d.Seconds())), name + ".cpu.pprof"},
-		{"/debug/pprof/heap", name + ".heap.pprof"},
-	} {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+r.pprofAddr+p.path, nil)
-		if err != nil {
-			return err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return err
-		}
-		data, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(*profileDir, p.file), data, 0o644); err != nil {
-			return err
-		}
-	}
-	return nil
+	return saveProfiles(ctx, http.DefaultClient, "http://"+r.pprofAddr, name, d)
 }
 
-// apiserverProfile saves kube-apiserver's CPU profile over d, then its
-// heap profile, to
-// profileDir, named after name: where the control plane's time goes while
-// the guard works.
+// apiserverProfile saves kube-apiserver's CPU profile over d and then its
+// heap profile to profileDir, named after name and "apiserver": where the
+// control plane's time goes while the guard works.
 func apiserverProfile(ctx context.Context, env *harness.Env, name string, d time.Duration) error {
 	hc, err := rest.HTTPClientFor(env.Config)
 	if err != nil {
 		return err
 	}
-	hc.Timeout = d + 30*time.Second
+	return saveProfiles(ctx, hc, strings.TrimSuffix(env.Config.Host, "/"), name+".apiserver", d)
+}
+
+// saveProfiles saves the CPU profile over d and then the heap profile
+// served under base's /debug/pprof to profileDir, as name.cpu.pprof and
+// name.heap.pprof.
+func saveProfiles(ctx context.Context, hc *http.Client, base, name string, d time.Duration) error {
 	for _, p := range []struct{ path, file string }{
-		{fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(d.Seconds())), name + ".apiserver.cpu.pprof"},
-		{"/debug/pprof/heap", name + ".apiserver.heap.pprof"},
+		{fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(d.Seconds())), name + ".cpu.pprof"},
+		{"/debug/pprof/heap", name + ".heap.pprof"},
 	} {
-		resp, err := hc.Get(strings.TrimSuffix(env.Config.Host, "/") + p.path)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+p.path, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := hc.Do(req)
 		if err != nil {
 			return err
 		}
