@@ -161,13 +161,15 @@ func (k *Keeper) send(ctx context.Context, b *canaryBatch) {
 	k.mu.Lock()
 	sending := k.sending
 	k.mu.Unlock()
+	// A free turn is taken even when ctx has just ended (a select with
+	// both ready picks at random), as a single call without a batch would.
 	select {
 	case sending <- struct{}{}:
 	default:
 		select {
 		case sending <- struct{}{}:
 		case <-ctx.Done():
-			b.err = k.abandon(b, ctx)
+			b.err = k.abandon(ctx, b)
 			return
 		}
 	}
@@ -185,7 +187,7 @@ func (k *Keeper) send(ctx context.Context, b *canaryBatch) {
 		select {
 		case <-t.C:
 		case <-ctx.Done():
-			b.err = k.abandon(b, ctx)
+			b.err = k.abandon(ctx, b)
 			return
 		}
 	}
@@ -201,7 +203,7 @@ func (k *Keeper) send(ctx context.Context, b *canaryBatch) {
 }
 
 // abandon takes b out of turn, unsent, and returns why.
-func (k *Keeper) abandon(b *canaryBatch, ctx context.Context) error {
+func (k *Keeper) abandon(ctx context.Context, b *canaryBatch) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.next == b {

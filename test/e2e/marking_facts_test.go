@@ -74,6 +74,11 @@ func TestFact_markingPolicyReadsTheWebhookConfigurationAsItsParam(t *testing.T) 
 		return review.Annotations[marking.LoadedAnnotation(name, hook)] == marking.Digest(name, hook)
 	}, propagation, 20*time.Millisecond, "the canary never showed the policy loaded")
 	t.Logf("policy loaded %v after its creation", time.Since(start))
+	// A policy answers only a canary that asks for its circuit: each
+	// answer is a mutation kube-apiserver applies.
+	unasked, err := cs.EventsV1().Events(marking.CanaryNamespace).Create(ctx, marking.CanaryEvent(marking.Circuit{Configuration: name, Webhook: "other." + hook}), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	require.NoError(t, err)
+	assert.NotContains(t, unasked.Annotations, marking.LoadedAnnotation(name, hook), "a canary that does not ask for the circuit")
 
 	create := func(labels map[string]string) *corev1.ConfigMap {
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "cm-", Labels: labels}}
