@@ -86,6 +86,13 @@ func EntryTextOfCEL(record, namePattern string) string {
 	return fmt.Sprintf("%s.find(%s)", record, QuoteCEL(`"`+namePattern+entryPatternSuffix))
 }
 
+// EntryKey is the text that begins webhook's entry in a record: a record
+// without it holds no entry for webhook (EntryText finds none), so a plain
+// substring test rules an entry out before any regular expression runs.
+// Names hold no quote, and a quote inside a JSON string is escaped, so the
+// text cannot come from inside another entry's values.
+func EntryKey(webhook string) string { return `"` + webhook + `":{` }
+
 // NamePattern is an RE2 pattern that matches exactly webhook, a DNS
 // subdomain: each '.' is written [.], which matches as \. does (entryPattern)
 // but holds no backslash, so a template can put a name into it by plain

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -135,10 +136,20 @@ func render(configuration, webhook, digest string) (*admissionregistrationv1.Mut
 				// change the guard's own writes of the configuration, which
 				// its guard policy then refuses (a */* webhook, as policy
 				// engines register, matches them).
+				//
+				// Nor are Leases marked: they are heartbeats, the most
+				// frequent writes of a cluster (every kubelet and every
+				// leader renews one every few seconds), and every marking
+				// policy a write matches costs kube-apiserver its match
+				// condition (BenchmarkMatchCondition).
 				ExcludeResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
 					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.OperationAll},
 					Rule: admissionregistrationv1.Rule{APIGroups: []string{admissionregistrationv1.GroupName}, APIVersions: []string{"*"},
 						Resources: exemptResources, Scope: ptr.To(admissionregistrationv1.AllScopes)},
+				}}, {RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.OperationAll},
+					Rule: admissionregistrationv1.Rule{APIGroups: []string{coordinationv1.GroupName}, APIVersions: []string{"*"},
+						Resources: []string{"leases"}, Scope: ptr.To(admissionregistrationv1.AllScopes)},
 				}}},
 				MatchPolicy: ptr.To(admissionregistrationv1.Equivalent),
 			},
@@ -154,7 +165,7 @@ func render(configuration, webhook, digest string) (*admissionregistrationv1.Mut
 			// record's lookup is all that runs. matchConditions cannot read
 			// variables, so they are written out here.
 			MatchConditions: []admissionregistrationv1.MatchCondition{{Name: "circuit-open-or-canary",
-				Expression: inline("variables.canary || (variables.open && variables.matches)", variables(configuration, webhook))}},
+				Expression: inline("variables.canary || (!variables.isEvent && variables.open && variables.matches)", variables(configuration, webhook))}},
 			Mutations: []admissionregistrationv1.Mutation{{
 				PatchType:          admissionregistrationv1.PatchTypeApplyConfiguration,
 				ApplyConfiguration: &admissionregistrationv1.ApplyConfiguration{Expression: mutation(configuration, webhook, digest)},
@@ -347,6 +358,12 @@ func variables(configuration, webhook string) []admissionregistrationv1.Variable
 		// The canary: the service's evidence that this policy is
 		// loaded. Never stored.
 		v("canary", canaryExpr(configuration, webhook)),
+		// Events are not marked, only answered as canaries: they record,
+		// they configure nothing (policy engines leave them out too:
+		// Kyverno's default resourceFilters begin with [Event,*,*]), and
+		// there are many of them, the guard's own among them. An Event
+		// costs each policy only these comparisons.
+		v("isEvent", `request.resource.resource == 'events' && (request.resource.group == '' || request.resource.group == 'events.k8s.io')`),
 		// The circuit record on the configuration, '' when there is none.
 		v("record", annotationExpr(circuit.Annotation)),
 		// The entries that arm marking around a transition (see
@@ -414,7 +431,10 @@ func entryExpr(webhook string) string {
 	inRecord := circuit.EntryTextOfCEL("variables.record", namePattern(webhook))
 	inArming := circuit.EntryTextOfCEL("variables.arming", namePattern(webhook))
 	uid := func(entry string) string { return circuit.FactUID.CEL(entry) + " == string(params.metadata.uid)" }
-	return "([" + inRecord + ",\n  " + inArming + "].filter(e, e != '' && " + uid("e") + ") + [''])[0]"
+	// A plain substring test first: while the circuit is closed, which
+	// is nearly always, the regular expressions do not run.
+	key := circuit.QuoteCEL(circuit.EntryKey(webhook))
+	return "(variables.record.contains(" + key + ") || variables.arming.contains(" + key + "))\n? ([" + inRecord + ",\n  " + inArming + "].filter(e, e != '' && " + uid("e") + ") + [''])[0]\n: ''"
 }
 
 // selects is a CEL expression: the label selector (a CEL expression of a

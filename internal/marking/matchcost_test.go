@@ -27,13 +27,16 @@ import (
 
 // matchFixture is one marking policy's match condition, compiled as
 // kube-apiserver compiles it, and its param: a configuration of ten
-// webhooks with their CA bundles, every circuit open or every one closed.
+// webhooks with their CA bundles that intercept creates of resources,
+// every circuit open or every one closed.
 type matchFixture struct {
 	matcher matchconditions.Matcher
 	param   *admissionregistrationv1.MutatingWebhookConfiguration
+	// webhook is the policy's.
+	webhook string
 }
 
-func newMatchFixture(t testing.TB, open bool) matchFixture {
+func newMatchFixture(t testing.TB, open bool, resources ...string) matchFixture {
 	t.Helper()
 	const configuration = "bench-configuration"
 	hooks := make([]admissionregistrationv1.MutatingWebhook, 10)
@@ -46,7 +49,7 @@ func newMatchFixture(t testing.TB, open bool) matchFixture {
 			ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: ptr.To(fmt.Sprintf("https://127.0.0.1:%d/review", 40000+i)), CABundle: []byte(strings.Repeat("A", 1100))},
 			Rules: []admissionregistrationv1.RuleWithOperations{{
 				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
-				Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}},
+				Rule:       admissionregistrationv1.Rule{APIGroups: []string{"*"}, APIVersions: []string{"*"}, Resources: resources},
 			}},
 			FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
 			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
@@ -72,7 +75,7 @@ func newMatchFixture(t testing.TB, open bool) matchFixture {
 		conditions = append(conditions, (*matchconditions.MatchCondition)(&policy.Spec.MatchConditions[i]))
 	}
 	filter := compiler.CompileCondition(conditions, decls, environment.StoredExpressions)
-	return matchFixture{matcher: matchconditions.NewMatcher(filter, policy.Spec.FailurePolicy, "policy", "mutate", policy.Name), param: param}
+	return matchFixture{matcher: matchconditions.NewMatcher(filter, policy.Spec.FailurePolicy, "policy", "mutate", policy.Name), param: param, webhook: hooks[4].Name}
 }
 
 // match evaluates the match condition on obj's create.
@@ -92,26 +95,63 @@ var (
 )
 
 // TestMatchCondition_openCircuit: while its circuit is open, the policy
-// applies to what its webhook's rules match, and to nothing else.
+// applies to what its webhook's rules match, and to nothing else; never to
+// an Event, even under a webhook that intercepts every resource.
 func TestMatchCondition_openCircuit(t *testing.T) {
-	f := newMatchFixture(t, true)
-	require.False(t, f.match(t, &eventsv1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "x"}}, eventGVR, eventGVK, "default"), "an Event")
-	require.True(t, f.match(t, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "x"}}, configMapGVR, configMapGVK, "default"), "a ConfigMap")
+	event := &eventsv1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "x"}}
+	configMap := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "x"}}
+	f := newMatchFixture(t, true, "configmaps")
+	require.False(t, f.match(t, event, eventGVR, eventGVK, "default"), "an Event")
+	require.True(t, f.match(t, configMap, configMapGVR, configMapGVK, "default"), "a ConfigMap")
+
+	all := newMatchFixture(t, true, "*")
+	require.True(t, all.match(t, configMap, configMapGVR, configMapGVK, "default"), "a ConfigMap under */*")
+	require.False(t, all.match(t, event, eventGVR, eventGVK, "default"), "an events.k8s.io Event under */*")
+	require.False(t, all.match(t, &corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "x"}},
+		schema.GroupVersionResource{Version: "v1", Resource: "events"}, schema.GroupVersionKind{Version: "v1", Kind: "Event"}, "default"), "a core Event under */*")
+}
+
+// TestMatchCondition_closedCircuit: with every circuit of its
+// configuration closed, the policy applies to nothing its webhook
+// intercepts; nor while only other webhooks' circuits are open.
+func TestMatchCondition_closedCircuit(t *testing.T) {
+	configMap := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "x"}}
+	f := newMatchFixture(t, false, "*")
+	require.False(t, f.match(t, configMap, configMapGVR, configMapGVK, "default"), "no record")
+
+	others := newMatchFixture(t, true, "*")
+	rec, err := circuit.Decode(others.param.Annotations)
+	require.NoError(t, err)
+	require.Len(t, rec, 10)
+	delete(rec, others.webhook)
+	others.param.Annotations, err = circuit.Encode(others.param.Annotations, rec)
+	require.NoError(t, err)
+	require.NotContains(t, others.param.Annotations[circuit.Annotation], others.webhook)
+	require.False(t, others.match(t, configMap, configMapGVR, configMapGVK, "default"), "other webhooks' circuits open")
 }
 
 // BenchmarkMatchCondition is what one marking policy costs kube-apiserver
-// on a write its webhook does not intercept (an Event), with its circuit
-// closed and open: every write in the cluster pays it once per marking
-// policy.
+// on a write its webhook does not intercept, with its circuit closed and
+// open: every write in the cluster pays it once per marking policy. An
+// Event is the guard's own write, a Secret anyone's.
 //
 //	go test ./internal/marking/ -run '^$' -bench MatchCondition -benchmem
 func BenchmarkMatchCondition(b *testing.B) {
+	secretGVR := schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+	secretGVK := schema.GroupVersionKind{Version: "v1", Kind: "Secret"}
 	for _, open := range []bool{false, true} {
-		b.Run(map[bool]string{false: "closed", true: "open"}[open], func(b *testing.B) {
-			f := newMatchFixture(b, open)
+		f := newMatchFixture(b, open, "configmaps")
+		state := map[bool]string{false: "closed", true: "open"}[open]
+		b.Run(state+"/event", func(b *testing.B) {
 			ev := &eventsv1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "x"}}
 			for b.Loop() {
 				f.match(b, ev, eventGVR, eventGVK, "default")
+			}
+		})
+		b.Run(state+"/secret", func(b *testing.B) {
+			secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "x"}}
+			for b.Loop() {
+				f.match(b, secret, secretGVR, secretGVK, "default")
 			}
 		})
 	}
