@@ -2,8 +2,10 @@ package breaker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -86,6 +88,10 @@ type ProbeRunner struct {
 	holding atomic.Bool
 	// inFlight counts each target's outstanding probes, by key.
 	inFlight map[string]*atomic.Int32
+	// recovering says, by key, that the target's circuit was open at its
+	// last probe: its probes then look for recovery, one at a time, within
+	// the Prober's budget of new connections (probe.Spec.Recovery).
+	recovering map[string]*atomic.Bool
 	// byConfiguration holds the targets of each configuration, by kind
 	// and name, so a probe does not search every target; built once, on
 	// first use.
@@ -139,10 +145,17 @@ func FirstSpread(interval time.Duration, targets int) time.Duration {
 	return max(interval, time.Duration(targets)*time.Second/FirstProbesPerSecond)
 }
 
-// MaxProbesInFlight is how many probes of t may be outstanding at once:
-// enough for a hanging webhook to reach either threshold with one probe
-// started every interval.
-func MaxProbesInFlight(t config.Target) int {
+// MaxProbesInFlight is how many probes of t may be outstanding at once
+// while its circuit is closed: enough for a hanging webhook to reach the
+// threshold with one probe started every interval. While it is open its
+// probes look for recovery, which is not urgent, and one at a time: a
+// hanging webhook's probe loses its connection at its timeout, and a
+// thousand open circuits of hanging webhooks probed several at a time
+// cost the guard a TLS handshake each every second (hack/bench).
+func MaxProbesInFlight(t config.Target, open bool) int {
+	if open {
+		return 1
+	}
 	return max(t.OpenAfter, t.CloseAfter, 1)
 }
 
@@ -174,8 +187,10 @@ func (r *ProbeRunner) Start(ctx context.Context) error {
 		r.signal = s
 	}
 	r.inFlight = make(map[string]*atomic.Int32, len(r.Targets))
+	r.recovering = make(map[string]*atomic.Bool, len(r.Targets))
 	for _, t := range r.Targets {
 		r.inFlight[t.Key()] = &atomic.Int32{}
+		r.recovering[t.Key()] = &atomic.Bool{}
 	}
 	var wg sync.WaitGroup
 	if r.PathProber != nil {
@@ -197,7 +212,7 @@ func (r *ProbeRunner) Start(ctx context.Context) error {
 }
 
 // loop starts a probe of t every interval, without waiting for the ones
-// still outstanding (at most MaxProbesInFlight(t) at once): a hanging
+// still outstanding (at most MaxProbesInFlight at once): a hanging
 // webhook then fails a probe every interval from the moment it hangs,
 // each after the probe's timeout (probe.DefaultSlowCall by default), not
 // one per timeout plus interval. The probes it starts join wg.
@@ -215,10 +230,10 @@ func (r *ProbeRunner) loop(ctx context.Context, t config.Target, wg *sync.WaitGr
 		return
 	case <-first.C():
 	}
-	inFlight := r.inFlight[t.Key()]
+	inFlight, recovering := r.inFlight[t.Key()], r.recovering[t.Key()]
 	for {
 		r.Metrics.ProbeLateness.Observe(max(r.Clock.Since(due), 0).Seconds())
-		if inFlight.Load() < int32(MaxProbesInFlight(t)) {
+		if inFlight.Load() < int32(MaxProbesInFlight(t, recovering.Load())) {
 			inFlight.Add(1)
 			wg.Go(func() {
 				defer inFlight.Add(-1)
@@ -259,8 +274,18 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 		r.Metrics.ProbesSkipped.WithLabelValues(labels...).Inc()
 		return
 	}
+	open := strings.Contains(view.Annotations[circuit.Annotation], circuit.EntryKey(t.Webhook))
+	if recovering := r.recovering[t.Key()]; recovering != nil {
+		recovering.Store(open)
+	}
 	pathDone := r.startPathProbe(ctx, t, obj, view, wh)
-	res, diagnosis := r.probe(ctx, t, obj, wh)
+	res, diagnosis := r.probe(ctx, t, obj, wh, open)
+	if errors.Is(res.Err, probe.ErrRecoveryDialBudget) {
+		// Not sent: nothing is known about the webhook, and nothing
+		// counts, not even an Unknown.
+		pathDone()
+		return
+	}
 	counts := r.State.Observe(t.Key(), res, r.Clock.Now())
 	r.reportUnknown(ctx, t, obj, view, counts, res)
 	path := pathDone()
@@ -343,13 +368,18 @@ func (r *ProbeRunner) probeable(ctx context.Context, t config.Target) (client.Ob
 // probe sends t's probe to wh and counts its outcome in the metrics. A
 // TLS failure is diagnosed (DiagnoseTLS), within diagnoseTimeout; the
 // diagnosis is returned, and is part of the result's error.
-func (r *ProbeRunner) probe(ctx context.Context, t config.Target, obj client.Object, wh *admissionregistrationv1.MutatingWebhook) (probe.Result, string) {
+func (r *ProbeRunner) probe(ctx context.Context, t config.Target, obj client.Object, wh *admissionregistrationv1.MutatingWebhook, open bool) (probe.Result, string) {
 	log := logf.FromContext(ctx)
 	labels := []string{string(t.Kind), t.Configuration, t.Webhook}
 	res := r.Prober.Probe(ctx, *wh, probe.Spec{
 		Kind: probe.Kind(t.Probe.Kind), Timeout: t.Probe.Timeout, Path: t.Probe.Path,
-		Validating: t.Kind == circuit.KindValidating,
+		Validating: t.Kind == circuit.KindValidating, Recovery: open,
 	})
+	if errors.Is(res.Err, probe.ErrRecoveryDialBudget) {
+		r.Metrics.RecoveryProbesNotSent.Inc()
+		log.V(1).Info("Probe of the open circuit not sent", "reason", res.Err)
+		return res, ""
+	}
 	r.Metrics.ProbeDuration.WithLabelValues(labels...).Observe(res.Duration.Seconds())
 	diagnosis := ""
 	switch res.Outcome {

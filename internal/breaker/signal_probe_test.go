@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -107,12 +108,16 @@ func TestProbeRunner_ProbeOnce_openCircuitWakesAtTheClosingThreshold(t *testing.
 
 // hangingProber's probes wait until released or their context ends.
 type hangingProber struct {
-	started atomic.Int32
-	release chan struct{}
+	started  atomic.Int32
+	recovery atomic.Int32 // probes started with Spec.Recovery
+	release  chan struct{}
 }
 
-func (p *hangingProber) Probe(ctx context.Context, _ admissionregistrationv1.MutatingWebhook, _ probe.Spec) probe.Result {
+func (p *hangingProber) Probe(ctx context.Context, _ admissionregistrationv1.MutatingWebhook, spec probe.Spec) probe.Result {
 	p.started.Add(1)
+	if spec.Recovery {
+		p.recovery.Add(1)
+	}
 	select {
 	case <-ctx.Done():
 	case <-p.release:
@@ -140,7 +145,7 @@ func TestProbeRunner_startsAProbeEveryIntervalWhileEarlierOnesWait(t *testing.T)
 		require.Eventually(t, clock.HasWaiters, 10*time.Second, time.Millisecond)
 		clock.Step(tgt.Probe.Interval)
 	}
-	limit := MaxProbesInFlight(tgt)
+	limit := MaxProbesInFlight(tgt, false)
 	require.Equal(t, 3, limit)
 	for want := 1; want <= limit; want++ {
 		step()
@@ -157,6 +162,51 @@ func TestProbeRunner_startsAProbeEveryIntervalWhileEarlierOnesWait(t *testing.T)
 	step()
 	require.Eventually(t, func() bool { return int(p.started.Load()) == limit+1 }, 10*time.Second, time.Millisecond,
 		"no probe started once one had answered")
+}
+
+// An open circuit's probes look for recovery (Spec.Recovery), one at a
+// time: a second one does not start while the first waits on a hanging
+// webhook.
+func TestProbeRunner_anOpenCircuitIsProbedOneAtATime(t *testing.T) {
+	tgt := breakertest.Target(breakertest.WhA, config.ModeBypass, 3, 2)
+	tgt.Probe.Interval = time.Second
+	open := breakertest.WithEntries(t, breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail)), circuit.Record{breakertest.WhA: breakertest.EntryFor(config.ModeBypass, breakertest.PolicyFail)})
+	r, _ := runnerFor(t, open, tgt, probe.Result{})
+	p := &hangingProber{release: make(chan struct{})}
+	r.Prober = p
+	clock := r.Clock.(*clocktesting.FakeClock)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = r.Start(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	require.Equal(t, 1, MaxProbesInFlight(tgt, true))
+	for range 4 {
+		require.Eventually(t, clock.HasWaiters, 10*time.Second, time.Millisecond)
+		clock.Step(tgt.Probe.Interval)
+	}
+	require.Eventually(t, func() bool { return p.recovery.Load() == 1 }, 10*time.Second, time.Millisecond, "the first probe looks for recovery")
+	require.Eventually(t, clock.HasWaiters, 10*time.Second, time.Millisecond)
+	time.Sleep(20 * time.Millisecond) // the loop has run; nothing else to wait for
+	assert.Equal(t, int32(1), p.started.Load(), "a second probe of the open circuit started while the first waits")
+}
+
+// A recovery probe the Prober did not send (its budget of new
+// connections was spent) counts for nothing, not even as Unknown.
+func TestProbeRunner_ProbeOnce_aProbeNotSentCountsNothing(t *testing.T) {
+	open := breakertest.WithEntries(t, breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail)), circuit.Record{breakertest.WhA: breakertest.EntryFor(config.ModeBypass, breakertest.PolicyFail)})
+	tgt := breakertest.Target(breakertest.WhA, config.ModeBypass, 3, 2)
+	r, trigger := runnerFor(t, open, tgt, probe.Result{Outcome: probe.OutcomeUnknown, Err: probe.ErrRecoveryDialBudget})
+	r.State.Register(tgt.Key())
+	for range 3 {
+		r.ProbeOnce(context.Background(), r.Targets[0])
+	}
+	st, ok := r.State.Get(tgt.Key())
+	require.True(t, ok)
+	assert.Zero(t, st.Unknowns, "counted as Unknown")
+	assert.Zero(t, testutil.ToFloat64(r.Metrics.ProbeUnknown.WithLabelValues(string(tgt.Kind), tgt.Configuration, tgt.Webhook)))
+	assert.Equal(t, 3.0, testutil.ToFloat64(r.Metrics.RecoveryProbesNotSent))
+	assert.Empty(t, trigger)
 }
 
 // The runner decodes a configuration's record again only when its text

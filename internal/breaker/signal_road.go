@@ -170,7 +170,7 @@ func (s *roadSchedule) roads() (roads map[string]*roadProbe, every map[string]ti
 		}
 		rp.members = append(rp.members, rt)
 		rp.timeout, every[k] = min(rp.timeout, rt.timeout), min(every[k], rt.t.Probe.Interval)
-		limit[k] = max(limit[k], MaxProbesInFlight(rt.t))
+		limit[k] = max(limit[k], MaxProbesInFlight(rt.t, false))
 	}
 	return roads, every, limit
 }

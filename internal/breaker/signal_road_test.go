@@ -130,7 +130,7 @@ func TestRoadSchedule_atMostMaxProbesInFlight(t *testing.T) {
 	s := newRoadSchedule()
 	rt := roadTargetFor("a.example.com", "hook")
 	s.set(rt)
-	for i := range MaxProbesInFlight(rt.t) {
+	for i := range MaxProbesInFlight(rt.t, false) {
 		_, ok := s.next(breakertest.Now.Add(time.Duration(i) * time.Second))
 		require.True(t, ok)
 	}

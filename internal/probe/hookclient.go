@@ -59,8 +59,12 @@ type hookClients struct {
 // reached (rotated caBundles and changed URLs leave old ones behind).
 const maxClients = 4096
 
-// init builds the ClientManager once; resolve resolves service references.
-func (h *hookClients) init(resolve resolveFunc) error {
+// dialFunc opens a connection (rest.Config's Dial).
+type dialFunc func(ctx context.Context, network, address string) (net.Conn, error)
+
+// init builds the ClientManager once; resolve resolves service references,
+// and dial opens connections.
+func (h *hookClients) init(resolve resolveFunc, dial dialFunc) error {
 	h.once.Do(func() {
 		scheme := runtime.NewScheme()
 		for _, add := range []func(*runtime.Scheme) error{admissionv1beta1.AddToScheme, admissionv1.AddToScheme} {
@@ -75,7 +79,7 @@ func (h *hookClients) init(resolve resolveFunc) error {
 			h.initErr = err
 			return
 		}
-		cm.SetAuthenticationInfoResolver(noCredentials{})
+		cm.SetAuthenticationInfoResolver(noCredentials{dial: dial})
 		cm.SetServiceResolver(serviceResolver{resolve: resolve})
 		if err := cm.Validate(); err != nil {
 			h.initErr = err
@@ -87,8 +91,8 @@ func (h *hookClients) init(resolve resolveFunc) error {
 }
 
 // client returns the REST client for cc.
-func (h *hookClients) client(cc webhookutil.ClientConfig, resolve resolveFunc) (*rest.RESTClient, error) {
-	if err := h.init(resolve); err != nil {
+func (h *hookClients) client(cc webhookutil.ClientConfig, resolve resolveFunc, dial dialFunc) (*rest.RESTClient, error) {
+	if err := h.init(resolve, dial); err != nil {
 		return nil, err
 	}
 	cc.Name = ""
@@ -134,19 +138,21 @@ func clientKey(cc webhookutil.ClientConfig) string {
 // noCredentials is the AuthenticationInfoResolver of a kube-apiserver
 // without an admission kubeconfig: no client certificate and no token. The
 // guard adds its response bound and drops the Warning headers of answers
-// (the probe's answers are not anyone's requests).
-type noCredentials struct{}
+// (the probe's answers are not anyone's requests). Its connections are
+// dialled by dial (Prober.dial).
+type noCredentials struct{ dial dialFunc }
 
-func (noCredentials) ClientConfigFor(string) (*rest.Config, error) { return baseConfig(), nil }
+func (n noCredentials) ClientConfigFor(string) (*rest.Config, error) { return n.baseConfig(), nil }
 
-func (noCredentials) ClientConfigForService(string, string, int) (*rest.Config, error) {
-	return baseConfig(), nil
+func (n noCredentials) ClientConfigForService(string, string, int) (*rest.Config, error) {
+	return n.baseConfig(), nil
 }
 
-func baseConfig() *rest.Config {
+func (n noCredentials) baseConfig() *rest.Config {
 	return &rest.Config{
 		WarningHandler: rest.NoWarnings{},
 		WrapTransport:  func(rt http.RoundTripper) http.RoundTripper { return boundedBody{rt} },
+		Dial:           n.dial,
 	}
 }
 

@@ -3,7 +3,6 @@ package probe
 import (
 	"crypto/sha256"
 	"crypto/tls"
-	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -65,7 +64,7 @@ func (cp *ConnectionPool) transport(ep endpoint, rootsKey [32]byte) *http.Transp
 	}
 	tr := &http.Transport{
 		Proxy:       nil,
-		DialContext: (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext,
+		DialContext: ep.dial,
 		TLSClientConfig: &tls.Config{
 			RootCAs:    ep.roots,
 			ServerName: ep.serverName,

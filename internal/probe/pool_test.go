@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+	"golang.org/x/time/rate"
 )
 
 // countingServer is a TLS webhook on a fixed listener that counts the
@@ -247,5 +248,52 @@ func BenchmarkProber_Probe_httpGetPooled(b *testing.B) {
 		if res := p.Probe(ctx, wh, healthz); res.Outcome != OutcomeHealthy {
 			b.Fatalf("probe not healthy: %v", res.Err)
 		}
+	}
+}
+
+// A probe of an open circuit (Spec.Recovery) dials a new connection only
+// with a token of RecoveryDials: without one it is Unknown and reaches no
+// server. On a kept-alive connection it needs none, and a probe of a
+// closed circuit never waits for one. Both clients: the pool's (HTTPGet)
+// and kube-apiserver's (AdmissionReview).
+func TestProber_Probe_recoveryProbesDialWithinTheBudget(t *testing.T) {
+	for _, kind := range []Kind{KindHTTPGet, KindAdmissionReview} {
+		t.Run(string(kind), func(t *testing.T) {
+			ca := newTestCA(t)
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			cs := startCounting(t, ca, l, getOrAnswer(t))
+			defer cs.srv.Close()
+			wh := urlWebhook(cs.srv.URL+"/mutate", ca.pem)
+			pool := &ConnectionPool{}
+			defer pool.Close()
+			// One token, never refilled.
+			p := &Prober{Discovery: testDiscovery(), Pool: pool, RecoveryDials: rate.NewLimiter(0, 1)}
+			recovery := Spec{Kind: kind, Path: "/healthz", Recovery: true}
+
+			for range 5 {
+				res := p.Probe(context.Background(), wh, recovery)
+				require.Equal(t, OutcomeHealthy, res.Outcome, "%v", res.Err)
+			}
+			require.Equal(t, int64(1), cs.conns.Load(), "the token's connection, then kept alive")
+
+			cs.srv.CloseClientConnections()
+			// Until the client sees the close, a probe may still be sent
+			// on the closed connection (an EOF, as kube-apiserver's client
+			// would get); then none is sent.
+			var res Result
+			require.Eventually(t, func() bool {
+				res = p.Probe(context.Background(), wh, recovery)
+				return res.Outcome == OutcomeUnknown
+			}, 5*time.Second, time.Millisecond, "%v", res.Err)
+			require.ErrorIs(t, res.Err, ErrRecoveryDialBudget)
+			require.Equal(t, int64(1), cs.conns.Load(), "no token, no dial")
+
+			closed := recovery
+			closed.Recovery = false
+			res = p.Probe(context.Background(), wh, closed)
+			require.Equal(t, OutcomeHealthy, res.Outcome, "%v", res.Err)
+			require.Equal(t, int64(2), cs.conns.Load(), "a closed circuit's probe dials without a token")
+		})
 	}
 }

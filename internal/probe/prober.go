@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"golang.org/x/time/rate"
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionv1beta1 "k8s.io/api/admission/v1beta1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -67,6 +68,14 @@ type Prober struct {
 	// Pool, when set, keeps connections between probes (see
 	// ConnectionPool). Nil opens a fresh connection for every probe.
 	Pool *ConnectionPool
+	// RecoveryDials, when set, bounds the new connections that probes of
+	// open circuits (Spec.Recovery) open a second. A probe of a hanging
+	// webhook loses its connection at its timeout, so without a bound the
+	// open circuits of a mass failure cost the guard a TCP and TLS
+	// handshake each every few seconds, which starved it at a thousand
+	// targets. Probes of closed circuits, which may have to open, and
+	// probes on kept-alive connections take no token.
+	RecoveryDials *rate.Limiter
 
 	// roots caches parsed caBundles by rootsKey: parsing on every probe
 	// was a visible part of the guard's CPU at a thousand targets.
@@ -114,6 +123,8 @@ type endpoint struct {
 	roots      *x509.CertPool // nil = system roots
 	rootsKey   [32]byte
 	pool       *ConnectionPool
+	// dial opens the endpoint's connections.
+	dial func(ctx context.Context, network, address string) (net.Conn, error)
 }
 
 // Probe sends one probe to wh as described by spec and classifies the
@@ -164,6 +175,12 @@ func (p *Prober) Probe(ctx context.Context, wh admissionregistrationv1.MutatingW
 		return res
 	}
 	ep.pool = p.Pool
+
+	ep.dial = p.dial(KeepAliveDialer)
+	if spec.Recovery {
+		ctx = context.WithValue(ctx, recoveryKey{}, true)
+		probeCtx = context.WithValue(probeCtx, recoveryKey{}, true)
+	}
 
 	if kind == KindHTTPGet {
 		return p.httpGet(ctx, probeCtx, ep, spec.Path)
@@ -261,7 +278,7 @@ func (p *Prober) endpoint(ctx, probeCtx context.Context, cc admissionregistratio
 func (ep endpoint) client() (*http.Client, *http.Transport) {
 	tr := &http.Transport{
 		Proxy:       nil,
-		DialContext: (&net.Dialer{KeepAlive: -1}).DialContext,
+		DialContext: ep.dial,
 		TLSClientConfig: &tls.Config{
 			RootCAs:    ep.roots,
 			ServerName: ep.serverName,
@@ -355,7 +372,7 @@ func (p *Prober) hookClient(cc admissionregistrationv1.WebhookClientConfig) (*re
 			hc.Service.Path = *cc.Service.Path
 		}
 	}
-	return p.hooks.client(hc, p.resolve)
+	return p.hooks.client(hc, p.resolve, p.dial(KeepAliveDialer))
 }
 
 // resolve resolves a service reference for kube-apiserver's client.
@@ -378,7 +395,7 @@ func (p *Prober) reviewBody(wh *admissionregistrationv1.MutatingWebhook, target 
 		uid := uuid.NewUUID()
 		return bytes.Replace(t.data, []byte(placeholderUID), []byte(uid), 1), uid, t.newResponse(), nil
 	}
-	if err := p.hooks.init(p.resolve); err != nil {
+	if err := p.hooks.init(p.resolve, p.dial(KeepAliveDialer)); err != nil {
 		return nil, "", nil, err
 	}
 	uid, req, response, err := newAdmissionRequest(wh, target, username)
@@ -495,11 +512,36 @@ func (ep endpoint) doPooled(req *http.Request) (*http.Response, error) {
 	return c.Do(retry)
 }
 
+// recoveryKey marks the context of a recovery probe (Spec.Recovery); the
+// transport passes a request's context values on to its dial.
+type recoveryKey struct{}
+
+// KeepAliveDialer dials the probes' connections, as client-go's default
+// dialer does for kube-apiserver's webhook clients. Its timeout matters:
+// net/http lets a dial outlive the request that started it.
+var KeepAliveDialer = &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+
+// dial is d's DialContext, except that a recovery probe's dial first
+// takes a token of RecoveryDials, and fails with ErrRecoveryDialBudget,
+// without waiting, when there is none.
+func (p *Prober) dial(d *net.Dialer) func(ctx context.Context, network, address string) (net.Conn, error) {
+	return func(ctx context.Context, network, address string) (net.Conn, error) {
+		if p.RecoveryDials != nil && ctx.Value(recoveryKey{}) != nil && !p.RecoveryDials.Allow() {
+			return nil, ErrRecoveryDialBudget
+		}
+		return d.DialContext(ctx, network, address)
+	}
+}
+
 // callFailed classifies a call error; if the caller's own context ended,
-// the result is Unknown rather than a failure of the webhook.
+// the result is Unknown rather than a failure of the webhook, as it is
+// when the probe was not sent for the recovery dial budget.
 func (p *Prober) callFailed(ctx context.Context, err error, status int) Result {
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return Result{Outcome: OutcomeUnknown, Err: fmt.Errorf("probe abandoned: %w", ctxErr), HTTPStatus: status}
+	}
+	if errors.Is(err, ErrRecoveryDialBudget) {
+		return unknown(ErrRecoveryDialBudget)
 	}
 	return failed(Classify(err), err, status)
 }

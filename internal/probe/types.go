@@ -105,7 +105,28 @@ type Spec struct {
 	// answer is checked as kube-apiserver checks a validating webhook's
 	// (no patch allowed).
 	Validating bool
+	// Recovery says the webhook's circuit is open: the probe looks for its
+	// recovery, which is not urgent. A new connection it needs takes a
+	// token of the Prober's RecoveryDials first; when there is none, the
+	// probe is not sent and its Result's error is ErrRecoveryDialBudget.
+	Recovery bool
 }
+
+// RecoveryDialsPerSecond is the budget of new connections a second for
+// probes of open circuits that the service runs with (Prober
+// .RecoveryDials), and its burst. A TCP and TLS handshake costs the guard
+// about 1 ms of CPU (hack/bench), so the budget bounds their cost to about
+// a tenth of a core whatever fails. A probe on a kept-alive connection
+// needs none, so a recovered webhook, once one probe reached it, closes
+// at the usual pace; a thousand recovering at once wait up to ten seconds
+// for their first.
+const RecoveryDialsPerSecond = 100
+
+// ErrRecoveryDialBudget is the error of a recovery probe (Spec.Recovery)
+// that was not sent because it needed a new connection and the Prober's
+// RecoveryDials had no token left: the webhook was not asked, so nothing
+// is known about it.
+var ErrRecoveryDialBudget = errors.New("not sent: it needed a new connection, and this second's budget of new connections for probes of open circuits is spent")
 
 // Resolver turns a webhook's service reference into an address.
 type Resolver interface {

@@ -74,6 +74,10 @@ type Metrics struct {
 	// CanaryFailures counts marking canaries that failed or timed out (a
 	// failing webhook that intercepts Events refuses them).
 	CanaryFailures prometheus.Counter
+	// RecoveryProbesNotSent counts probes of open circuits not sent
+	// because they needed a new connection and the second's budget of
+	// them was spent (probe.ErrRecoveryDialBudget).
+	RecoveryProbesNotSent prometheus.Counter
 }
 
 // NewMetrics creates the collectors without registering them.
@@ -166,6 +170,9 @@ func (m *Metrics) addSignalMetrics(target []string) {
 	m.CanaryFailures = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "webhook_guard_marking_canary_failures_total", Help: "Marking canaries (dry-run Event creates) that failed or timed out; a failing webhook that intercepts Events refuses them.",
 	})
+	m.RecoveryProbesNotSent = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "webhook_guard_recovery_probes_not_sent_total", Help: "Probes of open circuits not sent because they needed a new connection and the second's budget of new connections for them was spent; they count for nothing.",
+	})
 	m.PathProbes = NewTargetCounterVec("webhook_guard_path_probes_total",
 		"Probes of kube-apiserver's own road to a service-backed webhook, a GET through its service proxy, by target and outcome (Healthy: the webhook's server answered; Failed: the apiserver could not reach it; Unknown: cannot tell). They run while the apiserver's calls fail and while a circuit they opened is open.",
 		"outcome")
@@ -178,7 +185,7 @@ func (m *Metrics) addSignalMetrics(target []string) {
 // controller-runtime's metrics.Registry.
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.CircuitOpen, m.WouldOpen, m.ProbeDuration, m.ProbeLateness, m.ProbeFailures, m.ProbeUnknown, m.ProbesSkipped, m.UnknownWhileOpen, m.Transitions, m.WriteConflicts, m.WriteErrors, m.TargetMissing, m.TargetUnprobeable, m.Reconciles, m.RecordUnreadable, m.OpeningsHeld,
-		m.Openings, m.ScrapeDuration, m.ScrapeBytes, m.ScrapeErrors, m.APIServerObservations, m.SignalsDisagree, m.AdmittedWithout, m.MarkingAvailable, m.PathProbes, m.MarkingUnconfirmed, m.CanaryFailures}
+		m.Openings, m.ScrapeDuration, m.ScrapeBytes, m.ScrapeErrors, m.APIServerObservations, m.SignalsDisagree, m.AdmittedWithout, m.MarkingAvailable, m.PathProbes, m.MarkingUnconfirmed, m.CanaryFailures, m.RecoveryProbesNotSent}
 }
 
 // The values of webhook_guard_apiserver_scrape_errors_total's reason label.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/time/rate"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -251,7 +252,10 @@ func (o *Options) Run(ctx context.Context) error {
 			// HTTPGet probes keep their connections between probes and
 			// re-dial every probe.DefaultRedial; AdmissionReview probes use
 			// kube-apiserver's own webhook clients, which keep theirs.
-			Pool: &probe.ConnectionPool{}},
+			Pool: &probe.ConnectionPool{},
+			// Open circuits' probes of hanging webhooks lose their
+			// connections at each timeout; their new ones are budgeted.
+			RecoveryDials: rate.NewLimiter(probe.RecoveryDialsPerSecond, probe.RecoveryDialsPerSecond)},
 		DiagnoseTLS: func(ctx context.Context, annotations map[string]string) string {
 			return certs.DiagnoseInjectedCA(ctx, reader, annotations, time.Now())
 		},
