@@ -351,6 +351,9 @@ func saveProfiles(ctx context.Context, hc *http.Client, base, name string, d tim
 		if err != nil {
 			return err
 		}
+		if err := os.MkdirAll(*profileDir, 0o755); err != nil {
+			return err
+		}
 		if err := os.WriteFile(filepath.Join(*profileDir, p.file), data, 0o644); err != nil {
 			return err
 		}

@@ -3,6 +3,7 @@ package breaker
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -92,8 +93,12 @@ func (r *ConfigurationReconciler) patch(ctx context.Context, cur client.Object, 
 
 // recordChanges notes each written change in State (its counts start
 // again, and an opening or a closing feeds flap damping), counts it, and
-// reports it as an Event on the written object and in the log.
+// reports it in the log and as an Event on the written object: one Event
+// per kind of change in the write (changeEvents).
 func (r *ConfigurationReconciler) recordChanges(ctx context.Context, configuration string, written client.Object, changes []decide.Change, targets []config.Target) {
+	for _, e := range changeEvents(changes) {
+		r.Recorder.Eventf(written, nil, eventType(e.kind), string(e.kind), "Update", "%s", e.note)
+	}
 	for _, c := range changes {
 		for _, t := range targets {
 			if t.Webhook != c.Webhook && c.Webhook != "" {
@@ -112,7 +117,6 @@ func (r *ConfigurationReconciler) recordChanges(ctx context.Context, configurati
 		if c.Kind == decide.Opened {
 			r.Metrics.Openings.WithLabelValues(string(r.Kind), configuration, c.Webhook, c.Signal).Inc()
 		}
-		r.Recorder.Eventf(written, nil, eventType(c.Kind), string(c.Kind), "Update", "%s", c.Message)
 		if r.Kind == circuit.KindValidating && c.Kind == decide.Opened {
 			r.Recorder.Eventf(written, nil, corev1.EventTypeWarning, "AdmittingWithoutValidation", "Update",
 				"%s: requests this webhook validates are admitted without its validation while the circuit is open; "+
@@ -120,6 +124,45 @@ func (r *ConfigurationReconciler) recordChanges(ctx context.Context, configurati
 		}
 		logf.FromContext(ctx).Info("Wrote a circuit transition", "kind", r.Kind, "webhook", c.Webhook, "change", c.Kind, "resourceVersion", written.GetResourceVersion())
 	}
+}
+
+// changeEvent is one Event about the changes of one kind in a write.
+type changeEvent struct {
+	kind decide.ChangeKind
+	note string
+}
+
+// changeEvents are the Events of a write's changes: one per kind, in the
+// order the kinds first come. A change alone gives its own message; the
+// changes of one kind together give one note that names every webhook
+// first and then gives each message, cut at the Event note's limit. A
+// mass failure writes the openings of a configuration's webhooks in one
+// write, and each Event is a write that kube-apiserver admits through
+// every marking policy (about 50 µs each, measured in its profile).
+func changeEvents(changes []decide.Change) []changeEvent {
+	var kinds []decide.ChangeKind
+	byKind := map[decide.ChangeKind][]decide.Change{}
+	for _, c := range changes {
+		if _, ok := byKind[c.Kind]; !ok {
+			kinds = append(kinds, c.Kind)
+		}
+		byKind[c.Kind] = append(byKind[c.Kind], c)
+	}
+	events := make([]changeEvent, 0, len(kinds))
+	for _, k := range kinds {
+		cs := byKind[k]
+		if len(cs) == 1 {
+			events = append(events, changeEvent{kind: k, note: cs[0].Message})
+			continue
+		}
+		names, messages := make([]string, len(cs)), make([]string, len(cs))
+		for i, c := range cs {
+			names[i], messages[i] = c.Webhook, c.Message
+		}
+		events = append(events, changeEvent{kind: k, note: circuit.EventNote("%s for %d webhooks in one write: %s. %s",
+			k, len(cs), strings.Join(names, ", "), strings.Join(messages, "; "))})
+	}
+	return events
 }
 
 // syncGauges sets webhook_guard_circuit_open and

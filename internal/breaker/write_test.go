@@ -3,6 +3,7 @@ package breaker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -143,5 +144,34 @@ func TestPatch_transitionsAndArmingShareOneWritePath(t *testing.T) {
 				assert.Contains(t, event, "could not write 0 change(s)")
 			}
 		}
+	}
+}
+
+// The changes of one write give one Event per kind of change: a mass
+// failure's openings of a configuration's webhooks are one Event that
+// names each, not one Event each.
+func TestChangeEvents_oneEventPerKindOfChange(t *testing.T) {
+	opened := func(name string) decide.Change {
+		return decide.Change{Webhook: name, Kind: decide.Opened, Message: "opened the circuit on " + name + " in Ignore mode after 3 failed probes in a row (timeout)"}
+	}
+	closed := decide.Change{Webhook: "d.example.com", Kind: decide.Closed, Message: "closed the circuit on d.example.com after 5 consecutive healthy probes"}
+	events := changeEvents([]decide.Change{opened("a.example.com"), closed, opened("b.example.com"), opened("c.example.com")})
+	require.Len(t, events, 2)
+	assert.Equal(t, decide.Opened, events[0].kind)
+	assert.True(t, strings.HasPrefix(events[0].note, "CircuitOpened for 3 webhooks in one write: a.example.com, b.example.com, c.example.com. "), events[0].note)
+	for _, name := range []string{"a", "b", "c"} {
+		assert.Contains(t, events[0].note, opened(name+".example.com").Message)
+	}
+	assert.Equal(t, changeEvent{kind: decide.Closed, note: closed.Message}, events[1], "a change alone: its own message")
+
+	var many []decide.Change
+	for i := range 10 {
+		many = append(many, opened(fmt.Sprintf("w%d.bench-configuration-0.example.com", i)))
+	}
+	events = changeEvents(many)
+	require.Len(t, events, 1)
+	assert.LessOrEqual(t, len(events[0].note), circuit.EventNoteLimit)
+	for _, c := range many {
+		assert.Contains(t, events[0].note, c.Webhook, "every webhook named before the messages are cut")
 	}
 }

@@ -9,7 +9,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -35,33 +37,7 @@ func TestFact_markingPolicyReadsTheWebhookConfigurationAsItsParam(t *testing.T) 
 	dumpOnFailure(t, ns)
 	name := uniqueName(t, "fact-param")
 	hook := "mark.example.com"
-	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Webhooks: []admissionregistrationv1.MutatingWebhook{{
-			Name: hook,
-			// Never called: its bypass matchCondition is false, as in an
-			// open circuit of Bypass mode.
-			ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://127.0.0.1:1/never")},
-			Rules: []admissionregistrationv1.RuleWithOperations{{
-				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
-				Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}},
-			}},
-			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}},
-			MatchConditions:         []admissionregistrationv1.MatchCondition{{Name: circuit.BypassCondition, Expression: circuit.BypassExpression}},
-			FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
-			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
-			AdmissionReviewVersions: []string{"v1"},
-		}},
-	}
-	require.NoError(t, env.Client.Create(ctx, mwc))
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), mwc) })
-	policy, binding := marking.Render(name, hook)
-	require.NoError(t, env.Client.Create(ctx, policy))
-	require.NoError(t, env.Client.Create(ctx, binding))
-	t.Cleanup(func() {
-		_ = env.Client.Delete(context.Background(), binding)
-		_ = env.Client.Delete(context.Background(), policy)
-	})
+	mwc := markedConfiguration(t, ns, name, hook, admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}})
 
 	cs, err := kubernetes.NewForConfig(env.Config)
 	require.NoError(t, err)
@@ -89,14 +65,8 @@ func TestFact_markingPolicyReadsTheWebhookConfigurationAsItsParam(t *testing.T) 
 
 	// Arm: the record gets an entry for the webhook, as the breaker's
 	// opening write puts it.
-	require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(mwc), mwc))
-	opened := metav1.NewTime(time.Now().Truncate(time.Second))
-	rec := circuit.Record{hook: {UID: mwc.UID, Mode: circuit.ModeBypass, OpenedAt: opened, Reason: "timeout", By: "someone"}}
-	text, err := rec.Text()
-	require.NoError(t, err)
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{circuit.Annotation: text}}})
 	armedAt := time.Now()
-	require.NoError(t, env.Client.Patch(ctx, mwc, client.RawPatch(types.MergePatchType, patch)))
+	opened := openInRecord(t, mwc, hook)
 	var marked *corev1.ConfigMap
 	require.Eventually(t, func() bool {
 		marked = create(nil)
@@ -115,9 +85,9 @@ func TestFact_markingPolicyReadsTheWebhookConfigurationAsItsParam(t *testing.T) 
 
 	// A stale copy (another UID) does not arm it.
 	stale := circuit.Record{hook: {UID: "00000000-0000-0000-0000-000000000000", Mode: circuit.ModeBypass, OpenedAt: opened, Reason: "timeout"}}
-	text, err = stale.Text()
+	text, err := stale.Text()
 	require.NoError(t, err)
-	patch, _ = json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{circuit.Annotation: text}}})
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{circuit.Annotation: text}}})
 	require.NoError(t, env.Client.Patch(ctx, mwc, client.RawPatch(types.MergePatchType, patch)))
 	require.Eventually(t, func() bool { return create(nil).Labels[circuit.UnmutatedLabel] == "" }, propagation, 5*time.Millisecond,
 		"a record with another configuration's UID armed the policy")
@@ -142,4 +112,88 @@ func TestFact_markingPolicyReadsTheWebhookConfigurationAsItsParam(t *testing.T) 
 	marked = create(nil)
 	assert.Equal(t, marking.ID(name, hook), marked.Labels[circuit.UnmutatedLabel], "marked once the canary showed it armed")
 	assert.Equal(t, marking.Note(name, hook, opened.Time), marked.Annotations[circuit.UnmutatedAnnotation])
+}
+
+// markedConfiguration creates a configuration whose one webhook, hook,
+// intercepts creates of rule in namespace ns and is never called (its
+// bypass matchCondition is false, as in an open circuit of Bypass mode),
+// and installs hook's marking policy.
+func markedConfiguration(t *testing.T, ns, name, hook string, rule admissionregistrationv1.Rule) *admissionregistrationv1.MutatingWebhookConfiguration {
+	t.Helper()
+	ctx := context.Background()
+	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{
+			Name:         hook,
+			ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://127.0.0.1:1/never")},
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+				Rule:       rule,
+			}},
+			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}},
+			MatchConditions:         []admissionregistrationv1.MatchCondition{{Name: circuit.BypassCondition, Expression: circuit.BypassExpression}},
+			FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			AdmissionReviewVersions: []string{"v1"},
+		}},
+	}
+	require.NoError(t, env.Client.Create(ctx, mwc))
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), mwc) })
+	policy, binding := marking.Render(name, hook)
+	require.NoError(t, env.Client.Create(ctx, policy))
+	require.NoError(t, env.Client.Create(ctx, binding))
+	t.Cleanup(func() {
+		_ = env.Client.Delete(context.Background(), binding)
+		_ = env.Client.Delete(context.Background(), policy)
+	})
+	return mwc
+}
+
+// openInRecord writes an entry for hook into mwc's record, as the
+// breaker's opening write puts it, and returns its openedAt.
+func openInRecord(t *testing.T, mwc *admissionregistrationv1.MutatingWebhookConfiguration, hook string) metav1.Time {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(mwc), mwc))
+	opened := metav1.NewTime(time.Now().Truncate(time.Second))
+	rec := circuit.Record{hook: {UID: mwc.UID, Mode: circuit.ModeBypass, OpenedAt: opened, Reason: "timeout", By: "someone"}}
+	text, err := rec.Text()
+	require.NoError(t, err)
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{circuit.Annotation: text}}})
+	require.NoError(t, env.Client.Patch(ctx, mwc, client.RawPatch(types.MergePatchType, patch)))
+	return opened
+}
+
+// Fact: with the circuit of a webhook that intercepts every resource
+// open, kube-apiserver marks what the webhook would have mutated, and not
+// Events (core or events.k8s.io) nor Leases: the marking policy answers
+// Events only as canaries, and Leases are outside its matchConstraints.
+func TestFact_markingLeavesEventsAndLeasesUnmarked(t *testing.T) {
+	ctx := context.Background()
+	ns := testNamespace(t)
+	dumpOnFailure(t, ns)
+	name := uniqueName(t, "fact-unmarked")
+	hook := "everything.example.com"
+	mwc := markedConfiguration(t, ns, name, hook, admissionregistrationv1.Rule{APIGroups: []string{"*"}, APIVersions: []string{"*"}, Resources: []string{"*/*"}})
+	openInRecord(t, mwc, hook)
+	require.Eventually(t, func() bool {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "cm-"}}
+		require.NoError(t, env.Client.Create(ctx, cm))
+		return cm.Labels[circuit.UnmutatedLabel] != ""
+	}, propagation, 5*time.Millisecond, "the armed policy never marked a ConfigMap")
+
+	ref := corev1.ObjectReference{Kind: "ConfigMap", Namespace: ns, Name: "cm"}
+	objects := []client.Object{
+		&corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "core-"}, InvolvedObject: ref, Reason: "Test", Type: corev1.EventTypeNormal},
+		&eventsv1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "events-"}, Regarding: ref, Reason: "Test", Action: "Test", Type: corev1.EventTypeNormal,
+			ReportingController: "webhook-guard.io/e2e", ReportingInstance: "e2e", EventTime: metav1.NowMicro()},
+		&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "lease-"}},
+	}
+	for _, o := range objects {
+		require.NoError(t, env.Client.Create(ctx, o))
+		assert.NotContains(t, o.GetLabels(), circuit.UnmutatedLabel, "%T marked", o)
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "cm-"}}
+	require.NoError(t, env.Client.Create(ctx, cm))
+	assert.Equal(t, marking.ID(name, hook), cm.Labels[circuit.UnmutatedLabel], "still armed after them")
 }
