@@ -2,6 +2,7 @@ package marking
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -13,7 +14,9 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
@@ -73,6 +76,31 @@ func ArmedAnnotation(configuration, webhook string) string {
 // creates are answered: nothing answered is ever stored.
 const CanaryLabel = "webhook-guard.io/marking-canary"
 
+// ExemptLabel puts an object outside every marking policy's
+// matchConstraints: kube-apiserver then skips the policies with a label
+// match, before any of their CEL runs. The guard sets it on its own
+// Events (ExemptSink). Every marking policy costs kube-apiserver tens of
+// microseconds on each write it matches, and at a thousand marked
+// webhooks the Events of a mass failure's openings cost it more CPU than
+// everything else it did meanwhile (docs/performance.md). Anyone may set
+// it on an object, as anyone may strip a mark: marks are hints.
+const ExemptLabel = "webhook-guard.io/marking-exempt"
+
+// ExemptSink is the sink of the guard's events recorder: every Event it
+// creates carries ExemptLabel. (The recorder's later updates of an Event
+// series keep the label.)
+type ExemptSink struct{ events.EventSink }
+
+// Create creates a copy of e with ExemptLabel.
+func (s ExemptSink) Create(ctx context.Context, e *eventsv1.Event) (*eventsv1.Event, error) {
+	e = e.DeepCopy()
+	if e.Labels == nil {
+		e.Labels = map[string]string{}
+	}
+	e.Labels[ExemptLabel] = "true"
+	return s.EventSink.Create(ctx, e)
+}
+
 // CanaryLabelFor, on a canary, asks the marking policy of one circuit to
 // answer with its LoadedAnnotation (and ArmedAnnotation while armed). A
 // policy answers only the canaries that ask for it: each answer is a
@@ -124,7 +152,10 @@ func render(configuration, webhook, digest string) (*admissionregistrationv1.Mut
 			// back exactly as rendered (Keeper.Check compares them).
 			MatchConstraints: &admissionregistrationv1.MatchResources{
 				NamespaceSelector: &metav1.LabelSelector{},
-				ObjectSelector:    &metav1.LabelSelector{},
+				// The guard's own Events (ExemptLabel): kube-apiserver
+				// matches a label selector before any CEL runs.
+				ObjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+					Key: ExemptLabel, Operator: metav1.LabelSelectorOpDoesNotExist}}},
 				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
 					Operations: Operations(),
 					Rule:       admissionregistrationv1.Rule{APIGroups: []string{"*"}, APIVersions: []string{"*"}, Resources: []string{"*/*"}, Scope: ptr.To(admissionregistrationv1.AllScopes)},

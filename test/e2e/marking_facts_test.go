@@ -167,7 +167,8 @@ func openInRecord(t *testing.T, mwc *admissionregistrationv1.MutatingWebhookConf
 // Fact: with the circuit of a webhook that intercepts every resource
 // open, kube-apiserver marks what the webhook would have mutated, and not
 // Events (core or events.k8s.io) nor Leases: the marking policy answers
-// Events only as canaries, and Leases are outside its matchConstraints.
+// Events only as canaries, and Leases are outside its matchConstraints,
+// as is any object labelled marking.ExemptLabel.
 func TestFact_markingLeavesEventsAndLeasesUnmarked(t *testing.T) {
 	ctx := context.Background()
 	ns := testNamespace(t)
@@ -193,6 +194,11 @@ func TestFact_markingLeavesEventsAndLeasesUnmarked(t *testing.T) {
 		require.NoError(t, env.Client.Create(ctx, o))
 		assert.NotContains(t, o.GetLabels(), circuit.UnmutatedLabel, "%T marked", o)
 	}
+	// ExemptLabel (the guard's own Events carry it) puts any object
+	// outside the policy.
+	exempt := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "cm-", Labels: map[string]string{marking.ExemptLabel: "true"}}}
+	require.NoError(t, env.Client.Create(ctx, exempt))
+	assert.NotContains(t, exempt.Labels, circuit.UnmutatedLabel, "a ConfigMap labelled %s marked", marking.ExemptLabel)
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "cm-"}}
 	require.NoError(t, env.Client.Create(ctx, cm))
 	assert.Equal(t, marking.ID(name, hook), cm.Labels[circuit.UnmutatedLabel], "still armed after them")

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -178,7 +179,12 @@ func (o *Options) Run(ctx context.Context) error {
 		}
 	}
 
-	policy := &admission.PolicyReconciler{Client: mgr.GetClient(), Options: opts, Recorder: mgr.GetEventRecorder(circuit.ReportingController), Repairs: repairs}
+	recorder, stopEvents, err := newRecorder(ctx, o.KubeClient)
+	if err != nil {
+		return err
+	}
+	defer stopEvents()
+	policy := &admission.PolicyReconciler{Client: mgr.GetClient(), Options: opts, Recorder: recorder, Repairs: repairs}
 	if err := policy.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the guard policy controller: %w", err)
 	}
@@ -191,7 +197,6 @@ func (o *Options) Run(ctx context.Context) error {
 	reader := mgr.GetAPIReader()
 	state := breaker.NewState()
 	state.HoldWhenAllFail = cfg.HoldWhenAllFail
-	recorder := mgr.GetEventRecorder(circuit.ReportingController)
 	triggers := map[circuit.Kind]chan<- event.GenericEvent{}
 	// Where the apiserver does not serve MutatingAdmissionPolicy, the
 	// breaker works as before and says so once.
@@ -380,4 +385,20 @@ func cacheByObject(withMarking bool) map[client.Object]cache.ByObject {
 		by[&admissionregistrationv1.MutatingAdmissionPolicyBinding{}] = cache.ByObject{Transform: marking.CacheTransform}
 	}
 	return by
+}
+
+// newRecorder is the guard's events.k8s.io recorder, as the manager's
+// would be, except that its Events carry marking.ExemptLabel
+// (marking.ExemptSink). stop flushes and stops it.
+func newRecorder(ctx context.Context, cs kubernetes.Interface) (rec recorder.EventRecorder, stop func(), err error) {
+	broadcaster := events.NewBroadcaster(marking.ExemptSink{EventSink: &events.EventSinkImpl{Interface: cs.EventsV1()}})
+	if err := broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
+		return nil, nil, fmt.Errorf("starting the events recorder: %w", err)
+	}
+	rec, ok := broadcaster.NewRecorder(factory.Scheme, circuit.ReportingController).(recorder.EventRecorder)
+	if !ok {
+		broadcaster.Shutdown()
+		return nil, nil, errors.New("client-go's events recorder does not record annotated Events")
+	}
+	return rec, broadcaster.Shutdown, nil
 }
