@@ -125,20 +125,27 @@ func (p *hangingProber) Probe(ctx context.Context, _ admissionregistrationv1.Mut
 	return breakertest.FailedResult(probe.ReasonTimeout)
 }
 
+// startHanging starts a runner of tgt on mwc whose probes hang until
+// released, on a fake clock; it stops when the test ends.
+func startHanging(t *testing.T, mwc *admissionregistrationv1.MutatingWebhookConfiguration, tgt config.Target) (*ProbeRunner, *hangingProber, *clocktesting.FakeClock) {
+	t.Helper()
+	r, _ := runnerFor(t, mwc, tgt, probe.Result{})
+	p := &hangingProber{release: make(chan struct{})}
+	r.Prober = p
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = r.Start(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return r, p, r.Clock.(*clocktesting.FakeClock)
+}
+
 // A probe starts every interval even while earlier ones still wait on a
 // hanging webhook, up to MaxProbesInFlight: the failures of a hang then
 // come one per interval, not one per timeout.
 func TestProbeRunner_startsAProbeEveryIntervalWhileEarlierOnesWait(t *testing.T) {
 	tgt := breakertest.Target(breakertest.WhA, config.ModeBypass, 3, 2)
 	tgt.Probe.Interval = time.Second
-	r, _ := runnerFor(t, breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail)), tgt, probe.Result{})
-	p := &hangingProber{release: make(chan struct{})}
-	r.Prober = p
-	clock := r.Clock.(*clocktesting.FakeClock)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = r.Start(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	r, p, clock := startHanging(t, breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail)), tgt)
 
 	step := func() {
 		t.Helper()
@@ -171,14 +178,7 @@ func TestProbeRunner_anOpenCircuitIsProbedOneAtATime(t *testing.T) {
 	tgt := breakertest.Target(breakertest.WhA, config.ModeBypass, 3, 2)
 	tgt.Probe.Interval = time.Second
 	open := breakertest.WithEntries(t, breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail)), circuit.Record{breakertest.WhA: breakertest.EntryFor(config.ModeBypass, breakertest.PolicyFail)})
-	r, _ := runnerFor(t, open, tgt, probe.Result{})
-	p := &hangingProber{release: make(chan struct{})}
-	r.Prober = p
-	clock := r.Clock.(*clocktesting.FakeClock)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = r.Start(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	_, p, clock := startHanging(t, open, tgt)
 
 	require.Equal(t, 1, MaxProbesInFlight(tgt, true))
 	for range 4 {

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 	"golang.org/x/time/rate"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 )
 
 // countingServer is a TLS webhook on a fixed listener that counts the
@@ -43,6 +44,20 @@ func startCounting(t *testing.T, ca *testCA, l net.Listener, h http.HandlerFunc)
 	return cs
 }
 
+// countingWebhook is a countingServer that answers GETs and reviews, the
+// webhook that calls it, and a ConnectionPool; all end with the test.
+func countingWebhook(t *testing.T) (*countingServer, admissionregistrationv1.MutatingWebhook, *ConnectionPool) {
+	t.Helper()
+	ca := newTestCA(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	cs := startCounting(t, ca, l, getOrAnswer(t))
+	t.Cleanup(cs.srv.Close)
+	pool := &ConnectionPool{}
+	t.Cleanup(pool.Close)
+	return cs, urlWebhook(cs.srv.URL+"/mutate", ca.pem), pool
+}
+
 // healthz is the HTTPGet probe the pool tests send: the ConnectionPool
 // serves HTTPGet probes only; AdmissionReview probes go through
 // kube-apiserver's own client, which keeps its own connections.
@@ -64,16 +79,11 @@ func getOrAnswer(t testing.TB) http.HandlerFunc {
 }
 
 func TestConnectionPool_reusesOneConnectionAndRedials(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	ca := newTestCA(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	cs := startCounting(t, ca, l, getOrAnswer(t))
-	defer cs.srv.Close()
-	wh := urlWebhook(cs.srv.URL+"/mutate", ca.pem)
-
-	pool := &ConnectionPool{}
-	defer pool.Close()
+	// Registered first, so checked last: after the server and the pool
+	// are closed.
+	current := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, current) })
+	cs, wh, pool := countingWebhook(t)
 	p := &Prober{Discovery: testDiscovery(), Pool: pool}
 	for range 20 {
 		require.Equal(t, OutcomeHealthy, p.Probe(context.Background(), wh, healthz).Outcome)
@@ -259,14 +269,7 @@ func BenchmarkProber_Probe_httpGetPooled(b *testing.B) {
 func TestProber_Probe_recoveryProbesDialWithinTheBudget(t *testing.T) {
 	for _, kind := range []Kind{KindHTTPGet, KindAdmissionReview} {
 		t.Run(string(kind), func(t *testing.T) {
-			ca := newTestCA(t)
-			l, err := net.Listen("tcp", "127.0.0.1:0")
-			require.NoError(t, err)
-			cs := startCounting(t, ca, l, getOrAnswer(t))
-			defer cs.srv.Close()
-			wh := urlWebhook(cs.srv.URL+"/mutate", ca.pem)
-			pool := &ConnectionPool{}
-			defer pool.Close()
+			cs, wh, pool := countingWebhook(t)
 			// One token, never refilled.
 			p := &Prober{Discovery: testDiscovery(), Pool: pool, RecoveryDials: rate.NewLimiter(0, 1)}
 			recovery := Spec{Kind: kind, Path: "/healthz", Recovery: true}
