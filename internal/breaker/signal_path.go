@@ -58,8 +58,8 @@ func (r *ProbeRunner) startPathProbe(ctx context.Context, t config.Target, obj c
 	st, _ := r.State.Get(t.Key())
 	entry, open := circuit.Entry{}, false
 	if view.Annotations[circuit.Annotation] != "" {
-		if rec, err := circuit.Decode(view.Annotations); err == nil {
-			entry, open = rec[t.Webhook]
+		if s := r.snapshot(t.Kind, view); s.RecordErr == nil {
+			entry, open = s.Record[t.Webhook]
 			open = open && entry.Mine(r.Signer)
 		}
 	}

@@ -77,11 +77,11 @@ func (r *ProbeRunner) coveredByTraffic(t config.Target, view *circuit.ConfigView
 		return false
 	}
 	if view.Annotations[circuit.Annotation] != "" {
-		rec, err := circuit.Decode(view.Annotations)
-		if err != nil {
+		s := r.snapshot(t.Kind, view)
+		if s.RecordErr != nil {
 			return false
 		}
-		if _, open := rec[t.Webhook]; open {
+		if _, open := s.Record[t.Webhook]; open {
 			return false
 		}
 	}
