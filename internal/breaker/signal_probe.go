@@ -278,8 +278,14 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 	if recovering := r.recovering[t.Key()]; recovering != nil {
 		recovering.Store(open)
 	}
+	// After an Unknown the probe looks for the guard's own recovery: a
+	// starved guard's probes time out, each timeout drops its connection,
+	// and unbudgeted re-dials would keep it starved (at a thousand
+	// targets it never caught up). A failing webhook's probes fail, not
+	// Unknown, so an opening never waits for the budget.
+	st, _ := r.State.Get(t.Key())
 	pathDone := r.startPathProbe(ctx, t, obj, view, wh)
-	res, diagnosis := r.probe(ctx, t, obj, wh, open)
+	res, diagnosis := r.probe(ctx, t, obj, wh, open || st.Unknowns > 0)
 	if errors.Is(res.Err, probe.ErrRecoveryDialBudget) {
 		// Not sent: nothing is known about the webhook, and nothing
 		// counts, not even an Unknown.
@@ -368,16 +374,16 @@ func (r *ProbeRunner) probeable(ctx context.Context, t config.Target) (client.Ob
 // probe sends t's probe to wh and counts its outcome in the metrics. A
 // TLS failure is diagnosed (DiagnoseTLS), within diagnoseTimeout; the
 // diagnosis is returned, and is part of the result's error.
-func (r *ProbeRunner) probe(ctx context.Context, t config.Target, obj client.Object, wh *admissionregistrationv1.MutatingWebhook, open bool) (probe.Result, string) {
+func (r *ProbeRunner) probe(ctx context.Context, t config.Target, obj client.Object, wh *admissionregistrationv1.MutatingWebhook, recovery bool) (probe.Result, string) {
 	log := logf.FromContext(ctx)
 	labels := []string{string(t.Kind), t.Configuration, t.Webhook}
 	res := r.Prober.Probe(ctx, *wh, probe.Spec{
 		Kind: probe.Kind(t.Probe.Kind), Timeout: t.Probe.Timeout, Path: t.Probe.Path,
-		Validating: t.Kind == circuit.KindValidating, Recovery: open,
+		Validating: t.Kind == circuit.KindValidating, Recovery: recovery,
 	})
 	if errors.Is(res.Err, probe.ErrRecoveryDialBudget) {
 		r.Metrics.RecoveryProbesNotSent.Inc()
-		log.V(1).Info("Probe of the open circuit not sent", "reason", res.Err)
+		log.V(1).Info("Recovery probe not sent", "reason", res.Err)
 		return res, ""
 	}
 	r.Metrics.ProbeDuration.WithLabelValues(labels...).Observe(res.Duration.Seconds())

@@ -2,6 +2,7 @@ package breaker
 
 import (
 	"context"
+	"errors"
 	"reflect"
 	"sync/atomic"
 	"testing"
@@ -232,4 +233,35 @@ func TestFirstSpread(t *testing.T) {
 	assert.Equal(t, time.Second, FirstSpread(time.Second, FirstProbesPerSecond), "as many as the budget: one interval")
 	assert.Equal(t, 10*time.Second, FirstSpread(time.Second, 1000), "a thousand targets: at most FirstProbesPerSecond first probes a second")
 	assert.Equal(t, 30*time.Second, FirstSpread(30*time.Second, 1000), "never shorter than the interval")
+}
+
+// specProber answers every probe with res and keeps the specs it got.
+type specProber struct {
+	res   probe.Result
+	specs []probe.Spec
+}
+
+func (p *specProber) Probe(_ context.Context, _ admissionregistrationv1.MutatingWebhook, spec probe.Spec) probe.Result {
+	p.specs = append(p.specs, spec)
+	return p.res
+}
+
+// After an Unknown, the next probe of a closed circuit looks for the
+// guard's own recovery (its new connections are budgeted); after a
+// failure or a healthy answer it does not.
+func TestProbeRunner_ProbeOnce_aProbeAfterAnUnknownIsARecoveryProbe(t *testing.T) {
+	tgt := breakertest.Target(breakertest.WhA, config.ModeBypass, 3, 2)
+	r, _ := runnerFor(t, breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail)), tgt, probe.Result{})
+	r.State.Register(tgt.Key())
+	p := &specProber{}
+	r.Prober = p
+	for _, res := range []probe.Result{breakertest.FailedResult(probe.ReasonTimeout), {Outcome: probe.OutcomeUnknown, Err: errors.New("stalled")}, breakertest.HealthyResult(), breakertest.HealthyResult()} {
+		p.res = res
+		r.ProbeOnce(context.Background(), r.Targets[0])
+	}
+	var recovery []bool
+	for _, s := range p.specs {
+		recovery = append(recovery, s.Recovery)
+	}
+	assert.Equal(t, []bool{false, false, true, false}, recovery)
 }

@@ -105,10 +105,11 @@ type Spec struct {
 	// answer is checked as kube-apiserver checks a validating webhook's
 	// (no patch allowed).
 	Validating bool
-	// Recovery says the webhook's circuit is open: the probe looks for its
-	// recovery, which is not urgent. A new connection it needs takes a
-	// token of the Prober's RecoveryDials first; when there is none, the
-	// probe is not sent and its Result's error is ErrRecoveryDialBudget.
+	// Recovery says the probe looks for a recovery, which is not urgent:
+	// the webhook's (its circuit is open), or the guard's own (the last
+	// probe was Unknown). A new connection it needs takes a token of the
+	// Prober's RecoveryDials first; when there is none, the probe is not
+	// sent and its Result's error is ErrRecoveryDialBudget.
 	Recovery bool
 }
 
