@@ -68,13 +68,13 @@ type Prober struct {
 	// Pool, when set, keeps connections between probes (see
 	// ConnectionPool). Nil opens a fresh connection for every probe.
 	Pool *ConnectionPool
-	// RecoveryDials, when set, bounds the new connections that probes of
-	// open circuits (Spec.Recovery) open a second. A probe of a hanging
-	// webhook loses its connection at its timeout, so without a bound the
-	// open circuits of a mass failure cost the guard a TCP and TLS
-	// handshake each every few seconds, which starved it at a thousand
-	// targets. Probes of closed circuits, which may have to open, and
-	// probes on kept-alive connections take no token.
+	// RecoveryDials, when set, bounds the new connections that recovery
+	// probes (Spec.Recovery: of open circuits, and after an Unknown) open
+	// a second. A probe of a hanging webhook loses its connection at its
+	// timeout, so without a bound the open circuits of a mass failure
+	// cost the guard a TCP and TLS handshake each every few seconds, which
+	// starved it at a thousand targets. Other probes, which may have to
+	// open a circuit, and probes on kept-alive connections take no token.
 	RecoveryDials *rate.Limiter
 
 	// roots caches parsed caBundles by rootsKey: parsing on every probe

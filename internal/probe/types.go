@@ -114,7 +114,7 @@ type Spec struct {
 }
 
 // RecoveryDialsPerSecond is the budget of new connections a second for
-// probes of open circuits that the service runs with (Prober
+// recovery probes (Spec.Recovery) that the service runs with (Prober
 // .RecoveryDials), and its burst. A TCP and TLS handshake costs the guard
 // about 1 ms of CPU (hack/bench), so the budget bounds their cost to about
 // a tenth of a core whatever fails. A probe on a kept-alive connection
@@ -127,7 +127,7 @@ const RecoveryDialsPerSecond = 100
 // that was not sent because it needed a new connection and the Prober's
 // RecoveryDials had no token left: the webhook was not asked, so nothing
 // is known about it.
-var ErrRecoveryDialBudget = errors.New("not sent: it needed a new connection, and this second's budget of new connections for probes of open circuits is spent")
+var ErrRecoveryDialBudget = errors.New("not sent: it needed a new connection, and this second's budget of new connections for recovery probes (of open circuits, and after an Unknown) is spent")
 
 // Resolver turns a webhook's service reference into an address.
 type Resolver interface {

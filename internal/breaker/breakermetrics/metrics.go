@@ -74,9 +74,10 @@ type Metrics struct {
 	// CanaryFailures counts marking canaries that failed or timed out (a
 	// failing webhook that intercepts Events refuses them).
 	CanaryFailures prometheus.Counter
-	// RecoveryProbesNotSent counts probes of open circuits not sent
-	// because they needed a new connection and the second's budget of
-	// them was spent (probe.ErrRecoveryDialBudget).
+	// RecoveryProbesNotSent counts recovery probes (of open circuits,
+	// and after an Unknown) not sent because they needed a new connection
+	// and the second's budget of them was spent
+	// (probe.ErrRecoveryDialBudget).
 	RecoveryProbesNotSent prometheus.Counter
 }
 
@@ -171,7 +172,7 @@ func (m *Metrics) addSignalMetrics(target []string) {
 		Name: "webhook_guard_marking_canary_failures_total", Help: "Marking canaries (dry-run Event creates) that failed or timed out; a failing webhook that intercepts Events refuses them.",
 	})
 	m.RecoveryProbesNotSent = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "webhook_guard_recovery_probes_not_sent_total", Help: "Probes of open circuits not sent because they needed a new connection and the second's budget of new connections for them was spent; they count for nothing.",
+		Name: "webhook_guard_recovery_probes_not_sent_total", Help: "Recovery probes (of open circuits, and after an Unknown) not sent because they needed a new connection and the second's budget of new connections for them was spent; they count for nothing.",
 	})
 	m.PathProbes = NewTargetCounterVec("webhook_guard_path_probes_total",
 		"Probes of kube-apiserver's own road to a service-backed webhook, a GET through its service proxy, by target and outcome (Healthy: the webhook's server answered; Failed: the apiserver could not reach it; Unknown: cannot tell). They run while the apiserver's calls fail and while a circuit they opened is open.",

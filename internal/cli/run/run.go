@@ -388,17 +388,28 @@ func cacheByObject(withMarking bool) map[client.Object]cache.ByObject {
 }
 
 // newRecorder is the guard's events.k8s.io recorder, as the manager's
-// would be, except that its Events carry marking.ExemptLabel
-// (marking.ExemptSink). stop flushes and stops it.
+// would be (each Event is also logged at debug level, under "events"),
+// except that its Events carry marking.ExemptLabel (marking.ExemptSink).
+// stop flushes and stops it.
 func newRecorder(ctx context.Context, cs kubernetes.Interface) (rec recorder.EventRecorder, stop func(), err error) {
+	log := ctrl.Log.WithName("events")
 	broadcaster := events.NewBroadcaster(marking.ExemptSink{EventSink: &events.EventSinkImpl{Interface: cs.EventsV1()}})
-	if err := broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
+	if err := broadcaster.StartRecordingToSinkWithContext(logf.IntoContext(ctx, log)); err != nil {
 		return nil, nil, fmt.Errorf("starting the events recorder: %w", err)
+	}
+	stopLogging, err := broadcaster.StartLogging(log.V(1))
+	if err != nil {
+		broadcaster.Shutdown()
+		return nil, nil, fmt.Errorf("starting the events log: %w", err)
+	}
+	stop = func() {
+		stopLogging()
+		broadcaster.Shutdown()
 	}
 	rec, ok := broadcaster.NewRecorder(factory.Scheme, circuit.ReportingController).(recorder.EventRecorder)
 	if !ok {
-		broadcaster.Shutdown()
+		stop()
 		return nil, nil, errors.New("client-go's events recorder does not record annotated Events")
 	}
-	return rec, broadcaster.Shutdown, nil
+	return rec, stop, nil
 }
