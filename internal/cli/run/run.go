@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -151,6 +153,7 @@ func (o *Options) Run(ctx context.Context) error {
 		LeaderElectionID:              status.LeaseName(cfg.Instance),
 		LeaderElectionNamespace:       o.LeaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
+		LeaderElectionConfig:          leaseConfig(rc),
 		LeaseDuration:                 &o.LeaseDuration,
 		RenewDeadline:                 &o.RenewDeadline,
 		RetryPeriod:                   &o.RetryPeriod,
@@ -342,6 +345,19 @@ func whoAmI(ctx context.Context, cs kubernetes.Interface) (string, error) {
 var serverTLSOpts = []func(*tls.Config){
 	func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} },
 	func(c *tls.Config) { c.MinVersion = tls.VersionTLS12 },
+}
+
+// leaseConfig is the REST configuration of the Lease renewals: rc on a
+// connection of its own. Without it client-go's transport cache gives the
+// renewals the manager's HTTP/2 connection, where a renewal waits behind
+// the frames of a thousand patches and Events when many circuits open at
+// once (issue 31). A Dial of its own makes client-go build a new transport
+// (its cache keys transports by dialer); the dialer is client-go's
+// default one.
+func leaseConfig(rc *rest.Config) *rest.Config {
+	lc := rest.CopyConfig(rc)
+	lc.Dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	return lc
 }
 
 func ctrlConfig() ctrlconfig.Controller { return ctrlconfig.Controller{RecoverPanic: ptr.To(true)} }

@@ -6,8 +6,11 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 
 	"github.com/spf13/pflag"
@@ -17,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	discoveryfake "k8s.io/client-go/discovery/fake"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -176,4 +180,38 @@ func TestMarkingUnavailable_aDiscoveryErrorFailsTheStart(t *testing.T) {
 	})
 	_, err := markingUnavailable(t.Context(), &discoveryfake.FakeDiscovery{Fake: f})
 	require.ErrorContains(t, err, "connection refused")
+}
+
+// The Lease renewals get a connection of their own: a request through
+// the manager's configuration and one through leaseConfig, one after the
+// other, open two connections to the apiserver, where two clients of one
+// configuration share one.
+func TestLeaseConfig_renewalsHaveTheirOwnConnection(t *testing.T) {
+	var conns atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"kind":"Lease","apiVersion":"coordination.k8s.io/v1","metadata":{"name":"l"}}`)
+	}))
+	srv.EnableHTTP2 = true
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.StartTLS()
+	defer srv.Close()
+	rc := &rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
+
+	get := func(c *rest.Config) {
+		t.Helper()
+		cs, err := kubernetes.NewForConfig(c)
+		require.NoError(t, err)
+		_, err = cs.CoordinationV1().Leases("ns").Get(t.Context(), "l", metav1.GetOptions{})
+		require.NoError(t, err)
+	}
+	get(rc)
+	get(rest.CopyConfig(rc))
+	require.EqualValues(t, 1, conns.Load(), "two clients of one configuration share the connection")
+	get(leaseConfig(rc))
+	assert.EqualValues(t, 2, conns.Load(), "the Lease client opened a connection of its own")
 }
