@@ -16,10 +16,10 @@ import (
 // Metrics are the breaker's Prometheus collectors. Labels are bounded: one
 // series per target, or per reason from a fixed set.
 type Metrics struct {
-	CircuitOpen *prometheus.GaugeVec
+	CircuitOpen *TargetGaugeVec
 	// WouldOpen is CircuitOpen for targets in Observe mode: 1 while the
 	// breaker would have their circuit open, though it wrote nothing.
-	WouldOpen     *prometheus.GaugeVec
+	WouldOpen     *TargetGaugeVec
 	ProbeDuration *prometheus.HistogramVec
 	// ProbeLateness is how much later than due probes start: the guard's
 	// own delay (CPU starvation, throttling), not the webhooks'.
@@ -29,12 +29,12 @@ type Metrics struct {
 	// ProbesSkipped counts the probes the apiserver's own healthy calls
 	// stood in for (apiserverSignal.trafficAsProbe).
 	ProbesSkipped     *TargetCounterVec
-	UnknownWhileOpen  *prometheus.GaugeVec
+	UnknownWhileOpen  *TargetGaugeVec
 	Transitions       *prometheus.CounterVec
 	WriteConflicts    prometheus.Counter
 	WriteErrors       prometheus.Counter
-	TargetMissing     *prometheus.GaugeVec
-	TargetUnprobeable *prometheus.GaugeVec
+	TargetMissing     *TargetGaugeVec
+	TargetUnprobeable *TargetGaugeVec
 	// Reconciles counts the breaker's reconciles by result: written (one
 	// patch was written: transitions or arming entries), unchanged (the
 	// step was to change nothing; the probe runner only wakes the
@@ -57,7 +57,7 @@ type Metrics struct {
 	ScrapeBytes           prometheus.Gauge
 	ScrapeErrors          *prometheus.CounterVec
 	APIServerObservations *TargetCounterVec
-	SignalsDisagree       *prometheus.GaugeVec
+	SignalsDisagree       *TargetGaugeVec
 	AdmittedWithout       *TargetCounterVec
 	// PathProbes counts path probes (kube-apiserver's road to a
 	// service-backed webhook, through its service proxy), by target and
@@ -85,12 +85,12 @@ type Metrics struct {
 func NewMetrics() *Metrics {
 	target := []string{"kind", "configuration", "webhook"}
 	m := &Metrics{
-		CircuitOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "webhook_guard_circuit_open", Help: "1 while the breaker's changes are in place on a target webhook.",
-		}, target),
-		WouldOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "webhook_guard_circuit_would_open", Help: "1 while the circuit of a target in Observe mode would be open; the breaker wrote nothing (webhook_guard_circuit_open stays 0).",
-		}, target),
+		CircuitOpen: NewTargetGaugeVec("webhook_guard_circuit_open",
+			"1 while the breaker's changes are in place on a target webhook.",
+			""),
+		WouldOpen: NewTargetGaugeVec("webhook_guard_circuit_would_open",
+			"1 while the circuit of a target in Observe mode would be open; the breaker wrote nothing (webhook_guard_circuit_open stays 0).",
+			""),
 		ProbeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "webhook_guard_probe_duration_seconds", Help: "Duration of probes, by target.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
@@ -108,9 +108,9 @@ func NewMetrics() *Metrics {
 		ProbesSkipped: NewTargetCounterVec("webhook_guard_probes_skipped_total",
 			"Direct probes not sent because kube-apiserver's own calls to the webhook, in its last scrape, all answered in time (apiserverSignal.trafficAsProbe).",
 			""),
-		UnknownWhileOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "webhook_guard_probe_unknown_while_open", Help: "1 while an open circuit's probe has said Unknown for closeAfter intervals in a row: the circuit closes only when closeAfter apiserver observations in a row see the webhook's calls succeed (Ignore mode), and otherwise stays open.",
-		}, target),
+		UnknownWhileOpen: NewTargetGaugeVec("webhook_guard_probe_unknown_while_open",
+			"1 while an open circuit's probe has said Unknown for closeAfter intervals in a row: the circuit closes only when closeAfter apiserver observations in a row see the webhook's calls succeed (Ignore mode), and otherwise stays open.",
+			""),
 		Transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "webhook_guard_circuit_transitions_total", Help: "Changes the breaker wrote, by configuration kind and change (to). kind=\"Validating\",to=\"CircuitOpened\" counts openings that admit requests without validation. to=\"CircuitWouldOpen\" and to=\"CircuitWouldClose\" count the changes it would have written to targets in Observe mode, where it writes nothing.",
 		}, []string{"kind", "to"}),
@@ -120,12 +120,12 @@ func NewMetrics() *Metrics {
 		WriteErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "webhook_guard_write_errors_total", Help: "Updates that failed for a reason other than a conflict.",
 		}),
-		TargetMissing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "webhook_guard_target_missing", Help: "1 while a target's configuration or webhook does not exist.",
-		}, target),
-		TargetUnprobeable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "webhook_guard_target_unprobeable", Help: "1 while a target cannot be probed safely (e.g. AdmissionReview probe on sideEffects Some/Unknown); it is never opened.",
-		}, target),
+		TargetMissing: NewTargetGaugeVec("webhook_guard_target_missing",
+			"1 while a target's configuration or webhook does not exist.",
+			""),
+		TargetUnprobeable: NewTargetGaugeVec("webhook_guard_target_unprobeable",
+			"1 while a target cannot be probed safely (e.g. AdmissionReview probe on sideEffects Some/Unknown); it is never opened.",
+			""),
 		Reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "webhook_guard_reconciles_total", Help: "Reconciles of target configurations, by result (written: a patch of transitions or of arming entries; unchanged, unreadable, failed).",
 		}, []string{"result"}),
@@ -159,9 +159,9 @@ func (m *Metrics) addSignalMetrics(target []string) {
 	m.APIServerObservations = NewTargetCounterVec("webhook_guard_apiserver_observations_total",
 		"Apiserver signal observations, by target and verdict (Healthy, Failing, Unknown).",
 		"verdict")
-	m.SignalsDisagree = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "webhook_guard_signals_disagree", Help: "1 while one signal (failing=apiserver or failing=probe) has failed for several intervals while the other was healthy: the network path of the failing side is broken, not the webhook.",
-	}, append(target, "failing"))
+	m.SignalsDisagree = NewTargetGaugeVec("webhook_guard_signals_disagree",
+		"1 while one signal (failing=apiserver or failing=probe) has failed for several intervals while the other was healthy: the network path of the failing side is broken, not the webhook.",
+		"failing")
 	m.MarkingAvailable = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "webhook_guard_marking_available", Help: "1 when the apiserver serves MutatingAdmissionPolicy and objects admitted while a mutating webhook's circuit is open are marked (label webhook-guard.io/unmutated); 0 when it does not.",
 	})

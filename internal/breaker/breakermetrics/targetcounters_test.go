@@ -56,6 +56,43 @@ func TestTargetCounterVec_exposesWhatACounterVecWould(t *testing.T) {
 	}
 }
 
+// TestTargetGaugeVec_exposesWhatAGaugeVecWould: the same sets on a
+// prometheus.GaugeVec and on a TargetGaugeVec give the same text
+// exposition (TYPE gauge, values set rather than added), with and without
+// the extra label.
+func TestTargetGaugeVec_exposesWhatAGaugeVecWould(t *testing.T) {
+	for _, extra := range []string{"failing", ""} {
+		t.Run("extra="+extra, func(t *testing.T) {
+			labels := []string{"kind", "configuration", "webhook"}
+			if extra != "" {
+				labels = append(labels, extra)
+			}
+			want := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "x", Help: "h."}, labels)
+			got := NewTargetGaugeVec("x", "h.", extra)
+			lvs := func(hook, value string) []string {
+				l := []string{"Validating", "policy", hook}
+				if extra != "" {
+					l = append(l, value)
+				}
+				return l
+			}
+			for _, step := range []struct {
+				hook, value string
+				set         float64
+			}{{"a.example.com", "probe", 1}, {"a.example.com", "apiserver", 0}, {"b.example.com", "probe", 1}, {"a.example.com", "probe", 0}, {"b.example.com", "probe", 1}} {
+				want.WithLabelValues(lvs(step.hook, step.value)...).Set(step.set)
+				got.WithLabelValues(lvs(step.hook, step.value)...).Set(step.set)
+			}
+			exposed, err := testutil.CollectAndFormat(want, expfmt.TypeTextPlain, "x")
+			require.NoError(t, err)
+			require.Contains(t, string(exposed), "# TYPE x gauge")
+			assert.NoError(t, testutil.CollectAndCompare(got, bytes.NewReader(exposed)))
+			assert.Equal(t, 1.0, testutil.ToFloat64(got.WithLabelValues(lvs("b.example.com", "probe")...)))
+			assert.Equal(t, 0.0, testutil.ToFloat64(got.WithLabelValues(lvs("a.example.com", "probe")...)), "set back to 0, not added")
+		})
+	}
+}
+
 func TestTargetCounterVec_refusesWhatACounterVecRefuses(t *testing.T) {
 	v := NewTargetCounterVec("x_total", "h.", "reason")
 	assert.Panics(t, func() { v.WithLabelValues("Mutating", "inject", "a.example.com") }, "a missing label value")
@@ -138,4 +175,62 @@ func liveHeap() uint64 {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return ms.HeapAlloc
+}
+
+// BenchmarkGauges_1000targets reports the heap that the breaker's six
+// per-target gauge families (open, would open, unknown while open,
+// missing, unprobeable, and signals disagree for each failing side), each
+// series set once, leave live for 1,000 targets, as TargetGaugeVecs and,
+// side by side, as prometheus.GaugeVecs:
+//
+//	go test ./internal/breaker/breakermetrics/ -run '^$' -bench Gauges -benchtime 3x
+func BenchmarkGauges_1000targets(b *testing.B) {
+	// setAll sets every series of the families, made by newVec(i, extra),
+	// through set.
+	setAll := func(newVec func(i int, extra string) func(lvs ...string)) {
+		var plain []func(lvs ...string)
+		for i := range 5 {
+			plain = append(plain, newVec(i, ""))
+		}
+		disagree := newVec(5, "failing")
+		for i := range 1000 {
+			lvs := []string{"Mutating", fmt.Sprintf("config-%03d", i/10), fmt.Sprintf("hook-%04d.example.com", i)}
+			for _, set := range plain {
+				set(lvs...)
+			}
+			for _, side := range []string{"apiserver", "probe"} {
+				disagree(append(lvs[:3:3], side)...)
+			}
+		}
+	}
+	b.Run("TargetGaugeVec", func(b *testing.B) {
+		for range b.N {
+			before := liveHeap()
+			var vecs []*TargetGaugeVec
+			setAll(func(i int, extra string) func(lvs ...string) {
+				v := NewTargetGaugeVec(fmt.Sprintf("g%d", i), "h.", extra)
+				vecs = append(vecs, v)
+				return func(lvs ...string) { v.WithLabelValues(lvs...).Set(0) }
+			})
+			b.ReportMetric(float64(liveHeap()-before)/1e6, "MB-live")
+			runtime.KeepAlive(vecs)
+		}
+	})
+	b.Run("GaugeVec", func(b *testing.B) {
+		for range b.N {
+			before := liveHeap()
+			var vecs []*prometheus.GaugeVec
+			setAll(func(i int, extra string) func(lvs ...string) {
+				labels := []string{"kind", "configuration", "webhook"}
+				if extra != "" {
+					labels = append(labels, extra)
+				}
+				v := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: fmt.Sprintf("g%d", i), Help: "h."}, labels)
+				vecs = append(vecs, v)
+				return func(lvs ...string) { v.WithLabelValues(lvs...).Set(0) }
+			})
+			b.ReportMetric(float64(liveHeap()-before)/1e6, "MB-live")
+			runtime.KeepAlive(vecs)
+		}
+	})
 }
