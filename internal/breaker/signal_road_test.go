@@ -178,3 +178,50 @@ func TestProbeRunner_roadScheduleOpensOnTheRoadAlone(t *testing.T) {
 	assert.Equal(t, decide.Open, action)
 	assert.Equal(t, decide.SignalRoad, signal)
 }
+
+// BenchmarkRoadSchedule_aSecondAt1000 is one second of the road
+// schedule's work at 1,000 service-backed targets probed every second:
+// each probe notes its target again (set) and the road loop asks for the
+// next road ten times.
+//
+//	go test ./internal/breaker/ -run '^$' -bench RoadSchedule -benchmem
+func BenchmarkRoadSchedule_aSecondAt1000(b *testing.B) {
+	rts := make([]roadTarget, 1000)
+	for i := range rts {
+		rts[i] = roadTargetFor(fmt.Sprintf("w%04d.example.com", i), fmt.Sprintf("hook-%04d", i))
+	}
+	s := newRoadSchedule()
+	now := breakertest.Now
+	for b.Loop() {
+		for _, rt := range rts {
+			s.set(rt)
+		}
+		for range SuspectPathProbesPerSecond {
+			now = now.Add(time.Second / SuspectPathProbesPerSecond)
+			if rp, ok := s.next(now); ok {
+				s.done(rp, probe.Result{Outcome: probe.OutcomeHealthy})
+			}
+		}
+	}
+}
+
+// The schedule's grouping follows its targets: a target that moves to
+// another Service is probed on the new road, and a dropped one on none.
+func TestRoadSchedule_followsItsTargets(t *testing.T) {
+	s := newRoadSchedule()
+	s.set(roadTargetFor("a.example.com", "old"))
+	rp, ok := s.next(breakertest.Now)
+	require.True(t, ok)
+	assert.Equal(t, "webhooks/https:old:443", rp.road)
+	s.done(rp, probe.Result{Outcome: probe.OutcomeHealthy})
+
+	s.set(roadTargetFor("a.example.com", "new"))
+	rp, ok = s.next(breakertest.Now.Add(time.Second))
+	require.True(t, ok)
+	assert.Equal(t, "webhooks/https:new:443", rp.road, "the target moved to another Service")
+	s.done(rp, probe.Result{Outcome: probe.OutcomeHealthy})
+
+	s.drop(rp.members[0].t.Key())
+	_, ok = s.next(breakertest.Now.Add(2 * time.Second))
+	assert.False(t, ok, "no target, no road")
+}
