@@ -308,7 +308,7 @@ func setGuardEnv() (restore func()) {
 // profileDir, when set (-profile), receives a CPU profile and a heap
 // profile of the guard for every measured window, and kube-apiserver's
 // while a mass failure opens.
-var profileDir = flag.String("profile", "", "Write the guard's CPU and heap profiles of each scale window, and kube-apiserver's of a mass failure's opening, to this folder.")
+var profileDir = flag.String("profile", "", "Write the guard's CPU and heap profiles of each scale window, and kube-apiserver's of a mass failure's opening and of each road window, to this folder.")
 
 // profile saves the guard's CPU profile over d and then its heap profile
 // to profileDir, named after name.

@@ -456,6 +456,13 @@ func (r *roadEnv) measureGuard(ctx context.Context, f *fleet, limit float64, wit
 	if err != nil {
 		return roadResult{}, err
 	}
+	if *profileDir != "" {
+		// kube-apiserver's CPU profile over the window, with and without
+		// the path probe: where its CPU per path probe goes.
+		go func() {
+			_ = apiserverProfile(ctx, r.env, fmt.Sprintf("road-%d-pathprobe-%v", f.n, withProbe), *roadWindow-5*time.Second)
+		}()
+	}
 	api0, err0 := cpuSeconds(r.pid)
 	guard0, err1 := cpuSeconds(g.g.Pid())
 	dials0, _ := r.proxy.Tunnels()

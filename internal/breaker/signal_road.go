@@ -25,7 +25,9 @@ import (
 // no idle connection to the endpoint: 6.5 ms of its CPU each at 100
 // Services and 9.6 ms at 1,000 as measured (make bench, section road), so
 // at 2 a second 1.3-1.9% of a core, over the 1% hoped for, however many
-// Services there are. One or two Services are each
+// Services there are; most of the excess over a bare GET is admission
+// (the proxy GET is a CONNECT), where every marking policy is matched
+// against it. One or two Services are each
 // probed every interval (default 1 s); beyond that, least recently probed
 // first, each every services/2 seconds: 50 s at 100 Services.
 const PathProbesPerSecond = 2
