@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -202,13 +204,55 @@ func (s *SyncBuffer) String() string {
 	return s.b.String()
 }
 
+// FreeLoopbackAddr returns a loopback address whose port is free now, for
+// a process the test starts to listen on. The port lies below the
+// kernel's ephemeral range (ip_local_port_range), from which every
+// outgoing connection on the machine takes its local port: a port the
+// kernel chose for a listener on ":0" and that is then released can be
+// taken by such a connection before the process binds it (a guard failed
+// to start that way, "address already in use"). A port is handed out once
+// per test process.
 func FreeLoopbackAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
+	freePorts.Lock()
+	defer freePorts.Unlock()
+	lo, hi := portsBelowEphemeral()
+	for range 1000 {
+		port := lo + rand.IntN(hi-lo)
+		if freePorts.given[port] {
+			continue
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue // in use
+		}
+		addr := l.Addr().String()
+		if err := l.Close(); err != nil {
+			return "", err
+		}
+		freePorts.given[port] = true
+		return addr, nil
 	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	return "", fmt.Errorf("no free loopback port in [%d, %d) after 1,000 tries", lo, hi)
+}
+
+var freePorts = struct {
+	sync.Mutex
+	given map[int]bool
+}{given: map[int]bool{}}
+
+// portsBelowEphemeral is the range FreeLoopbackAddr picks from: from 10000
+// up to the start of the kernel's ephemeral range (32768 by default on
+// Linux).
+func portsBelowEphemeral() (lo, hi int) {
+	lo, hi = 10000, 32768
+	if data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(data)); len(f) == 2 {
+			if start, err := strconv.Atoi(f[0]); err == nil && start > lo+1000 {
+				hi = start
+			}
+		}
+	}
+	return lo, hi
 }
 
 // GuardRules are the permissions the installed RBAC gives the guard
