@@ -159,8 +159,8 @@ func (c *TargetCounter) Collect(ch chan<- prometheus.Metric) {
 // target and value of one more label), kept as TargetCounterVec keeps its
 // counters: one number a series. The breaker's six gauge series a target
 // (circuit open, would open, unknown while open, missing, unprobeable,
-// signals disagree for each side) kept as GaugeVecs were about 5 MB of
-// live heap at 1,000 targets.
+// signals disagree for each side) leave 1.6 MB of live heap at 1,000
+// targets, and 4.2 MB as GaugeVecs (BenchmarkGauges_1000targets).
 type TargetGaugeVec struct{ vec *TargetCounterVec }
 
 // TargetGauge is one series of a TargetGaugeVec, and a

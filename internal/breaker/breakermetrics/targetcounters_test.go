@@ -185,8 +185,8 @@ func liveHeap() uint64 {
 //
 //	go test ./internal/breaker/breakermetrics/ -run '^$' -bench Gauges -benchtime 3x
 func BenchmarkGauges_1000targets(b *testing.B) {
-	// setAll sets every series of the families, made by newVec(i, extra),
-	// through set.
+	// setAll sets once every series of the six families, family i made
+	// by newVec(i, extra), which returns its setter.
 	setAll := func(newVec func(i int, extra string) func(lvs ...string)) {
 		var plain []func(lvs ...string)
 		for i := range 5 {
