@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -318,10 +317,9 @@ func TestPartition_aSameNamedWebhookElsewhereOpensNothing(t *testing.T) {
 			w := newWorld(t)
 			w.mode = mode
 			w.withRoad()
-			dead, err := net.Listen("tcp", "127.0.0.1:0")
+			dead, err := harness.FreeLoopbackAddr() // nothing listens there
 			require.NoError(t, err)
-			deadURL := "https://" + dead.Addr().String() + path
-			require.NoError(t, dead.Close())
+			deadURL := "https://" + dead + path
 			rev := &admissionregistrationv1.MutatingWebhookConfiguration{
 				ObjectMeta: metav1.ObjectMeta{Name: w.name + "-rev"},
 				Webhooks: []admissionregistrationv1.MutatingWebhook{{

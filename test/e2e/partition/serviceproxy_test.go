@@ -131,10 +131,8 @@ func TestFact_serviceProxyTravelsTheClusterEgress(t *testing.T) {
 	// The egress answers but cannot reach the pod (the tunnel's far end
 	// refuses): the apiserver's own 503 Status, which a relayed answer of
 	// the webhook server is not.
-	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	deadAddr, err := harness.FreeLoopbackAddr() // nothing listens there
 	require.NoError(t, err)
-	deadAddr := dead.Addr().String()
-	require.NoError(t, dead.Close())
 	proxy.Route(podAddr, deadAddr)
 	probes = w.wh.Calls(probePath)
 	_, err = w.serviceProxyGet(serviceProxyHang)
