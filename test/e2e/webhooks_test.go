@@ -421,6 +421,17 @@ targets:
 		return nil
 	}
 
+	// kube-apiserver calls a new webhook only once its informer has the
+	// configuration: wait until it calls the engine, so that the first
+	// request below is not sent before.
+	warm := 0
+	require.Eventually(t, func() bool {
+		warm++
+		name := fmt.Sprintf("%s-warm-%d", cfgName, warm)
+		require.NoError(t, env.Client.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}))
+		return seen("coordination.k8s.io", "leases", ns, name, false)
+	}, 10*time.Second, 100*time.Millisecond, "kube-apiserver never called the engine")
+
 	// 1. Kyverno's selector: everything of the guard's is intercepted.
 	lease, here, def, canary := sends()
 	assert.True(t, lease && here && def && canary, "kube-apiserver calls the engine for the Lease %v, Events in %s %v, Events in default %v, the canary %v", lease, ns, here, def, canary)
