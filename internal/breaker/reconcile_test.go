@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	eventsv1 "k8s.io/api/events/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -43,7 +43,7 @@ type canary struct {
 	reader        client.Reader
 }
 
-func (c *canary) Create(ctx context.Context, e *eventsv1.Event, _ metav1.CreateOptions) (*eventsv1.Event, error) {
+func (c *canary) Create(ctx context.Context, e *corev1.Event, _ metav1.CreateOptions) (*corev1.Event, error) {
 	c.calls++
 	if c.err != nil {
 		return nil, c.err

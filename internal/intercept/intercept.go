@@ -36,7 +36,7 @@ const (
 	// election's own Events).
 	Events What = "Events"
 	// Canary is the marking canary (marking.CanaryEvent): a dry-run create
-	// of an events.k8s.io/v1 Event labelled marking.CanaryLabel in
+	// of a core/v1 Event labelled marking.CanaryLabel in
 	// marking.CanaryNamespace, sent before a mutating circuit opens.
 	Canary What = "canary"
 )
@@ -164,7 +164,7 @@ func requests(in Inputs) []request {
 	}
 	if !in.WithoutMarking {
 		canary := marking.CanaryEvent()
-		out = append(out, request{Request: Request{What: Canary, Namespace: marking.CanaryNamespace}, resource: eventEvents,
+		out = append(out, request{Request: Request{What: Canary, Namespace: marking.CanaryNamespace}, resource: coreEvents,
 			operations: []admission.Operation{admission.Create}, labels: canary.Labels})
 	}
 	return out

@@ -142,12 +142,19 @@ func TestFind(t *testing.T) {
 			}),
 			want: []Request{eventsGuard, eventsDef, canaryReq},
 		},
-		"core v1 events under matchPolicy Exact intercept the core Events, not the canary (an events.k8s.io Event)": {
+		"events.k8s.io events under matchPolicy Exact intercept the Events, not the canary (a core v1 Event)": {
+			in: with(func(w *admissionregistrationv1.MutatingWebhook) {
+				w.MatchPolicy = ptr.To(admissionregistrationv1.Exact)
+				w.Rules = []admissionregistrationv1.RuleWithOperations{rule(createUpdate, []string{"events.k8s.io"}, []string{"v1"}, []string{"events"})}
+			}),
+			want: []Request{eventsGuard, eventsDef},
+		},
+		"core v1 events under matchPolicy Exact intercept the Events and the canary": {
 			in: with(func(w *admissionregistrationv1.MutatingWebhook) {
 				w.MatchPolicy = ptr.To(admissionregistrationv1.Exact)
 				w.Rules = []admissionregistrationv1.RuleWithOperations{rule(createUpdate, []string{""}, []string{"v1"}, []string{"events"})}
 			}),
-			want: []Request{eventsGuard, eventsDef},
+			want: []Request{eventsGuard, eventsDef, canaryReq},
 		},
 		"leases in coordination.k8s.io intercept only the Lease": {
 			in: with(func(w *admissionregistrationv1.MutatingWebhook) {

@@ -8,7 +8,6 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -19,11 +18,12 @@ type Circuit struct {
 	Configuration, Webhook string
 }
 
-// Events creates events.k8s.io Events in one namespace; the canary is a
-// dry-run create (see CanaryLabel). The service may create Events there
-// already, for its own Events.
+// Events creates core/v1 Events in one namespace; the canary is a
+// dry-run create (see CanaryLabel). The service's own Events, in the same
+// namespace, are events.k8s.io Events: the marking policies leave those
+// out before any of their CEL runs, and cannot leave out the canary.
 type Events interface {
-	Create(ctx context.Context, event *eventsv1.Event, opts metav1.CreateOptions) (*eventsv1.Event, error)
+	Create(ctx context.Context, event *corev1.Event, opts metav1.CreateOptions) (*corev1.Event, error)
 }
 
 // Keeper checks, before a circuit opens, that its marking policy is in
@@ -64,7 +64,7 @@ const DefaultCanaryGap = 250 * time.Millisecond
 type canaryBatch struct {
 	circuits map[Circuit]struct{}
 	done     chan struct{}
-	review   *eventsv1.Event
+	review   *corev1.Event
 	err      error
 }
 
@@ -235,12 +235,12 @@ func (k *Keeper) abandon(ctx context.Context, b *canaryBatch) error {
 // CanaryEvent is the dry-run Event that the marking policies of cs
 // answer (CanaryLabelFor): valid, so that the dry run succeeds, and about
 // nothing in particular.
-func CanaryEvent(cs ...Circuit) *eventsv1.Event {
+func CanaryEvent(cs ...Circuit) *corev1.Event {
 	labels := map[string]string{CanaryLabel: "true"}
 	for _, c := range cs {
 		labels[CanaryLabelFor(c.Configuration, c.Webhook)] = "true"
 	}
-	return &eventsv1.Event{
+	return &corev1.Event{
 		ObjectMeta:          metav1.ObjectMeta{GenerateName: "webhook-guard-marking-canary-", Labels: labels},
 		EventTime:           metav1.NowMicro(),
 		ReportingController: "webhook-guard.io/marking-canary",
@@ -248,7 +248,7 @@ func CanaryEvent(cs ...Circuit) *eventsv1.Event {
 		Action:              "Canary",
 		Reason:              "MarkingCanary",
 		Type:                corev1.EventTypeNormal,
-		Note:                "a dry run: asks the marking policies whether kube-apiserver has loaded them",
-		Regarding:           corev1.ObjectReference{APIVersion: "v1", Kind: "Namespace", Name: "default"},
+		Message:             "a dry run: asks the marking policies whether kube-apiserver has loaded them",
+		InvolvedObject:      corev1.ObjectReference{APIVersion: "v1", Kind: "Namespace", Name: "default"},
 	}
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	eventsv1 "k8s.io/api/events/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -25,7 +25,7 @@ type answers struct {
 	loaded map[Circuit]string
 	// armed are the circuits whose policy the configuration arms.
 	armed map[Circuit]bool
-	sent  []*eventsv1.Event
+	sent  []*corev1.Event
 	opts  []metav1.CreateOptions
 	// release, when set, holds every canary until it is closed; held
 	// counts the circuits the canaries held meanwhile ask for.
@@ -35,7 +35,7 @@ type answers struct {
 
 // Create answers as kube-apiserver does: each loaded policy that the
 // canary asks for (CanaryLabelFor) adds its annotations.
-func (a *answers) Create(ctx context.Context, e *eventsv1.Event, opts metav1.CreateOptions) (*eventsv1.Event, error) {
+func (a *answers) Create(ctx context.Context, e *corev1.Event, opts metav1.CreateOptions) (*corev1.Event, error) {
 	if a.release != nil {
 		a.mu.Lock()
 		a.held += len(e.Labels) - 1 // the circuits it asks for

@@ -2,7 +2,6 @@ package marking
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -16,7 +15,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
@@ -71,35 +69,10 @@ func ArmedAnnotation(configuration, webhook string) string {
 	return "webhook-guard.io/armed-" + ID(configuration, webhook)
 }
 
-// CanaryLabel marks the dry-run create of an events.k8s.io Event that
+// CanaryLabel marks the dry-run create of a core/v1 Event that
 // asks marking policies to answer on it (CanaryEvent). Only dry-run
 // creates are answered: nothing answered is ever stored.
 const CanaryLabel = "webhook-guard.io/marking-canary"
-
-// ExemptLabel puts an object outside every marking policy's
-// matchConstraints: kube-apiserver then skips the policies with a label
-// match, before any of their CEL runs. The guard sets it on its own
-// Events (ExemptSink). Every marking policy costs kube-apiserver tens of
-// microseconds on each write it matches, and at a thousand marked
-// webhooks the Events of a mass failure's openings cost it more CPU than
-// everything else it did meanwhile (docs/performance.md). Anyone may set
-// it on an object, as anyone may strip a mark: marks are hints.
-const ExemptLabel = "webhook-guard.io/marking-exempt"
-
-// ExemptSink is the sink of the guard's events recorder: every Event it
-// creates carries ExemptLabel. (The recorder's later updates of an Event
-// series keep the label.)
-type ExemptSink struct{ events.EventSink }
-
-// Create creates a copy of e with ExemptLabel.
-func (s ExemptSink) Create(ctx context.Context, e *eventsv1.Event) (*eventsv1.Event, error) {
-	e = e.DeepCopy()
-	if e.Labels == nil {
-		e.Labels = map[string]string{}
-	}
-	e.Labels[ExemptLabel] = "true"
-	return s.EventSink.Create(ctx, e)
-}
 
 // CanaryLabelFor, on a canary, asks the marking policy of one circuit to
 // answer with its LoadedAnnotation (and ArmedAnnotation while armed). A
@@ -151,11 +124,13 @@ func render(configuration, webhook, digest string) (*admissionregistrationv1.Mut
 			// Defaults written out, so that the installed policy reads
 			// back exactly as rendered (Keeper.Check compares them).
 			MatchConstraints: &admissionregistrationv1.MatchResources{
+				// Both selectors empty: kube-apiserver checks them first,
+				// on every request that reaches admission (CONNECTs too,
+				// such as the path probe's service proxy GETs), and parses
+				// a selector that is not empty each time
+				// (BenchmarkPolicyMatch).
 				NamespaceSelector: &metav1.LabelSelector{},
-				// The guard's own Events (ExemptLabel): kube-apiserver
-				// matches a label selector before any CEL runs.
-				ObjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
-					Key: ExemptLabel, Operator: metav1.LabelSelectorOpDoesNotExist}}},
+				ObjectSelector:    &metav1.LabelSelector{},
 				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
 					Operations: Operations(),
 					Rule:       admissionregistrationv1.Rule{APIGroups: []string{"*"}, APIVersions: []string{"*"}, Resources: []string{"*/*"}, Scope: ptr.To(admissionregistrationv1.AllScopes)},
@@ -173,6 +148,12 @@ func render(configuration, webhook, digest string) (*admissionregistrationv1.Mut
 				// leader renews one every few seconds), and every marking
 				// policy a write matches costs kube-apiserver its match
 				// condition (BenchmarkMatchCondition).
+				//
+				// Nor are events.k8s.io Events, the guard's own among them
+				// (a mass failure's openings write a hundred): Events are
+				// never marked, and the canary is a core/v1 Event.
+				// matchPolicy Exact keeps this rule from excluding core
+				// Events, which kube-apiserver holds equivalent.
 				ExcludeResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
 					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.OperationAll},
 					Rule: admissionregistrationv1.Rule{APIGroups: []string{admissionregistrationv1.GroupName}, APIVersions: []string{"*"},
@@ -181,8 +162,16 @@ func render(configuration, webhook, digest string) (*admissionregistrationv1.Mut
 					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.OperationAll},
 					Rule: admissionregistrationv1.Rule{APIGroups: []string{coordinationv1.GroupName}, APIVersions: []string{"*"},
 						Resources: []string{"leases"}, Scope: ptr.To(admissionregistrationv1.AllScopes)},
+				}}, {RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.OperationAll},
+					Rule: admissionregistrationv1.Rule{APIGroups: []string{eventsv1.GroupName}, APIVersions: []string{"*"},
+						Resources: []string{"events"}, Scope: ptr.To(admissionregistrationv1.AllScopes)},
 				}}},
-				MatchPolicy: ptr.To(admissionregistrationv1.Equivalent),
+				// The resource rules match every version of every
+				// resource, so Exact leaves out nothing but what an
+				// exclusion would have left out through an equivalent
+				// resource.
+				MatchPolicy: ptr.To(admissionregistrationv1.Exact),
 			},
 			Variables: variables(configuration, webhook),
 			// The policy applies only to a canary, or while the record
@@ -392,8 +381,10 @@ func variables(configuration, webhook string) []admissionregistrationv1.Variable
 		// Events are not marked, only answered as canaries: they record,
 		// they configure nothing (policy engines leave them out too:
 		// Kyverno's default resourceFilters begin with [Event,*,*]), and
-		// there are many of them, the guard's own among them. An Event
-		// costs each policy only these comparisons.
+		// there are many of them. A core/v1 Event costs each policy only
+		// these comparisons; events.k8s.io Events, the guard's own
+		// among them, never get here (they are outside matchConstraints),
+		// but this holds without that.
 		v("isEvent", `request.resource.resource == 'events' && (request.resource.group == '' || request.resource.group == 'events.k8s.io')`),
 		// The circuit record on the configuration, '' when there is none.
 		v("record", annotationExpr(circuit.Annotation)),
@@ -443,9 +434,9 @@ namespaceObject != null && has(namespaceObject.metadata.labels) ? namespaceObjec
 }
 
 // canaryExpr is true on a canary that asks for this circuit: the dry-run
-// create of an events.k8s.io Event labelled CanaryLabelFor it.
+// create of a core/v1 Event labelled CanaryLabelFor it.
 func canaryExpr(configuration, webhook string) string {
-	return `request.resource.group == 'events.k8s.io' && request.resource.resource == 'events' &&
+	return `request.resource.group == '' && request.resource.resource == 'events' &&
 has(request.dryRun) && request.dryRun && has(object.metadata.labels) && ` + circuit.QuoteCEL(CanaryLabelFor(configuration, webhook)) + ` in object.metadata.labels`
 }
 

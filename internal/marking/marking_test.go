@@ -1,7 +1,6 @@
 package marking
 
 import (
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -9,11 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	eventsv1 "k8s.io/api/events/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/tools/events"
 
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 )
@@ -154,38 +149,4 @@ func fill(templateJSON []byte, configuration, webhook string) (policy, binding m
 		return nil, nil, err
 	}
 	return t.Policy, t.Binding, nil
-}
-
-// recordingSink keeps the Events created through it.
-type recordingSink struct {
-	events.EventSink
-	created []*eventsv1.Event
-}
-
-func (s *recordingSink) Create(_ context.Context, e *eventsv1.Event) (*eventsv1.Event, error) {
-	s.created = append(s.created, e)
-	return e, nil
-}
-
-// The guard's Events are created with ExemptLabel, which the marking
-// policy's matchConstraints leave out; the recorder's own copy is not
-// changed.
-func TestExemptSink_labelsEveryEventItCreates(t *testing.T) {
-	next := &recordingSink{}
-	sink := ExemptSink{EventSink: next}
-	ev := &eventsv1.Event{ObjectMeta: metav1.ObjectMeta{Name: "x", Labels: map[string]string{"other": "label"}}}
-	_, err := sink.Create(context.Background(), ev)
-	require.NoError(t, err)
-	require.Len(t, next.created, 1)
-	assert.Equal(t, map[string]string{"other": "label", ExemptLabel: "true"}, next.created[0].Labels)
-	assert.Equal(t, map[string]string{"other": "label"}, ev.Labels, "the recorder's copy")
-	_, err = sink.Create(context.Background(), &eventsv1.Event{})
-	require.NoError(t, err)
-	assert.Equal(t, map[string]string{ExemptLabel: "true"}, next.created[1].Labels, "an Event without labels")
-
-	policy, _ := Render("c", "w.example.com")
-	sel, err := metav1.LabelSelectorAsSelector(policy.Spec.MatchConstraints.ObjectSelector)
-	require.NoError(t, err)
-	assert.False(t, sel.Matches(labels.Set(next.created[0].Labels)), "the policy's objectSelector selects the guard's Event")
-	assert.True(t, sel.Matches(labels.Set(ev.Labels)), "the policy's objectSelector leaves out an unlabelled object")
 }

@@ -41,18 +41,18 @@ func TestFact_markingPolicyReadsTheWebhookConfigurationAsItsParam(t *testing.T) 
 
 	cs, err := kubernetes.NewForConfig(env.Config)
 	require.NoError(t, err)
-	keeper := &marking.Keeper{Reader: env.Client, Canary: cs.EventsV1().Events("default")}
+	keeper := &marking.Keeper{Reader: env.Client, Canary: cs.CoreV1().Events(marking.CanaryNamespace)}
 	circuits := []marking.Circuit{{Configuration: name, Webhook: hook}}
 	start := time.Now()
 	require.Eventually(t, func() bool {
-		review, err := cs.EventsV1().Events(marking.CanaryNamespace).Create(ctx, marking.CanaryEvent(circuits...), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		review, err := cs.CoreV1().Events(marking.CanaryNamespace).Create(ctx, marking.CanaryEvent(circuits...), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		require.NoError(t, err)
 		return review.Annotations[marking.LoadedAnnotation(name, hook)] == marking.Digest(name, hook)
 	}, propagation, 20*time.Millisecond, "the canary never showed the policy loaded")
 	t.Logf("policy loaded %v after its creation", time.Since(start))
 	// A policy answers only a canary that asks for its circuit: each
 	// answer is a mutation kube-apiserver applies.
-	unasked, err := cs.EventsV1().Events(marking.CanaryNamespace).Create(ctx, marking.CanaryEvent(marking.Circuit{Configuration: name, Webhook: "other." + hook}), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	unasked, err := cs.CoreV1().Events(marking.CanaryNamespace).Create(ctx, marking.CanaryEvent(marking.Circuit{Configuration: name, Webhook: "other." + hook}), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	require.NoError(t, err)
 	assert.NotContains(t, unasked.Annotations, marking.LoadedAnnotation(name, hook), "a canary that does not ask for the circuit")
 
@@ -167,8 +167,8 @@ func openInRecord(t *testing.T, mwc *admissionregistrationv1.MutatingWebhookConf
 // Fact: with the circuit of a webhook that intercepts every resource
 // open, kube-apiserver marks what the webhook would have mutated, and not
 // Events (core or events.k8s.io) nor Leases: the marking policy answers
-// Events only as canaries, and Leases are outside its matchConstraints,
-// as is any object labelled marking.ExemptLabel.
+// core Events only as canaries, and events.k8s.io Events and Leases are
+// outside its matchConstraints.
 func TestFact_markingLeavesEventsAndLeasesUnmarked(t *testing.T) {
 	ctx := context.Background()
 	ns := testNamespace(t)
@@ -194,11 +194,6 @@ func TestFact_markingLeavesEventsAndLeasesUnmarked(t *testing.T) {
 		require.NoError(t, env.Client.Create(ctx, o))
 		assert.NotContains(t, o.GetLabels(), circuit.UnmutatedLabel, "%T marked", o)
 	}
-	// ExemptLabel (the guard's own Events carry it) puts any object
-	// outside the policy.
-	exempt := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "cm-", Labels: map[string]string{marking.ExemptLabel: "true"}}}
-	require.NoError(t, env.Client.Create(ctx, exempt))
-	assert.NotContains(t, exempt.Labels, circuit.UnmutatedLabel, "a ConfigMap labelled %s marked", marking.ExemptLabel)
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "cm-"}}
 	require.NoError(t, env.Client.Create(ctx, cm))
 	assert.Equal(t, marking.ID(name, hook), cm.Labels[circuit.UnmutatedLabel], "still armed after them")

@@ -384,12 +384,12 @@ targets:
 			Regarding: corev1.ObjectReference{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingWebhookConfiguration", Name: cfgName}}
 		require.NoError(t, env.Client.Create(ctx, def))
 		before := len(wh.Requests("/mutate"))
-		_, err := env.Clientset.EventsV1().Events(marking.CanaryNamespace).Create(ctx, marking.CanaryEvent(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		_, err := env.Clientset.CoreV1().Events(marking.CanaryNamespace).Create(ctx, marking.CanaryEvent(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		require.NoError(t, err)
 		canary = false
 		for _, r := range wh.Requests("/mutate")[before:] {
 			q := r.Request
-			canary = canary || (q != nil && q.Resource.Group == "events.k8s.io" && q.Namespace == marking.CanaryNamespace && q.DryRun != nil && *q.DryRun)
+			canary = canary || (q != nil && q.Resource.Group == "" && q.Namespace == marking.CanaryNamespace && q.DryRun != nil && *q.DryRun)
 		}
 		return seen("coordination.k8s.io", "leases", ns, leaseName, false), seen("", "events", ns, here.Name, false),
 			seen("events.k8s.io", "events", "default", def.Name, false), canary

@@ -209,7 +209,7 @@ func (o *Options) Run(ctx context.Context) error {
 		setupLog.Info("Marking unavailable", "reason", markingProblem)
 		m.MarkingAvailable.Set(0)
 	} else {
-		marker = &marking.Keeper{Reader: mgr.GetClient(), Canary: clientset.EventsV1().Events(marking.CanaryNamespace)}
+		marker = &marking.Keeper{Reader: mgr.GetClient(), Canary: clientset.CoreV1().Events(marking.CanaryNamespace)}
 		m.MarkingAvailable.Set(1)
 	}
 	for _, kind := range []circuit.Kind{circuit.KindMutating, circuit.KindValidating} {
@@ -404,12 +404,12 @@ func cacheByObject(withMarking bool) map[client.Object]cache.ByObject {
 }
 
 // newRecorder is the guard's events.k8s.io recorder, as the manager's
-// would be (each Event is also logged at debug level, under "events"),
-// except that its Events carry marking.ExemptLabel (marking.ExemptSink).
-// stop flushes and stops it.
+// would be (each Event is also logged at debug level, under "events"). Its
+// Events are events.k8s.io Events, which the marking policies leave out
+// before any of their CEL runs. stop flushes and stops it.
 func newRecorder(ctx context.Context, cs kubernetes.Interface) (rec recorder.EventRecorder, stop func(), err error) {
 	log := ctrl.Log.WithName("events")
-	broadcaster := events.NewBroadcaster(marking.ExemptSink{EventSink: &events.EventSinkImpl{Interface: cs.EventsV1()}})
+	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: cs.EventsV1()})
 	if err := broadcaster.StartRecordingToSinkWithContext(logf.IntoContext(ctx, log)); err != nil {
 		return nil, nil, fmt.Errorf("starting the events recorder: %w", err)
 	}

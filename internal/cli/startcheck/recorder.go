@@ -17,7 +17,6 @@ import (
 
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/cli/factory"
-	"github.com/webhook-guard/webhook-guard/internal/marking"
 )
 
 // startRecorder records Events synchronously, for the start checks: they
@@ -64,9 +63,9 @@ func (r *startRecorder) record(regarding runtime.Object, annotations map[string]
 	now := time.Now()
 	ev := &eventsv1.Event{
 		// Named as client-go's recorders name Events.
-		// Outside the marking policies, as the manager's Events are.
-		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", ref.Name, now.UnixNano()), Namespace: ns, Annotations: annotations,
-			Labels: map[string]string{marking.ExemptLabel: "true"}},
+		// An events.k8s.io Event, as the manager's are: outside the
+		// marking policies.
+		ObjectMeta:          metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", ref.Name, now.UnixNano()), Namespace: ns, Annotations: annotations},
 		EventTime:           metav1.NewMicroTime(now),
 		ReportingController: circuit.ReportingController,
 		ReportingInstance:   r.instance,
