@@ -67,22 +67,29 @@ type Bench struct {
 	env  *harness.Env
 }
 
+// markingFlags adds to flags (a new map when nil) what -marking=false
+// needs: as in test/e2e/partition, an apiserver without
+// MutatingAdmissionPolicy, where the guard runs without marking. Every
+// control plane the bench starts takes its flags from here.
+func markingFlags(flags map[string]string) map[string]string {
+	if *withMarking {
+		return flags
+	}
+	if flags == nil {
+		flags = map[string]string{}
+	}
+	flags["runtime-config"] = "admissionregistration.k8s.io/v1/mutatingadmissionpolicies=false,admissionregistration.k8s.io/v1/mutatingadmissionpolicybindings=false"
+	flags["disable-admission-plugins"] = "MutatingAdmissionPolicy"
+	return flags
+}
+
 // Env returns the shared control plane.
 func (b *Bench) Env() (*harness.Env, error) {
 	if b.env != nil {
 		return b.env, nil
 	}
 	say("starting kube-apiserver and etcd")
-	opts := harness.Options{}
-	if !*withMarking {
-		// As test/e2e/partition: an apiserver without
-		// MutatingAdmissionPolicy, where the guard runs without marking.
-		opts.APIServerFlags = map[string]string{
-			"runtime-config":            "admissionregistration.k8s.io/v1/mutatingadmissionpolicies=false,admissionregistration.k8s.io/v1/mutatingadmissionpolicybindings=false",
-			"disable-admission-plugins": "MutatingAdmissionPolicy",
-		}
-	}
-	env, err := harness.Start(opts)
+	env, err := harness.Start(harness.Options{APIServerFlags: markingFlags(nil)})
 	if err != nil {
 		return nil, err
 	}

@@ -54,7 +54,7 @@ var (
 	roadSizes  = flag.String("road-sizes", "100,1000", "Comma-separated numbers of service-backed webhooks (each behind its own Service) for the road section.")
 	roadWindow = flag.Duration("road-window", time.Minute, "Measured window of each guard in the road section (two of the default 30 s /metrics reads).")
 	roadQuota  = flag.Float64("road-quota", -1, "The guard's CPU limit in the road section, in cores: 0 for none; default the Deployment's.")
-	roadWarmUp = flag.Duration("road-warmup", 15*time.Second, "Wait after the guard serves its metrics before the road section measures: at 100 roads, every road probed once.")
+	roadWarmUp = flag.Duration("road-warmup", 0, "Wait after the guard serves its metrics before the road section measures (0: roadWarmUpFor the number of roads).")
 )
 
 func init() {
@@ -152,10 +152,10 @@ func startRoadEnv() (*roadEnv, error) {
 		return nil, err
 	}
 	say("road: starting kube-apiserver (cluster egress through %s) and etcd", proxy.SocketPath)
-	env, err := harness.Start(harness.Options{APIServerFlags: map[string]string{
+	env, err := harness.Start(harness.Options{APIServerFlags: markingFlags(map[string]string{
 		"egress-selector-config-file": cfg,
 		"service-cluster-ip-range":    roadServiceCIDR,
-	}})
+	})})
 	if err != nil {
 		proxy.Close()
 		return nil, err
@@ -449,7 +449,7 @@ func (r *roadEnv) measureGuard(ctx context.Context, f *fleet, limit float64, wit
 	if err := g.waitServing(ctx); err != nil {
 		return roadResult{}, err
 	}
-	if err := sleepCtx(ctx, *roadWarmUp); err != nil {
+	if err := sleepCtx(ctx, roadWarmUpFor(f.n)); err != nil {
 		return roadResult{}, err
 	}
 	m0, err := g.metrics(ctx)
@@ -519,7 +519,7 @@ func roadRows(n int, m roadMeasured, limit float64) []Row {
 	before.Note = fmt.Sprintf("each webhook behind its own Service, kube-apiserver's cluster egress a CONNECT proxy routing one Pod's ports to the webhooks on loopback; "+
 		"a fresh guard (the real binary, in a CFS quota of %.2g core (0: none), the fleet configuration: defaults, 1 s probes) per window, with apiserverSignal.pathProbe.service for every target (after) or none (before), "+
 		"same fleet, order alternated per run; CPU is /proc/<pid>/stat over %s after %s; budget %d path probes a second",
-		limit, *roadWindow, *roadWarmUp, breaker.PathProbesPerSecond)
+		limit, *roadWindow, roadWarmUpFor(n), breaker.PathProbesPerSecond)
 	rows := []Row{
 		before,
 		row("kube-apiserver cores, path probe on (after)", " cores", col(on, api)),
@@ -552,4 +552,26 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	case <-time.After(d):
 		return nil
 	}
+}
+
+// proxyIdleTimeout is how long kube-apiserver's service proxy transport
+// keeps an idle connection to an endpoint (utilnet.SetTransportDefaults:
+// http.DefaultTransport's IdleConnTimeout).
+const proxyIdleTimeout = 90 * time.Second
+
+// roadWarmUpFor is the warm-up before a window at roads roads: -road-warmup
+// when set; else, when the schedule comes back to each road before
+// kube-apiserver drops its idle connection to it, one full sweep of the
+// roads and 5 s more, so that the window measures the steady state (each
+// road's connection kept alive) and not the guard's first dial of every
+// road; else (every probe a fresh dial anyway) 15 s.
+func roadWarmUpFor(roads int) time.Duration {
+	if *roadWarmUp > 0 {
+		return *roadWarmUp
+	}
+	sweep := time.Duration(float64(roads) / breaker.PathProbesPerSecond * float64(time.Second))
+	if sweep < proxyIdleTimeout {
+		return sweep + 5*time.Second
+	}
+	return 15 * time.Second
 }

@@ -57,10 +57,14 @@ func (w *world) withRoad() {
 	w.wh.SetBehaviour(probePath, harness.Allow())
 	w.podAddr = w.serviceProxyBackend()
 	require.NoError(w.t, env.GrantPathProbe(context.Background(), w.id, w.service()))
-	require.Eventually(w.t, func() bool {
+	var last string
+	if !assert.Eventually(w.t, func() bool {
 		body, err := w.serviceProxyGet(serviceProxyHang)
+		last = fmt.Sprintf("body %q, error %v", body, err)
 		return err == nil && body == "ok"
-	}, transition, 50*time.Millisecond, "the service proxy never reached the webhook")
+	}, transition, 50*time.Millisecond) {
+		w.t.Fatalf("the service proxy never reached the webhook within %s; the last GET: %s", transition, last)
+	}
 }
 
 // cutRoad cuts the apiserver's road to the webhook: the ClusterIP its
