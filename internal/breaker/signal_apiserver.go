@@ -280,6 +280,11 @@ func (r *ProbeRunner) observeAPIServer(ctx context.Context, t config.Target, res
 	default:
 		pr.Outcome, pr.Err = probe.OutcomeUnknown, errors.New(res.String())
 	}
+	if pr.Outcome == probe.OutcomeFailed && r.roads != nil {
+		// Its road, if the schedule probes it, goes next: whether the
+		// calls fail on the road is for the path probe to say.
+		r.roads.hurry(t.Key())
+	}
 	r.Metrics.APIServerObservations.WithLabelValues(append(labels, string(res.Verdict))...).Inc()
 	if open && res.Admitted > 0 {
 		r.Metrics.AdmittedWithout.WithLabelValues(labels...).Add(res.Admitted)

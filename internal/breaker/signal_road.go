@@ -28,7 +28,8 @@ import (
 // 2 a second (median; single minutes up to 1.3%); at 1,000, where every
 // probe dials, 9.6 ms, 1.9%. One or two Services are each probed every
 // interval (default 1 s); beyond that, least recently probed first, each
-// every services/2 seconds: 50 s at 100 Services.
+// every services/2 seconds: 50 s at 100 Services; a road whose webhook's
+// calls the last apiserver read found failing goes next (hurry).
 const PathProbesPerSecond = 2
 
 // SuspectPathProbesPerSecond is the budget while the last probe of some
@@ -84,6 +85,7 @@ type roadSchedule struct {
 	last     map[string]time.Time  // by road: when its last probe started
 	inFlight map[string]int        // by road
 	failing  map[string]bool       // by road: its last telling probe Failed
+	hurried  map[string]bool       // by road: to probe before the least recently probed (hurry), until its next start
 	recorded map[string]time.Time  // by road: when the probe it last recorded started
 	started  time.Time             // when the last probe of any road started
 	// grouped is the targets grouped by road (roads), nil when a target
@@ -104,7 +106,8 @@ type roadGroups struct {
 }
 
 func newRoadSchedule() *roadSchedule {
-	return &roadSchedule{targets: map[string]roadTarget{}, last: map[string]time.Time{}, inFlight: map[string]int{}, failing: map[string]bool{}, recorded: map[string]time.Time{}}
+	return &roadSchedule{targets: map[string]roadTarget{}, last: map[string]time.Time{}, inFlight: map[string]int{}, failing: map[string]bool{},
+		hurried: map[string]bool{}, recorded: map[string]time.Time{}}
 }
 
 // roadKey names a Service port: "<namespace>/https:<name>:<port>".
@@ -140,6 +143,23 @@ func (s *roadSchedule) drop(key string) {
 	delete(s.targets, key)
 }
 
+// hurry puts the road of the target key first in line, after the failing
+// roads, until its next probe starts: kube-apiserver's own calls to that
+// webhook fail, and its road, with more Services than the budget probes in
+// an interval, might otherwise wait its turn for up to services /
+// PathProbesPerSecond seconds. It changes neither the budget nor the
+// interval, and the probe judges the road as any other: a tenant who makes
+// the webhook's calls fail gains an earlier probe of its road, once per
+// apiserver read, and no verdict. It does nothing for a target not in the
+// schedule.
+func (s *roadSchedule) hurry(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if rt, ok := s.targets[key]; ok {
+		s.hurried[roadKey(rt.svc)] = true
+	}
+}
+
 func (s *roadSchedule) has(key string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -149,8 +169,8 @@ func (s *roadSchedule) has(key string) bool {
 
 // next returns the road due at now (its interval passed since its last
 // probe started, fewer than its limit outstanding, and the budget allows a
-// start), failing roads first, then the one probed least recently, and
-// marks it started; false when none is due. done must be called with its
+// start), failing roads first, then hurried ones, then the one probed
+// least recently, and marks it started; false when none is due. done must be called with its
 // road and result when the probe ends.
 func (s *roadSchedule) next(now time.Time) (roadProbe, bool) {
 	s.mu.Lock()
@@ -165,6 +185,11 @@ func (s *roadSchedule) next(now time.Time) (roadProbe, bool) {
 			budget = SuspectPathProbesPerSecond
 		}
 	}
+	for k := range s.hurried {
+		if roads[k] == nil {
+			delete(s.hurried, k)
+		}
+	}
 	if !s.started.IsZero() && now.Sub(s.started) < time.Second/time.Duration(budget) {
 		return roadProbe{}, false
 	}
@@ -174,19 +199,31 @@ func (s *roadSchedule) next(now time.Time) (roadProbe, bool) {
 		if ok && now.Sub(last) < every[k] || s.inFlight[k] >= limit[k] {
 			continue
 		}
-		if pick == nil || s.failing[k] && !s.failing[pick.road] ||
-			s.failing[k] == s.failing[pick.road] && last.Before(s.last[pick.road]) {
+		if pick == nil || s.before(k, pick.road) {
 			pick = roads[k]
 		}
 	}
 	if pick == nil {
 		return roadProbe{}, false
 	}
+	delete(s.hurried, pick.road)
 	s.last[pick.road], s.started = now, now
 	s.inFlight[pick.road]++
 	rp := *pick
 	rp.started = now
 	return rp, true
+}
+
+// before reports whether road a goes before road b: failing roads first,
+// then hurried ones, then the one probed least recently; s.mu is held.
+func (s *roadSchedule) before(a, b string) bool {
+	if s.failing[a] != s.failing[b] {
+		return s.failing[a]
+	}
+	if s.hurried[a] != s.hurried[b] {
+		return s.hurried[a]
+	}
+	return s.last[a].Before(s.last[b])
 }
 
 // roads groups the targets by road, with each road's interval (the

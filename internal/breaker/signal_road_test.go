@@ -225,3 +225,81 @@ func TestRoadSchedule_followsItsTargets(t *testing.T) {
 	_, ok = s.next(breakertest.Now.Add(2 * time.Second))
 	assert.False(t, ok, "no target, no road")
 }
+
+// A hurried road goes next, after the failing roads and before the least
+// recently probed, once: one cut Service among 200, which at the steady
+// budget waits up to 100 s for its turn, is probed at the next start once
+// kube-apiserver's calls to its webhook fail.
+func TestRoadSchedule_aHurriedRoadGoesNextOnce(t *testing.T) {
+	const services = 200
+	s := newRoadSchedule()
+	for i := range services {
+		s.set(roadTargetFor(fmt.Sprintf("w%d.example.com", i), fmt.Sprintf("hook-%d", i)))
+	}
+	// Every road probed once, healthy: the schedule is in its steady
+	// round robin.
+	probed := sweep(s, breakertest.Now, services/PathProbesPerSecond*time.Second, func(string) bool { return false })
+	require.Len(t, probed, services)
+	now := breakertest.Now.Add(services / PathProbesPerSecond * time.Second)
+
+	hurried := roadTargetFor("w150.example.com", "hook-150")
+	s.hurry(hurried.t.Key())
+	s.hurry("not/a-target") // nothing
+	rp, ok := s.next(now)
+	require.True(t, ok)
+	assert.Equal(t, roadKey(hurried.svc), rp.road, "the hurried road did not go next")
+	s.done(rp, probe.Result{Outcome: probe.OutcomeHealthy})
+	rp, ok = s.next(now.Add(time.Second))
+	require.True(t, ok)
+	assert.NotEqual(t, roadKey(hurried.svc), rp.road, "a road is hurried once, not again")
+	s.done(rp, probe.Result{Outcome: probe.OutcomeHealthy})
+	assert.Empty(t, s.hurried)
+
+	// A failing road still goes first.
+	failing := roadTargetFor("w3.example.com", "hook-3")
+	s.failing[roadKey(failing.svc)] = true
+	s.hurry(hurried.t.Key())
+	rp, ok = s.next(now.Add(2 * time.Second))
+	require.True(t, ok)
+	assert.Equal(t, roadKey(failing.svc), rp.road)
+	s.done(rp, probe.Result{Outcome: probe.OutcomeFailed, Reason: probe.ReasonRefused})
+	rp, ok = s.next(now.Add(2*time.Second + time.Second/SuspectPathProbesPerSecond))
+	require.True(t, ok)
+	assert.Equal(t, roadKey(hurried.svc), rp.road, "then the hurried one")
+}
+
+// kube-apiserver's calls to a service-backed webhook failing hurry its
+// road; healthy calls do not.
+func TestProbeRunner_failingApiserverCallsHurryTheRoad(t *testing.T) {
+	for name, failing := range map[string]bool{"failing calls": true, "healthy calls": false} {
+		t.Run(name, func(t *testing.T) {
+			wh := breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail)
+			wh.ClientConfig = admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{Namespace: "webhooks", Name: "hook", Port: ptr.To[int32](443)}}
+			tgt := breakertest.WithSignal(breakertest.Target(breakertest.WhA, config.ModeBypass, 3, 2))
+			tgt.APIServerSignal.PathProbe.Service = &config.Service{Namespace: "webhooks", Name: "hook", Port: 443}
+			r, _ := runnerFor(t, breakertest.Config(wh), tgt, breakertest.HealthyResult())
+			r.roads = newRoadSchedule()
+			scraper := &fakeScraper{}
+			for i := range 3 {
+				if failing {
+					scraper.samples = append(scraper.samples, sample(float64(40*i), float64(37*i)))
+				} else {
+					scraper.samples = append(scraper.samples, sample(float64(40*i), 0))
+				}
+			}
+			r.Scraper = scraper
+			s := newAPIServerSignal(r.Targets, 0)
+			require.NotNil(t, s)
+			ctx := context.Background()
+			clock := r.Clock.(*clocktesting.FakeClock)
+			r.ProbeOnce(ctx, r.Targets[0]) // notes its road
+			require.True(t, r.roads.has(tgt.Key()))
+			for range 2 {
+				clock.Step(time.Second)
+				r.ScrapeOnce(ctx, s)
+			}
+			road := roadKey(*wh.ClientConfig.Service)
+			assert.Equal(t, failing, r.roads.hurried[road])
+		})
+	}
+}
