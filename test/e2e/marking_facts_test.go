@@ -3,6 +3,9 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -197,4 +200,62 @@ func TestFact_markingLeavesEventsAndLeasesUnmarked(t *testing.T) {
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "cm-"}}
 	require.NoError(t, env.Client.Create(ctx, cm))
 	assert.Equal(t, marking.ID(name, hook), cm.Labels[circuit.UnmutatedLabel], "still armed after them")
+}
+
+// Fact: kube-apiserver skips a marking policy for an events.k8s.io Event
+// (the guard's own Events are such) before any of its CEL runs, by the
+// resource rule in its matchConstraints, while a core/v1 Event (what the
+// canary is) reaches its match condition: matchPolicy Exact keeps the rule
+// from leaving out core Events, which kube-apiserver serves as the same
+// resource. kube-apiserver's own count of the policy's match condition
+// evaluations (apiserver_admission_match_condition_evaluation_seconds)
+// tells the two apart.
+func TestFact_markingPolicySkipsEventsK8sIOEventsBeforeItsCEL(t *testing.T) {
+	ctx := context.Background()
+	ns := testNamespace(t)
+	name := uniqueName(t, "fact-exempt")
+	hook := "everything.example.com"
+	markedConfiguration(t, ns, name, hook, admissionregistrationv1.Rule{APIGroups: []string{"*"}, APIVersions: []string{"*"}, Resources: []string{"*/*"}})
+	policy := marking.Name(name, hook)
+	series := regexp.MustCompile(`(?m)^apiserver_admission_match_condition_evaluation_seconds_count\{([^}]*)\} (\S+)$`)
+	evaluations := func() float64 {
+		body, err := env.Clientset.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+		require.NoError(t, err)
+		n := 0.0
+		for _, m := range series.FindAllStringSubmatch(string(body), -1) {
+			if strings.Contains(m[1], `name="`+policy+`"`) && strings.Contains(m[1], `operation="CREATE"`) {
+				v, err := strconv.ParseFloat(m[2], 64)
+				require.NoError(t, err)
+				n += v
+			}
+		}
+		return n
+	}
+	ref := corev1.ObjectReference{Kind: "ConfigMap", Namespace: ns, Name: "cm"}
+	coreEvent := func() {
+		require.NoError(t, env.Client.Create(ctx, &corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "core-"},
+			InvolvedObject: ref, Reason: "Test", Type: corev1.EventTypeNormal}))
+	}
+	// Loaded: a core Event reaches the policy's match condition.
+	require.Eventually(t, func() bool {
+		before := evaluations()
+		coreEvent()
+		return evaluations() > before
+	}, propagation, 50*time.Millisecond, "kube-apiserver never evaluated the marking policy's match condition on a core Event")
+
+	const n = 10
+	before := evaluations()
+	for range n {
+		require.NoError(t, env.Client.Create(ctx, &eventsv1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "events-"}, Regarding: ref,
+			Reason: "Test", Action: "Test", Type: corev1.EventTypeNormal, ReportingController: "webhook-guard.io/e2e", ReportingInstance: "e2e", EventTime: metav1.NowMicro()}))
+	}
+	eventsK8sIO := evaluations() - before
+	before = evaluations()
+	for range n {
+		coreEvent()
+	}
+	core := evaluations() - before
+	t.Logf("match condition evaluations: %v for %d events.k8s.io Events, %v for %d core Events", eventsK8sIO, n, core, n)
+	assert.GreaterOrEqual(t, core, float64(n), "core Events (the canary's kind) reach the policy's CEL")
+	assert.Less(t, eventsK8sIO, float64(n), "events.k8s.io Events reached the policy's CEL")
 }
