@@ -170,8 +170,8 @@ func (s *roadSchedule) has(key string) bool {
 // next returns the road due at now (its interval passed since its last
 // probe started, fewer than its limit outstanding, and the budget allows a
 // start), failing roads first, then hurried ones, then the one probed
-// least recently, and marks it started; false when none is due. done must be called with its
-// road and result when the probe ends.
+// least recently, and marks it started; false when none is due. done must
+// be called with its road and result when the probe ends.
 func (s *roadSchedule) next(now time.Time) (roadProbe, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -3,6 +3,8 @@ package partition
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/webhook-guard/webhook-guard/internal/breaker"
-	"github.com/webhook-guard/webhook-guard/internal/config"
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
 )
 
@@ -29,33 +30,18 @@ func TestPartition_aCutOfOneServiceAmongManyIsProbedFirst(t *testing.T) {
 	ctx := context.Background()
 	w := newWorld(t)
 	w.withRoad()
+	// One guard, w's ServiceAccount, for every world's target and road.
 	worlds := []*world{w}
-	var services []config.Service
+	names := []string{w.name}
 	for range roads - 1 {
 		d := newWorld(t)
-		d.wh.SetBehaviour(probePath, harness.Allow())
-		d.podAddr = d.serviceProxyBackend()
+		d.withRoadFor(w.id)
 		worlds = append(worlds, d)
-		services = append(services, d.service())
+		names = append(names, d.name)
 	}
-	// One guard, w's ServiceAccount, for every world's target and road.
-	var names []string
-	for _, x := range worlds {
-		names = append(names, x.name)
-	}
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "guard-many-" + w.ns}}
-	for _, r := range harness.GuardRules(names) {
-		role.Rules = append(role.Rules, r)
-	}
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "guard-many-" + w.ns}, Rules: slices.Collect(maps.Values(harness.GuardRules(names)))}
 	require.NoError(t, env.Client.Create(ctx, role))
 	require.NoError(t, env.Bind(ctx, role.Name, role.Name, w.ns, "webhook-guard"))
-	require.NoError(t, env.GrantPathProbe(ctx, w.id, services...))
-	for _, d := range worlds[1:] {
-		require.Eventually(t, func() bool {
-			body, err := d.serviceProxyGet(serviceProxyHang)
-			return err == nil && body == "ok"
-		}, transition, 50*time.Millisecond, "the service proxy never reached %s's webhook", d.name)
-	}
 
 	var b strings.Builder
 	b.WriteString("apiVersion: config.webhook-guard.io/v1alpha1\nkind: GuardConfiguration\napiserverScrapeInterval: 1s\ntargets:\n")

@@ -54,9 +54,16 @@ func (w *world) service() config.Service {
 // webhook's server.
 func (w *world) withRoad() {
 	w.t.Helper()
+	w.withRoadFor(w.id)
+}
+
+// withRoadFor is withRoad with the path probe's RBAC granted to id, the
+// identity of a guard that probes several worlds' roads.
+func (w *world) withRoadFor(id *harness.Identity) {
+	w.t.Helper()
 	w.wh.SetBehaviour(probePath, harness.Allow())
 	w.podAddr = w.serviceProxyBackend()
-	require.NoError(w.t, env.GrantPathProbe(context.Background(), w.id, w.service()))
+	require.NoError(w.t, env.GrantPathProbe(context.Background(), id, w.service()))
 	var last string
 	if !assert.Eventually(w.t, func() bool {
 		body, err := w.serviceProxyGet(serviceProxyHang)
