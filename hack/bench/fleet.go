@@ -330,13 +330,18 @@ func apiserverProfile(ctx context.Context, env *harness.Env, name string, d time
 	return saveProfiles(ctx, hc, strings.TrimSuffix(env.Config.Host, "/"), name+".apiserver", d)
 }
 
-// saveProfiles saves the CPU profile over d and then the heap profile
-// served under base's /debug/pprof to profileDir, as name.cpu.pprof and
-// name.heap.pprof.
+// saveProfiles saves the CPU profile over d, then the heap profile, the
+// goroutine profile and the runtime's memory statistics (the heap profile's
+// text form, which ends with them: stacks are not in the heap profile but
+// are in the RSS) served under base's /debug/pprof to profileDir, as
+// name.cpu.pprof, name.heap.pprof, name.goroutine.pprof and
+// name.memstats.txt.
 func saveProfiles(ctx context.Context, hc *http.Client, base, name string, d time.Duration) error {
 	for _, p := range []struct{ path, file string }{
 		{fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(d.Seconds())), name + ".cpu.pprof"},
 		{"/debug/pprof/heap", name + ".heap.pprof"},
+		{"/debug/pprof/goroutine", name + ".goroutine.pprof"},
+		{"/debug/pprof/heap?debug=1", name + ".memstats.txt"},
 	} {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+p.path, nil)
 		if err != nil {

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	webhookutil "k8s.io/apiserver/pkg/util/webhook"
 	"k8s.io/client-go/rest"
 )
@@ -151,9 +152,47 @@ func (n noCredentials) ClientConfigForService(string, string, int) (*rest.Config
 func (n noCredentials) baseConfig() *rest.Config {
 	return &rest.Config{
 		WarningHandler: rest.NoWarnings{},
-		WrapTransport:  func(rt http.RoundTripper) http.RoundTripper { return boundedBody{rt} },
-		Dial:           n.dial,
+		WrapTransport: func(rt http.RoundTripper) http.RoundTripper {
+			if t := innerTransport(rt); t != nil && t != http.DefaultTransport {
+				// client-go built this transport for this client alone (its
+				// cache key holds the Dial of each rest.Config), and no
+				// request has used it yet.
+				connBuffers.apply(t)
+			}
+			return boundedBody{rt}
+		},
+		Dial: n.dial,
 	}
+}
+
+// connBuffers sizes the buffers of each HTTP/1.1 connection the probe keeps
+// to a webhook; net/http's default is 4 KiB each way. A probe writes one
+// AdmissionReview of about 1.5 KiB and reads an answer of a few hundred
+// bytes, and the guard keeps a connection to every target: at 1,000 targets
+// the defaults held about 9 MB of buffers, a seventh of the guard's live
+// heap (BenchmarkProber_Probe_connectionBuffers). A larger message only
+// takes more reads or writes. kube-apiserver keeps the defaults.
+var connBuffers = bufferSizes{read: 1 << 10, write: 2 << 10}
+
+type bufferSizes struct{ read, write int }
+
+// innerTransport is the *http.Transport under rt's wrappers (client-go's
+// transport cache wraps the ones it builds), or nil.
+func innerTransport(rt http.RoundTripper) *http.Transport {
+	for {
+		switch w := rt.(type) {
+		case *http.Transport:
+			return w
+		case utilnet.RoundTripperWrapper:
+			rt = w.WrappedRoundTripper()
+		default:
+			return nil
+		}
+	}
+}
+
+func (b bufferSizes) apply(t *http.Transport) {
+	t.ReadBufferSize, t.WriteBufferSize = b.read, b.write
 }
 
 // serviceResolver adapts the prober's Resolver to the ClientManager's: a
@@ -196,6 +235,10 @@ func (b boundedBody) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp.Body = &limitedBody{ReadCloser: resp.Body, left: MaxResponseBytes}
 	return resp, nil
 }
+
+// WrappedRoundTripper lets client-go's utilities (and the tests) find the
+// transport under boundedBody.
+func (b boundedBody) WrappedRoundTripper() http.RoundTripper { return b.next }
 
 type limitedBody struct {
 	io.ReadCloser

@@ -1,9 +1,12 @@
 package probe
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionv1beta1 "k8s.io/api/admission/v1beta1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	webhookutil "k8s.io/apiserver/pkg/util/webhook"
 	"sigs.k8s.io/yaml"
 )
@@ -332,4 +336,88 @@ func TestClientKey_tellsEveryClientConfigApart(t *testing.T) {
 		seen[key] = name
 		assert.Equal(t, key, clientKey(cc), "%s: the key is stable", name)
 	}
+}
+
+// The connections a probe keeps use the small buffers of connBuffers, and
+// messages longer than them still pass whole: a 6 KiB answer header and a
+// 40 KiB answer.
+func TestProber_Probe_connectionBuffersCarryLongerMessages(t *testing.T) {
+	long := strings.Repeat("x", 40<<10)
+	wh, calls := localWebhook(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Long", strings.Repeat("h", 6<<10))
+		writeAnswer(w, readReview(t, r), func(a *admissionv1.AdmissionReview) {
+			a.Response.Warnings = []string{long}
+		})
+	})
+	p := &Prober{Discovery: testDiscovery()}
+	for range 3 { // the second and third on the kept connection
+		res := p.Probe(t.Context(), wh, Spec{Timeout: 5 * time.Second})
+		require.Equal(t, OutcomeHealthy, res.Outcome, "err: %v", res.Err)
+	}
+	assert.EqualValues(t, 3, calls.Load())
+
+	c, err := p.hookClient(wh.ClientConfig)
+	require.NoError(t, err)
+	tr := innerTransport(c.Client.Transport)
+	require.NotNil(t, tr, "no *http.Transport under %T", c.Client.Transport)
+	assert.Equal(t, connBuffers.read, tr.ReadBufferSize)
+	assert.Equal(t, connBuffers.write, tr.WriteBufferSize)
+	assert.Less(t, connBuffers.read+connBuffers.write, 8<<10, "smaller than net/http's 4 KiB each way")
+}
+
+// BenchmarkProber_Probe_connectionBuffers compares net/http's default
+// connection buffers with the probe's, side by side: the time of a probe on
+// a kept connection, and the heap each webhook's kept connection holds
+// after a probe (both ends: the test's servers are in this process, and
+// theirs are the same in both).
+//
+//	go test ./internal/probe/ -run '^$' -bench ConnectionBuffers -benchmem -count 3
+func BenchmarkProber_Probe_connectionBuffers(b *testing.B) {
+	const webhooks = 200
+	for _, bc := range []struct {
+		name string
+		size bufferSizes
+	}{
+		{"net-http-default", bufferSizes{read: 4 << 10, write: 4 << 10}},
+		{"probe", connBuffers},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			defer func(old bufferSizes) { connBuffers = old }(connBuffers)
+			connBuffers = bc.size
+			hooks := make([]admissionregistrationv1.MutatingWebhook, webhooks)
+			for i := range hooks {
+				hooks[i], _ = localWebhook(b, answer(b, nil))
+			}
+			p := &Prober{Discovery: testDiscovery()}
+			ctx := context.Background()
+			for i := range hooks { // clients built, no connection yet
+				if _, err := p.hookClient(hooks[i].ClientConfig); err != nil {
+					b.Fatal(err)
+				}
+			}
+			before := liveHeap()
+			for i := range hooks {
+				if res := p.Probe(ctx, hooks[i], Spec{}); res.Outcome != OutcomeHealthy {
+					b.Fatalf("probe not healthy: %v", res.Err)
+				}
+			}
+			held := float64(liveHeap()-before) / webhooks
+			i := 0
+			for b.Loop() {
+				if res := p.Probe(ctx, hooks[i%webhooks], Spec{}); res.Outcome != OutcomeHealthy {
+					b.Fatalf("probe not healthy: %v", res.Err)
+				}
+				i++
+			}
+			b.ReportMetric(held, "heap-B/conn")
+		})
+	}
+}
+
+// liveHeap is the heap in use after a collection.
+func liveHeap() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
 }

@@ -75,6 +75,7 @@ func (cp *ConnectionPool) transport(ep endpoint, rootsKey [32]byte) *http.Transp
 		ForceAttemptHTTP2:      true,
 		MaxResponseHeaderBytes: 1 << 20,
 	}
+	connBuffers.apply(tr)
 	cp.entries[key] = &pooled{tr: tr, rootsKey: rootsKey, since: time.Now()}
 	return tr
 }
