@@ -35,6 +35,7 @@ func TestMain(m *testing.M) {
 	binaryManifest, err := prepareBinaryStatic()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: preparing the guard binary's static webhook:", err)
+		stopGuardStatic()
 		os.Exit(1)
 	}
 	maps.Copy(guardManifests, binaryManifest)
@@ -42,12 +43,14 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: starting the control plane:", err)
 		stopGuardStatic()
+		removeBinaryStatic()
 		os.Exit(1)
 	}
 	fmt.Fprintf(os.Stderr, "e2e: control plane up in %s at %s\n", time.Since(start).Round(time.Millisecond), env.Config.Host)
 	code := m.Run()
 	env.Stop()
 	stopGuardStatic()
+	removeBinaryStatic()
 	os.Exit(code)
 }
 

@@ -65,6 +65,14 @@ func prepareBinaryStatic() (map[string][]byte, error) {
 	return map[string][]byte{"webhook-guard-binary.yaml": data}, nil
 }
 
+// removeBinaryStatic removes the serving certificate and key that
+// prepareBinaryStatic wrote.
+func removeBinaryStatic() {
+	if binaryStatic.certDir != "" {
+		_ = os.RemoveAll(binaryStatic.certDir)
+	}
+}
+
 // Enforcement point 2 with the real binary: its webhook, registered only
 // through a static manifest, refuses an administrator's edit of an open
 // circuit with the Go rule's message. The guard is denied the right to
