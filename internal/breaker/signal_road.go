@@ -24,8 +24,8 @@ import (
 // to the webhook's server, plus a TLS dial when its proxy transport holds
 // no idle connection to the endpoint (it keeps one 90 s). As measured
 // (make bench, section road): at 100 Services, where each road comes back
-// within those 90 s, 4.0-4.3 ms of its CPU a probe, 0.8-0.9% of a core at
-// 2 a second (median; single minutes up to 1.3%); at 1,000, where every
+// within those 90 s, 4-6 ms of its CPU a probe, about 1% of a core at 2
+// a second (median of six runs; single minutes 0.1-1.3%); at 1,000, where every
 // probe dials, 9.6 ms, 1.9%. One or two Services are each probed every
 // interval (default 1 s); beyond that, least recently probed first, each
 // every services/2 seconds: 50 s at 100 Services; a road whose webhook's

@@ -176,6 +176,10 @@ var connBuffers = bufferSizes{read: 1 << 10, write: 2 << 10}
 
 type bufferSizes struct{ read, write int }
 
+func (b bufferSizes) apply(t *http.Transport) {
+	t.ReadBufferSize, t.WriteBufferSize = b.read, b.write
+}
+
 // innerTransport is the *http.Transport under rt's wrappers (client-go's
 // transport cache wraps the ones it builds), or nil.
 func innerTransport(rt http.RoundTripper) *http.Transport {
@@ -189,10 +193,6 @@ func innerTransport(rt http.RoundTripper) *http.Transport {
 			return nil
 		}
 	}
-}
-
-func (b bufferSizes) apply(t *http.Transport) {
-	t.ReadBufferSize, t.WriteBufferSize = b.read, b.write
 }
 
 // serviceResolver adapts the prober's Resolver to the ClientManager's: a

@@ -371,7 +371,7 @@ func TestProber_Probe_connectionBuffersCarryLongerMessages(t *testing.T) {
 // after a probe (both ends: the test's servers are in this process, and
 // theirs are the same in both).
 //
-//	go test ./internal/probe/ -run '^$' -bench ConnectionBuffers -benchmem -count 3
+//	go test ./internal/probe/ -run '^$' -bench connectionBuffers -benchmem -count 6
 func BenchmarkProber_Probe_connectionBuffers(b *testing.B) {
 	const webhooks = 200
 	for _, bc := range []struct {

@@ -89,6 +89,12 @@ func TestConnectionPool_reusesOneConnectionAndRedials(t *testing.T) {
 		require.Equal(t, OutcomeHealthy, p.Probe(context.Background(), wh, healthz).Outcome)
 	}
 	assert.Equal(t, int64(1), cs.conns.Load(), "20 probes, one connection, as the apiserver keeps it")
+	pool.mu.Lock()
+	for _, e := range pool.entries {
+		assert.Equal(t, connBuffers, bufferSizes{read: e.tr.ReadBufferSize, write: e.tr.WriteBufferSize}, "the probe's connection buffers")
+	}
+	assert.Len(t, pool.entries, 1)
+	pool.mu.Unlock()
 
 	pool.Redial = time.Nanosecond
 	for range 3 {
