@@ -130,6 +130,8 @@ type apiserver struct {
 
 	mu       sync.Mutex
 	watchers []*watch.FakeWatcher
+	// fields are the field selectors of watchers, one each.
+	fields []string
 	// down, when set, is the answer to every Services request: an error,
 	// or errHang for a request that never returns (until the test ends).
 	down    atomic.Pointer[error]
@@ -163,7 +165,7 @@ func newAPIServer(t *testing.T, objects ...runtime.Object) *apiserver {
 		handled, err := outage(action.GetVerb())
 		return handled, nil, err
 	})
-	a.PrependWatchReactor("services", func(k8stesting.Action) (bool, watch.Interface, error) {
+	a.PrependWatchReactor("services", func(action k8stesting.Action) (bool, watch.Interface, error) {
 		if handled, err := outage("watch"); handled {
 			return true, nil, err
 		}
@@ -171,6 +173,7 @@ func newAPIServer(t *testing.T, objects ...runtime.Object) *apiserver {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		a.watchers = append(a.watchers, w)
+		a.fields = append(a.fields, action.(k8stesting.WatchAction).GetWatchRestrictions().Fields.String())
 		return true, w, nil
 	})
 	return a
@@ -188,6 +191,26 @@ func (a *apiserver) watcher(t *testing.T) *watch.FakeWatcher {
 		}
 		return w != nil
 	}, 5*time.Second, time.Millisecond, "the resolver never watched")
+	return w
+}
+
+// watcherOf returns the last watch of the Service team/name: each
+// Service has a watch of its own, and the resolver may open one only
+// after its first list answered a Resolve.
+func (a *apiserver) watcherOf(t *testing.T, name string) *watch.FakeWatcher {
+	t.Helper()
+	want := "metadata.name=" + name
+	var w *watch.FakeWatcher
+	require.Eventually(t, func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		for i := len(a.watchers) - 1; i >= 0 && w == nil; i-- {
+			if a.fields[i] == want {
+				w = a.watchers[i]
+			}
+		}
+		return w != nil
+	}, 5*time.Second, time.Millisecond, "the resolver never watched Service team/%s", name)
 	return w
 }
 
@@ -383,7 +406,7 @@ func TestWatchingResolver_followsTheAPIServersWord(t *testing.T) {
 		got, err = resolveWithin(t, r, 5*time.Second, "other", 443)
 		require.NoError(t, err)
 		assert.Equal(t, "10.96.0.50:443", got)
-		a.watcher(t).Delete(other)
+		a.watcherOf(t, "other").Delete(other)
 		require.Eventually(t, func() bool {
 			_, err = resolveWithin(t, r, 5*time.Second, "other", 443)
 			return errors.Is(err, ErrNoRoute)
