@@ -67,7 +67,7 @@ type ProbeRunner struct {
 	Scraper Scraper
 	// PathProber, when set, probes kube-apiserver's own road to a
 	// service-backed webhook (its service proxy): every interval, within
-	// PathProbesPerSecond, for the targets ContinuousRoad covers; for the
+	// PathProbeGap, for the targets ContinuousRoad covers; for the
 	// others while the apiserver's calls fail, and while a circuit the road
 	// opened is open. Without it the apiserver signal opens nothing.
 	PathProber PathProber

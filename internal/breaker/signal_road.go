@@ -17,24 +17,27 @@ import (
 	"github.com/webhook-guard/webhook-guard/internal/probe"
 )
 
-// PathProbesPerSecond is the budget of the continuous path probe while
-// every road answers: at most this many GETs through kube-apiserver's
-// service proxy start per second, across all Services. A proxied GET costs
-// kube-apiserver one authenticated, authorized request and one round trip
-// to the webhook's server, plus a TLS dial when its proxy transport holds
-// no idle connection to the endpoint (it keeps one 90 s). As measured
-// (make bench, section road): at 100 Services, where each road comes back
-// within those 90 s, 4-6 ms of its CPU a probe, about 1% of a core at 2
-// a second (median of six runs; single minutes 0.1-1.3%); at 1,000, where every
-// probe dials, 9.6 ms, 1.9%. One or two Services are each probed every
-// interval (default 1 s); beyond that, least recently probed first, each
-// every services/2 seconds: 50 s at 100 Services; a road whose webhook's
+// PathProbeGap is the budget of the continuous path probe while every
+// road answers: at most one GET through kube-apiserver's service proxy
+// starts per gap, across all Services, about 1.4 a second. A proxied GET
+// costs kube-apiserver one authenticated, authorized request and one round
+// trip to the webhook's server, plus a TLS dial when its proxy transport
+// holds no idle connection to the endpoint (it keeps one 90 s). As
+// measured (make bench, section road), a lone proxied GET costs
+// kube-apiserver 5-6 ms of CPU, whoever sends it (the bench's own GETs at
+// the same pace cost the same), three times what the same GETs cost back
+// to back: at 2 a second, about 1.1% of a core at 100 Services. At one per
+// 700 ms it is about 0.8%, and each of up to 128 roads comes back within
+// kube-apiserver's 90 s, so its connection is kept; at 1,000, where every
+// probe dials, about 9.6 ms a probe. One Service is probed every interval
+// (default 1 s); beyond that, least recently probed first, each every
+// services × 0.7 seconds: 70 s at 100 Services; a road whose webhook's
 // calls the last apiserver read found failing goes next (hurry).
-const PathProbesPerSecond = 2
+const PathProbeGap = 700 * time.Millisecond
 
 // SuspectPathProbesPerSecond is the budget while the last probe of some
 // road failed. A cut egress (konnectivity, an egress proxy) cuts every
-// road, so the first failure shows within 1/PathProbesPerSecond s; from
+// road, so the first failure shows within PathProbeGap; from
 // then on the failing roads come first, each once per interval while the
 // budget lasts, and the others are swept five times faster, until no
 // road's last probe failed.
@@ -76,7 +79,7 @@ type roadProbe struct {
 // roadSchedule picks which Service's road to path-probe next: one probe
 // per distinct Service and port per interval (the shortest of its
 // targets'), shared by all of them, at most MaxProbesInFlight of them
-// outstanding, within PathProbesPerSecond (SuspectPathProbesPerSecond
+// outstanding, within PathProbeGap (SuspectPathProbesPerSecond
 // while a road's last probe failed), failing roads first, then least
 // recently probed first.
 type roadSchedule struct {
@@ -146,8 +149,8 @@ func (s *roadSchedule) drop(key string) {
 // hurry puts the road of the target key first in line, after the failing
 // roads, until its next probe starts: kube-apiserver's own calls to that
 // webhook fail, and its road, with more Services than the budget probes in
-// an interval, might otherwise wait its turn for up to services /
-// PathProbesPerSecond seconds. It changes neither the budget nor the
+// an interval, might otherwise wait its turn for up to services ×
+// PathProbeGap. It changes neither the budget nor the
 // interval, and the probe judges the road as any other: a tenant who makes
 // the webhook's calls fail gains an earlier probe of its road, once per
 // apiserver read, and no verdict. It does nothing for a target not in the
@@ -177,12 +180,12 @@ func (s *roadSchedule) next(now time.Time) (roadProbe, bool) {
 	defer s.mu.Unlock()
 	g := s.roads()
 	roads, every, limit := g.roads, g.every, g.limit
-	budget := PathProbesPerSecond
+	gap := PathProbeGap
 	for k := range s.failing {
 		if roads[k] == nil {
 			delete(s.failing, k) // no target is behind it any more
 		} else {
-			budget = SuspectPathProbesPerSecond
+			gap = time.Second / SuspectPathProbesPerSecond
 		}
 	}
 	for k := range s.hurried {
@@ -190,7 +193,7 @@ func (s *roadSchedule) next(now time.Time) (roadProbe, bool) {
 			delete(s.hurried, k)
 		}
 	}
-	if !s.started.IsZero() && now.Sub(s.started) < time.Second/time.Duration(budget) {
+	if !s.started.IsZero() && now.Sub(s.started) < gap {
 		return roadProbe{}, false
 	}
 	var pick *roadProbe

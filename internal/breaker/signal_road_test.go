@@ -75,11 +75,11 @@ func TestRoadSchedule_budgetRoundRobin(t *testing.T) {
 	}
 	probed := sweep(s, breakertest.Now, 60*time.Second, func(string) bool { return false })
 	require.Len(t, probed, services)
-	assert.LessOrEqual(t, starts(probed), 60*PathProbesPerSecond, "more starts than the budget while every road answers")
-	every := time.Duration((services+PathProbesPerSecond-1)/PathProbesPerSecond) * time.Second
+	assert.LessOrEqual(t, starts(probed), int(60*time.Second/PathProbeGap)+1, "more starts than the budget while every road answers")
+	every := services * PathProbeGap
 	for road, at := range probed {
 		for i := 1; i < len(at); i++ {
-			assert.LessOrEqual(t, at[i].Sub(at[i-1]), every, "%s waited longer than ceil(services/N) s", road)
+			assert.LessOrEqual(t, at[i].Sub(at[i-1]), every, "%s waited longer than services × PathProbeGap", road)
 		}
 	}
 }
@@ -97,16 +97,16 @@ func TestRoadSchedule_aFailingRoadComesFirstWithinTheSuspectBudget(t *testing.T)
 	probed := sweep(s, breakertest.Now, 30*time.Second, func(road string) bool { return road == cut })
 	at := probed[cut]
 	require.NotEmpty(t, at)
-	assert.LessOrEqual(t, at[0].Sub(breakertest.Now), time.Duration(services/PathProbesPerSecond+1)*time.Second, "the cut road is found within one sweep at the steady budget")
+	assert.LessOrEqual(t, at[0].Sub(breakertest.Now), services*PathProbeGap+time.Second, "the cut road is found within one sweep at the steady budget")
 	for i := 1; i < len(at); i++ {
 		assert.LessOrEqual(t, at[i].Sub(at[i-1]), time.Second+time.Second/SuspectPathProbesPerSecond, "a failing road is probed every interval")
 	}
 	assert.LessOrEqual(t, starts(probed), 30*SuspectPathProbesPerSecond, "more starts than the suspect budget")
-	assert.Greater(t, starts(probed), 30*PathProbesPerSecond, "the budget did not rise while a road failed")
+	assert.Greater(t, starts(probed), int(30*time.Second/PathProbeGap)+1, "the budget did not rise while a road failed")
 
 	// Once it answers again, the budget falls back.
 	later := sweep(s, breakertest.Now.Add(time.Minute), 30*time.Second, func(string) bool { return false })
-	assert.LessOrEqual(t, starts(later), 30*PathProbesPerSecond+1)
+	assert.LessOrEqual(t, starts(later), int(30*time.Second/PathProbeGap)+1)
 }
 
 // A probe that hung through a cut and fails after a later probe of the
@@ -228,7 +228,7 @@ func TestRoadSchedule_followsItsTargets(t *testing.T) {
 
 // A hurried road goes next, after the failing roads and before the least
 // recently probed, once: one cut Service among 200, which at the steady
-// budget waits up to 100 s for its turn, is probed at the next start once
+// budget waits up to 140 s for its turn, is probed at the next start once
 // kube-apiserver's calls to its webhook fail.
 func TestRoadSchedule_aHurriedRoadGoesNextOnce(t *testing.T) {
 	const services = 200
@@ -238,9 +238,9 @@ func TestRoadSchedule_aHurriedRoadGoesNextOnce(t *testing.T) {
 	}
 	// Every road probed once, healthy: the schedule is in its steady
 	// round robin.
-	probed := sweep(s, breakertest.Now, services/PathProbesPerSecond*time.Second, func(string) bool { return false })
+	probed := sweep(s, breakertest.Now, services*PathProbeGap, func(string) bool { return false })
 	require.Len(t, probed, services)
-	now := breakertest.Now.Add(services / PathProbesPerSecond * time.Second)
+	now := breakertest.Now.Add(services * PathProbeGap)
 
 	hurried := roadTargetFor("w150.example.com", "hook-150")
 	s.hurry(hurried.t.Key())

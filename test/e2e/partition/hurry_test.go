@@ -19,11 +19,11 @@ import (
 )
 
 // TestPartition_aCutOfOneServiceAmongManyIsProbedFirst: 40 service-backed
-// webhooks, each behind its own Service, so at PathProbesPerSecond the
-// road schedule comes back to each road every 20 s. One road is cut just
+// webhooks, each behind its own Service, so at PathProbeGap the road
+// schedule comes back to each road every 28 s. One road is cut just
 // after its probe, while requests call its webhook. kube-apiserver's own
 // calls fail, the next read of its /metrics says so, and that road is
-// probed next instead of in 20 s: the circuit opens within a few
+// probed next instead of in 28 s: the circuit opens within a few
 // intervals of that read.
 func TestPartition_aCutOfOneServiceAmongManyIsProbedFirst(t *testing.T) {
 	const roads = 40
@@ -63,7 +63,7 @@ func TestPartition_aCutOfOneServiceAmongManyIsProbedFirst(t *testing.T) {
 	// The schedule's GETs of w's road: the calls on its path that carry no
 	// AdmissionReview (the direct probe POSTs one).
 	roadProbes := func() int { return w.wh.Calls(path) - len(w.wh.Requests(path)) }
-	sweep := time.Duration(roads/breaker.PathProbesPerSecond) * time.Second
+	sweep := roads * breaker.PathProbeGap
 	before := roadProbes()
 	require.Eventually(t, func() bool { return roadProbes() > before }, 2*sweep, 20*time.Millisecond, "the schedule never probed the road")
 
