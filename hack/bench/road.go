@@ -378,6 +378,8 @@ func (r *roadEnv) measureBursts(ctx context.Context, f *fleet) ([]roadBurstResul
 	}
 	// waitRoads used the first and the last.
 	cold := refs[1:min(len(refs)-1, 1+roadBurst)]
+	coldRoad := func(i int) admissionregistrationv1.ServiceReference { return cold[i] }
+	oneRoad := func(int) admissionregistrationv1.ServiceReference { return refs[0] }
 	ways := []struct {
 		name string
 		p    *probe.PathProber
@@ -385,22 +387,15 @@ func (r *roadEnv) measureBursts(ctx context.Context, f *fleet) ([]roadBurstResul
 		n    int
 		pace time.Duration // between GETs; 0: back to back
 	}{
-		{"each road once (fresh CONNECT and TLS dial)", admin, func(i int) admissionregistrationv1.ServiceReference { return cold[i] }, len(cold), 0},
-		{"one road again and again (pooled connection)", admin, func(int) admissionregistrationv1.ServiceReference { return refs[0] }, roadBurst, 0},
-		{"one road again and again, as the guard's ServiceAccount (pooled)", guard, func(int) admissionregistrationv1.ServiceReference { return refs[0] }, roadBurst, 0},
+		{"each road once (fresh CONNECT and TLS dial)", admin, coldRoad, len(cold), 0},
+		// The roads the first way dialled, in turn at the guard's steady
+		// budget, as its ServiceAccount: a path probe's pace, without the
+		// guard. Second, so that each road comes back within the 90 s
+		// kube-apiserver keeps its connection.
+		{fmt.Sprintf("each road in turn, one every %s, as the guard's ServiceAccount (pooled)", breaker.PathProbeGap), guard, coldRoad, len(cold), breaker.PathProbeGap},
+		{"one road again and again (pooled connection)", admin, oneRoad, roadBurst, 0},
+		{"one road again and again, as the guard's ServiceAccount (pooled)", guard, oneRoad, roadBurst, 0},
 	}
-	// The roads the first way dialled, in turn at the guard's steady
-	// budget, as its ServiceAccount: a path probe's pace, without the
-	// guard. Second, so that each road comes back within the 90 s
-	// kube-apiserver keeps its connection.
-	paced := breaker.PathProbeGap
-	ways = slices.Insert(ways, 1, struct {
-		name string
-		p    *probe.PathProber
-		ref  func(i int) admissionregistrationv1.ServiceReference
-		n    int
-		pace time.Duration
-	}{fmt.Sprintf("each road in turn, one every %s, as the guard's ServiceAccount (pooled)", breaker.PathProbeGap), guard, func(i int) admissionregistrationv1.ServiceReference { return cold[i] }, len(cold), paced})
 	var out []roadBurstResult
 	for _, w := range ways {
 		first := time.Now()
