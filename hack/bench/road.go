@@ -555,7 +555,7 @@ func roadRows(n int, m roadMeasured, limit float64) []Row {
 		row("kube-apiserver cores, path probe on (after)", " cores", col(on, api)),
 		row("kube-apiserver cores, after − before", " cores", pair(func(a, b roadResult) float64 { return b.apiCores - a.apiCores })).AtMost(0.01),
 		row("kube-apiserver CPU, after / before", "×", pair(func(a, b roadResult) float64 { return b.apiCores / a.apiCores })),
-		row("path probes a second (after)", "/s", col(on, func(r roadResult) float64 { return r.probesPerSec })).AtMost(float64(time.Second)/float64(breaker.PathProbeGap)+1/roadWindow.Seconds()), // a window may hold one start more
+		row("path probes a second (after)", "/s", col(on, func(r roadResult) float64 { return r.probesPerSec })).AtMost(float64(time.Second)/float64(breaker.PathProbeGap) + 1/roadWindow.Seconds()), // a window may hold one start more
 		row("kube-apiserver CPU per path probe", " ms", pair(func(a, b roadResult) float64 { return 1000 * (b.apiCores - a.apiCores) / b.probesPerSec })),
 		row("guard requests to kube-apiserver a second, before", "/s", col(off, func(r roadResult) float64 { return r.requestsPerSec })),
 		row("guard requests to kube-apiserver a second, after", "/s", col(on, func(r roadResult) float64 { return r.requestsPerSec })),
