@@ -398,7 +398,7 @@ func (r *roadEnv) measureBursts(ctx context.Context, f *fleet) ([]roadBurstResul
 	}
 	var out []roadBurstResult
 	for _, w := range ways {
-		first := time.Now()
+		var first time.Time // the first paced GET's start
 		ms, settled, err := r.burst(ctx, w.n, func(ctx context.Context, i int) error {
 			if w.pace > 0 {
 				if i == 0 {
