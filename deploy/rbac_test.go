@@ -12,8 +12,11 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/webhook-guard/webhook-guard/internal/cli/factory"
 )
 
 // roles reads every Role and ClusterRole in the kustomize tree, by
@@ -137,7 +140,38 @@ func TestRBAC_isLeastPrivilegeOnPaper(t *testing.T) {
 			assert.Equal(t, "default", role.Namespace, "%s: Events about cluster-scoped objects land in default", where)
 		}
 		if strings.HasSuffix(role.Name, "leader-election") {
-			assert.Equal(t, "webhook-guard-system", role.Namespace, "%s: leases only in the service's namespace", where)
+			// Issue 31: in kube-system, which policy engines' */* webhooks
+			// leave out.
+			assert.Equal(t, "kube-system", role.Namespace, "%s: leases only in kube-system", where)
+			for i, rule := range role.Rules {
+				if !slices.Contains(rule.Resources, "leases") {
+					continue
+				}
+				if slices.Contains(rule.Verbs, "update") {
+					assert.Equal(t, []string{"webhook-guard.webhook-guard.io"}, rule.ResourceNames, "%s rule %d: it renews its own Lease only", where, i)
+				}
+				for _, v := range []string{"list", "watch", "patch", "delete"} {
+					assert.NotContains(t, rule.Verbs, v, "%s rule %d: leader election needs get, create and update", where, i)
+				}
+			}
 		}
 	}
+	for where, b := range bindings(t) {
+		if strings.HasSuffix(b.Name, "leader-election") {
+			assert.Equal(t, "kube-system", b.Namespace, "%s: bound where the Role is", where)
+		}
+	}
+}
+
+// TestDeployment_leaseIsInKubeSystem: the Deployment's Lease is where the
+// leader-election Role lets it be, and "guard status" and "guard release"
+// read it there from the Deployment (factory.LeaseNamespaceOf).
+func TestDeployment_leaseIsInKubeSystem(t *testing.T) {
+	d := &appsv1.Deployment{}
+	data, err := os.ReadFile(filepath.Join(base, "deployment.yaml"))
+	require.NoError(t, err)
+	require.NoError(t, yaml.Unmarshal(data, d))
+	ns, ok := factory.LeaseNamespaceOf(d)
+	require.True(t, ok, "the Deployment does not say where its Lease is")
+	assert.Equal(t, "kube-system", ns)
 }

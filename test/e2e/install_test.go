@@ -237,23 +237,34 @@ func TestInstall_RBACIsLeastPrivilege(t *testing.T) {
 		// No webhook server, so no certificate: no Secret at all, not even
 		// the one components/static-admission keeps its CA in
 		// (TestInstall_staticAdmissionRBACIsItsCertificateSecretOnly).
-		"not read the certificate Secret (no webhook server)":      {[]string{"get", "secrets/webhook-guard-certs", "-n", installNamespace}, false},
-		"not update the certificate Secret (no webhook server)":    {[]string{"update", "secrets/webhook-guard-certs", "-n", installNamespace}, false},
-		"not create Secrets in its namespace":                      {[]string{"create", "secrets", "-n", installNamespace}, false},
-		"not read another Secret in its namespace":                 {[]string{"get", "secrets/other", "-n", installNamespace}, false},
-		"not list Secrets in its namespace":                        {[]string{"list", "secrets", "-n", installNamespace}, false},
-		"not list Secrets anywhere":                                {[]string{"list", "secrets", "-A"}, false},
-		"not create ConfigMaps cluster-wide":                       {[]string{"create", "configmaps", "-A"}, false},
-		"not read ConfigMaps in its namespace (config is a file)":  {[]string{"get", "configmaps", "-n", installNamespace}, false},
-		"create Leases in its namespace":                           {[]string{"create", "leases.coordination.k8s.io", "-n", installNamespace}, true},
+		"not read the certificate Secret (no webhook server)":     {[]string{"get", "secrets/webhook-guard-certs", "-n", installNamespace}, false},
+		"not update the certificate Secret (no webhook server)":   {[]string{"update", "secrets/webhook-guard-certs", "-n", installNamespace}, false},
+		"not create Secrets in its namespace":                     {[]string{"create", "secrets", "-n", installNamespace}, false},
+		"not read another Secret in its namespace":                {[]string{"get", "secrets/other", "-n", installNamespace}, false},
+		"not list Secrets in its namespace":                       {[]string{"list", "secrets", "-n", installNamespace}, false},
+		"not list Secrets anywhere":                               {[]string{"list", "secrets", "-A"}, false},
+		"not create ConfigMaps cluster-wide":                      {[]string{"create", "configmaps", "-A"}, false},
+		"not read ConfigMaps in its namespace (config is a file)": {[]string{"get", "configmaps", "-n", installNamespace}, false},
+		// Issue 31: the Lease is in kube-system, which policy engines'
+		// */* webhooks leave out (docs/security.md).
+		"create Leases in kube-system":                             {[]string{"create", "leases.coordination.k8s.io", "-n", "kube-system"}, true},
+		"update its own Lease in kube-system":                      {[]string{"update", "leases.coordination.k8s.io/" + installLeaseName, "-n", "kube-system"}, true},
+		"not update another Lease in kube-system":                  {[]string{"update", "leases.coordination.k8s.io/kube-controller-manager", "-n", "kube-system"}, false},
+		"not patch its own Lease (update renews it)":               {[]string{"patch", "leases.coordination.k8s.io/" + installLeaseName, "-n", "kube-system"}, false},
+		"not delete Leases in kube-system":                         {[]string{"delete", "leases.coordination.k8s.io/" + installLeaseName, "-n", "kube-system"}, false},
+		"get a Lease in kube-system (another installation's)":      {[]string{"get", "leases.coordination.k8s.io/other", "-n", "kube-system"}, true},
+		"not list Leases in kube-system":                           {[]string{"list", "leases.coordination.k8s.io", "-n", "kube-system"}, false},
+		"not create Leases in its namespace":                       {[]string{"create", "leases.coordination.k8s.io", "-n", installNamespace}, false},
+		"get its Lease's name in its namespace (the handover)":     {[]string{"get", "leases.coordination.k8s.io/" + installLeaseName, "-n", installNamespace}, true},
+		"not get another Lease in its namespace":                   {[]string{"get", "leases.coordination.k8s.io/other", "-n", installNamespace}, false},
 		"not create Leases in default":                             {[]string{"create", "leases.coordination.k8s.io", "-n", "default"}, false},
 		"create events.k8s.io Events in default":                   {[]string{"create", "events.events.k8s.io", "-n", "default"}, true},
 		"patch events.k8s.io Events in default":                    {[]string{"patch", "events.events.k8s.io", "-n", "default"}, true},
 		"not create events.k8s.io Events in kube-system":           {[]string{"create", "events.events.k8s.io", "-n", "kube-system"}, false},
-		"create core Events for leader election":                   {[]string{"create", "events", "-n", installNamespace}, true},
+		"create core Events for leader election, on its Lease":     {[]string{"create", "events", "-n", "kube-system"}, true},
+		"not create core Events in its namespace":                  {[]string{"create", "events", "-n", installNamespace}, false},
 		"create core Events in default (the marking canary)":       {[]string{"create", "events", "-n", "default"}, true},
 		"not patch core Events in default (the canary is created)": {[]string{"patch", "events", "-n", "default"}, false},
-		"not create core Events in kube-system":                    {[]string{"create", "events", "-n", "kube-system"}, false},
 		"get a Service in any namespace":                           {[]string{"get", "services", "-n", "anywhere"}, true},
 		// Issue 31: the probe resolves Services from a watch. A leaked
 		// token enumerates Services, and no more (docs/security.md).
@@ -490,12 +501,13 @@ func installStatus(ctx context.Context, url string) (installStatusRow, error) {
 }
 
 // installGuardArgs are the flags of the out-of-cluster guard: the
-// installed Deployment's leader election. Like the default installation
+// installed Deployment's leader election, on a Lease in kube-system
+// (deploy.TestDeployment_leaseIsInKubeSystem). Like the default installation
 // it runs no webhook server (no --webhook-cert-dir), so it manages no
 // certificate and touches no Secret.
 func installGuardArgs(t *testing.T) []string {
 	t.Helper()
-	return []string{"--leader-elect", "--leader-election-namespace", installNamespace}
+	return []string{"--leader-elect", "--leader-election-namespace", metav1.NamespaceSystem}
 }
 
 // installWebhookState is what the test reads from the target configuration.
@@ -663,9 +675,10 @@ func TestInstall_guardRunsAsInstalledServiceAccount(t *testing.T) {
 		}, wait, 200*time.Millisecond, "no CircuitOpened and CircuitClosed events.k8s.io Events about %s in default", tg.name)
 	}
 
-	// Leader election used the Lease in the service's namespace.
+	// Leader election used the Lease in kube-system, with the installed
+	// RBAC.
 	lease := &coordinationv1.Lease{}
-	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Namespace: installNamespace, Name: installLeaseName}, lease))
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: installLeaseName}, lease))
 
 	// The installed RBAC was enough: nothing the service tried was refused.
 	assert.NotContains(t, strings.ToLower(g.Logs()), "forbidden", "the guard was refused something by the installed RBAC")

@@ -88,7 +88,8 @@ func releaseConfig() string {
 // relative paths to the base, and applies "namespace:" before patches, so
 // it is three kustomizations: inner (the base, the targets ClusterRole and
 // the configuration, every name prefixed), namespaced (inner in namespace
-// ns, the Events Roles put back in "default") and top (that plus the
+// ns, the Events Roles put back in "default" and the leader-election Role
+// in "kube-system") and top (that plus the
 // cluster-scoped policies "guard manifests" renders, unprefixed, as their
 // names are the contract).
 func releaseOverlay(t *testing.T, ctx context.Context, bin, ns string) string {
@@ -133,6 +134,8 @@ replacements:
   targets:
   - select: {kind: RoleBinding, name: %[2]s-events}
     fieldPaths: [subjects.0.namespace]
+  - select: {kind: RoleBinding, name: %[2]s-leader-election}
+    fieldPaths: [subjects.0.namespace]
 transformers:
 - events.yaml
 `, ns, sa))
@@ -146,7 +149,30 @@ patch: |-
   - op: replace
     path: /metadata/namespace
     value: default
-`, sa))
+---
+apiVersion: builtin
+kind: PatchTransformer
+metadata:
+  name: leader-election-stays-in-kube-system
+target:
+  name: %[1]s-leader-election
+patch: |-
+  - op: replace
+    path: /metadata/namespace
+    value: kube-system
+---
+apiVersion: builtin
+kind: PatchTransformer
+metadata:
+  name: leader-election-renews-the-instances-lease
+target:
+  kind: Role
+  name: %[1]s-leader-election
+patch: |-
+  - op: add
+    path: /rules/1/resourceNames/-
+    value: %[2]s
+`, sa, releaseLease))
 	cfg := filepath.Join(inner, "config.yaml")
 	write("cluster/policy.yaml", render("policy", "--config", cfg, "--breaker", "system:serviceaccount:"+ns+":"+sa))
 	write("cluster/marking.yaml", render("marking", "--config", cfg))
@@ -250,7 +276,9 @@ func TestRelease_kustomizeLeavesEveryConfigurationAsItWas(t *testing.T) {
 	id, err := env.ServiceAccount(ctx, ns, sa)
 	require.NoError(t, err)
 	require.Equal(t, breaker, id.Username)
-	args := []string{"--leader-elect", "--leader-election-namespace", ns}
+	// Leader election as the installed Deployment has it: in kube-system,
+	// where "guard release" reads the Lease from the Deployment.
+	args := []string{"--leader-elect", "--leader-election-namespace", metav1.NamespaceSystem}
 	if help, _ := exec.Command(bin, "run", "--help").CombinedOutput(); strings.Contains(string(help), "-cert-secret") {
 		args = append(args, "--cert-secret=")
 	}
@@ -276,7 +304,7 @@ func TestRelease_kustomizeLeavesEveryConfigurationAsItWas(t *testing.T) {
 	// While the guard leads, release refuses and changes nothing.
 	out, err := releaseRun(ctx, bin, env.KubeconfigPath, "--all", "-n", ns, "--deployment", sa, "--breaker", breaker)
 	require.Error(t, err, "guard release ran while the guard leads:\n%s", out)
-	assert.Contains(t, out, "leads (Lease "+ns+"/"+releaseLease+")")
+	assert.Contains(t, out, "leads (Lease "+metav1.NamespaceSystem+"/"+releaseLease+")")
 
 	// Stopped: its Lease is released (LeaderElectionReleaseOnCancel).
 	g.Stop()

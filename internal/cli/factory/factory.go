@@ -64,7 +64,8 @@ type Factory struct {
 	// kubeconfig's current context.
 	Context string
 	// Namespace is the installation's namespace (-n, --namespace): its
-	// Deployment, Lease and status reader are there. Default
+	// Deployment and status reader are there, and its Lease unless the
+	// Deployment says otherwise (LeaseNamespace). Default
 	// circuit.DefaultNamespace, whatever the kubeconfig context says.
 	Namespace string
 	// Deployment is the guard's Deployment (--deployment), whose volume
@@ -97,6 +98,8 @@ type Factory struct {
 	// brings kustomize's API and kubectl's printers into the service's
 	// binary.
 	connection connectionFlags
+	// leaseNamespace is LeaseNamespace's answer, once found.
+	leaseNamespace string
 
 	load Loader
 }
@@ -124,7 +127,7 @@ func (f *Factory) AddKubeconfigFlags(fs *pflag.FlagSet) {
 
 // AddInstallationFlags adds -n/--namespace and --deployment to fs.
 func (f *Factory) AddInstallationFlags(fs *pflag.FlagSet) {
-	fs.StringVarP(&f.Namespace, "namespace", "n", f.Namespace, "Namespace of the guard's installation (its Deployment, Lease and installed configuration): where the guard runs, not where your objects are, so unlike kubectl's -n it does not default to the kubeconfig context's namespace.")
+	fs.StringVarP(&f.Namespace, "namespace", "n", f.Namespace, "Namespace of the guard's installation (its Deployment and installed configuration; its Lease is where the Deployment's --leader-election-namespace says): where the guard runs, not where your objects are, so unlike kubectl's -n it does not default to the kubeconfig context's namespace.")
 	fs.StringVar(&f.Deployment, "deployment", f.Deployment, "The guard's Deployment, whose volume \"config\" names the installed ConfigMap.")
 }
 

@@ -377,18 +377,19 @@ func groupByConfiguration(targets []config.Target) []configuration {
 // while someone leads. A dry run changes nothing and only says what it
 // found.
 func (o *Options) stopLeader(ctx context.Context, lease string) error {
-	holder, err := status.Leader(ctx, o.Client, o.Namespace, lease)
+	leaseNS := o.LeaseNamespace(ctx)
+	holder, err := status.Leader(ctx, o.Client, leaseNS, lease)
 	switch {
 	case status.IsNoLeader(err) && (!o.ScaleDown || o.DryRun):
 		return nil
 	case err != nil && !status.IsNoLeader(err):
 		return fmt.Errorf("finding out whether the installation has a leader, which would open the circuits again: %w", err)
 	case o.DryRun:
-		fmt.Fprintf(o.ErrOut, "note: %s leads (Lease %s/%s): without --dry-run, guard release would refuse until it is stopped\n", holder, o.Namespace, lease)
+		fmt.Fprintf(o.ErrOut, "note: %s leads (Lease %s/%s): without --dry-run, guard release would refuse until it is stopped\n", holder, leaseNS, lease)
 		return nil
 	case !o.ScaleDown:
 		return fmt.Errorf("%s leads (Lease %s/%s) and would open the circuits again: stop the guard first (kubectl -n %s scale deployment %s --replicas 0), or pass --scale-down",
-			holder, o.Namespace, lease, o.Namespace, o.Deployment)
+			holder, leaseNS, lease, o.Namespace, o.Deployment)
 	}
 	scale := []byte(`{"spec":{"replicas":0}}`)
 	if _, err := o.KubeClient.AppsV1().Deployments(o.Namespace).Patch(ctx, o.Deployment, types.MergePatchType, scale, metav1.PatchOptions{FieldManager: FieldManager}, "scale"); err != nil {
@@ -397,7 +398,7 @@ func (o *Options) stopLeader(ctx context.Context, lease string) error {
 	fmt.Fprintf(o.Out, "deployment/%s scaled to 0\n", o.Deployment)
 	deadline := time.Now().Add(o.Timeout)
 	for {
-		holder, err = status.Leader(ctx, o.Client, o.Namespace, lease)
+		holder, err = status.Leader(ctx, o.Client, leaseNS, lease)
 		if status.IsNoLeader(err) {
 			return nil
 		}
@@ -405,7 +406,7 @@ func (o *Options) stopLeader(ctx context.Context, lease string) error {
 			if err == nil {
 				err = fmt.Errorf("%s still leads", holder)
 			}
-			return fmt.Errorf("waiting %s for the leader to go (Lease %s/%s): %w", o.Timeout, o.Namespace, lease, err)
+			return fmt.Errorf("waiting %s for the leader to go (Lease %s/%s): %w", o.Timeout, leaseNS, lease, err)
 		}
 		select {
 		case <-ctx.Done():

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -27,6 +28,7 @@ import (
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/leaderelection"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -133,6 +135,21 @@ func (o *Options) Run(ctx context.Context) error {
 	if o.WebhookCertDir != "" {
 		webhookServer = webhook.NewServer(webhook.Options{Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.WebhookCertDir, TLSOpts: serverTLSOpts})
 	}
+	// The Lease's lock, as the manager would build it, on the Lease's own
+	// connection, and waiting for an earlier release's leader when the
+	// Lease has moved (handoverLock).
+	var lock resourcelock.Interface
+	if o.LeaderElect {
+		var stopLeaseEvents func()
+		lock, stopLeaseEvents, err = newLeaseLock(leaseConfig(rc), o.KubeClient, identity, leaderelection.Options{
+			LeaderElection: true, LeaderElectionNamespace: o.LeaderElectionNamespace,
+			LeaderElectionID: status.LeaseName(cfg.Instance), RenewDeadline: o.RenewDeadline,
+		})
+		if err != nil {
+			return fmt.Errorf("building the leader-election lock: %w", err)
+		}
+		defer stopLeaseEvents()
+	}
 	mgr, err := ctrl.NewManager(rc, ctrl.Options{
 		Scheme: factory.Scheme,
 		Metrics: metricsserver.Options{
@@ -153,12 +170,14 @@ func (o *Options) Run(ctx context.Context) error {
 		LeaderElectionID:              status.LeaseName(cfg.Instance),
 		LeaderElectionNamespace:       o.LeaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
-		LeaderElectionConfig:          leaseConfig(rc),
-		LeaseDuration:                 &o.LeaseDuration,
-		RenewDeadline:                 &o.RenewDeadline,
-		RetryPeriod:                   &o.RetryPeriod,
-		GracefulShutdownTimeout:       &o.GracefulShutdown,
-		Controller:                    ctrlConfig(),
+		// Its namespace and ID above are what the lock was built with;
+		// the manager takes them for its logs.
+		LeaderElectionResourceLockInterface: lock,
+		LeaseDuration:                       &o.LeaseDuration,
+		RenewDeadline:                       &o.RenewDeadline,
+		RetryPeriod:                         &o.RetryPeriod,
+		GracefulShutdownTimeout:             &o.GracefulShutdown,
+		Controller:                          ctrlConfig(),
 		// Nothing reads the managedFields of webhook configurations from
 		// the cache; without them every copy a probe or a reconcile makes
 		// is smaller.

@@ -12,6 +12,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
@@ -133,8 +134,8 @@ func checkPolicyOwner(ctx context.Context, c client.Reader, opts admission.Optio
 	if !ok || other == opts.Breaker() {
 		return nil
 	}
-	if theirs, ok := serviceAccountNamespace(other); ok {
-		if mine, ok := serviceAccountNamespace(opts.Breaker()); ok && mine == theirs {
+	if theirs, ok := ServiceAccountNamespace(other); ok {
+		if mine, ok := ServiceAccountNamespace(opts.Breaker()); ok && mine == theirs {
 			return nil
 		}
 	}
@@ -197,9 +198,9 @@ func unquoteCEL(s string) (string, bool) {
 	return out, err == nil
 }
 
-// serviceAccountNamespace returns the namespace of a ServiceAccount's
+// ServiceAccountNamespace returns the namespace of a ServiceAccount's
 // username, system:serviceaccount:<namespace>:<name>.
-func serviceAccountNamespace(username string) (string, bool) {
+func ServiceAccountNamespace(username string) (string, bool) {
 	rest, ok := strings.CutPrefix(username, "system:serviceaccount:")
 	if !ok {
 		return "", false
@@ -220,37 +221,66 @@ const (
 	gone
 )
 
-// installationLiveness reads the leader-election Lease of the
-// installation of identity and instance, where an installation keeps it:
-// named status.LeaseName(instance), in its ServiceAccount's namespace. It
-// says what it found, for messages. An installation started without
-// --leader-elect holds no Lease and is taken for gone; one whose Lease
-// lives elsewhere, or that this identity may not read, is unknown.
+// installationLiveness reads the leader-election Leases of the
+// installation of identity and instance, where an installation keeps
+// them: named status.LeaseName(instance), in its ServiceAccount's
+// namespace (releases before issue 31, and a guard started with
+// --leader-election-namespace there) and in kube-system (the shipped
+// manifests since). It is alive when either Lease is; unknown when none
+// is and one cannot be read; gone when every one it found was released or
+// has expired, or it found none. A Lease in kube-system is named by the
+// instance alone, so it is alive when any installation of that instance
+// name leads, which is the one a second installation of that name would
+// fight. It says what it found, for messages. An installation started
+// without --leader-elect holds no Lease and is taken for gone.
 func installationLiveness(ctx context.Context, c client.Reader, identity, instance string, now time.Time) (liveness, string) {
-	ns, ok := serviceAccountNamespace(identity)
+	ns, ok := ServiceAccountNamespace(identity)
 	if !ok {
 		return unknown, "it is not a ServiceAccount, so webhook-guard cannot find its Lease"
 	}
 	name := status.LeaseName(instance)
-	lease := &coordinationv1.Lease{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, lease); err != nil {
-		if apierrors.IsNotFound(err) {
-			return gone, fmt.Sprintf("it holds no Lease %s/%s", ns, name)
+	var missing []string
+	result, why := gone, ""
+	for _, where := range slices.Compact([]string{ns, metav1.NamespaceSystem}) {
+		state, says := leaseLiveness(ctx, c, client.ObjectKey{Namespace: where, Name: name}, now)
+		switch {
+		case state == alive:
+			return alive, says
+		case says == "":
+			missing = append(missing, where+"/"+name)
+		case state == unknown, result == gone && why == "":
+			result, why = state, says
 		}
-		return unknown, fmt.Sprintf("its Lease %s/%s cannot be read: %v", ns, name, err)
+	}
+	if why == "" {
+		return gone, "it holds no Lease " + strings.Join(missing, " nor ")
+	}
+	return result, why
+}
+
+// leaseLiveness reads one Lease: alive, gone (released or expired),
+// unknown (unreadable), or gone with nothing to say when it does not
+// exist.
+func leaseLiveness(ctx context.Context, c client.Reader, key client.ObjectKey, now time.Time) (liveness, string) {
+	lease := &coordinationv1.Lease{}
+	if err := c.Get(ctx, key, lease); err != nil {
+		if apierrors.IsNotFound(err) {
+			return gone, ""
+		}
+		return unknown, fmt.Sprintf("its Lease %s cannot be read: %v", key, err)
 	}
 	holder := ptr.Deref(lease.Spec.HolderIdentity, "")
 	if holder == "" {
-		return gone, fmt.Sprintf("its Lease %s/%s was released", ns, name)
+		return gone, fmt.Sprintf("its Lease %s was released", key)
 	}
 	if lease.Spec.RenewTime == nil || lease.Spec.LeaseDurationSeconds == nil {
-		return alive, fmt.Sprintf("its Lease %s/%s is held by %s", ns, name, holder)
+		return alive, fmt.Sprintf("its Lease %s is held by %s", key, holder)
 	}
 	renewed := lease.Spec.RenewTime.Time
 	if expires := renewed.Add(time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second); now.After(expires) {
-		return gone, fmt.Sprintf("its Lease %s/%s, held by %s, expired at %s", ns, name, holder, expires.UTC().Format(time.RFC3339))
+		return gone, fmt.Sprintf("its Lease %s, held by %s, expired at %s", key, holder, expires.UTC().Format(time.RFC3339))
 	}
-	return alive, fmt.Sprintf("its Lease %s/%s is held by %s, renewed at %s", ns, name, holder, renewed.UTC().Format(time.RFC3339))
+	return alive, fmt.Sprintf("its Lease %s is held by %s, renewed at %s", key, holder, renewed.UTC().Format(time.RFC3339))
 }
 
 // signerRetired reports whether the breaker that signs record entries as

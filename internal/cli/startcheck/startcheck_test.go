@@ -71,8 +71,15 @@ func TestInstallationLiveness_readsTheLease(t *testing.T) {
 		"a Lease renewed within its duration is alive": {clitest.SAOther, []client.Object{lease("other", "pod-1_x", clitest.Clock.Add(-5*time.Second))}, alive, "held by pod-1_x"},
 		"a released Lease is gone":                     {clitest.SAOther, []client.Object{lease("other", "", clitest.Clock.Add(-5*time.Second))}, gone, "was released"},
 		"an expired Lease is gone":                     {clitest.SAOther, []client.Object{lease("other", "pod-1_x", clitest.Clock.Add(-time.Minute))}, gone, "expired at"},
-		"no Lease is gone":                             {clitest.SAOther, nil, gone, "holds no Lease other/" + status.LeaderElectionID},
-		"a user has no Lease one can find":             {"alice@example.com", nil, unknown, "not a ServiceAccount"},
+		"no Lease is gone":                             {clitest.SAOther, nil, gone, "holds no Lease other/" + status.LeaderElectionID + " nor kube-system/" + status.LeaderElectionID},
+		"a Lease in kube-system, as shipped, is read too": {clitest.SAOther, []client.Object{
+			lease("other", "", clitest.Clock.Add(-5*time.Second)), lease(metav1.NamespaceSystem, "pod-2_y", clitest.Clock.Add(-5*time.Second)),
+		}, alive, "kube-system/" + status.LeaderElectionID + " is held by pod-2_y"},
+		"an expired Lease in kube-system is gone": {clitest.SAOther, []client.Object{lease(metav1.NamespaceSystem, "pod-2_y", clitest.Clock.Add(-time.Minute))}, gone, "expired at"},
+		"a released Lease left in its namespace by an earlier release, and a live one in kube-system": {clitest.SAOther, []client.Object{
+			lease("other", "", clitest.Clock.Add(-time.Hour)), lease(metav1.NamespaceSystem, "pod-3_z", clitest.Clock.Add(-time.Second)),
+		}, alive, "held by pod-3_z"},
+		"a user has no Lease one can find": {"alice@example.com", nil, unknown, "not a ServiceAccount"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			got, says := installationLiveness(context.Background(), clitest.FakeReader(tc.objs...), tc.identity, "", clitest.Clock)

@@ -95,12 +95,12 @@ func Leader(ctx context.Context, c client.Reader, namespace, lease string) (stri
 	return holder, nil
 }
 
-// leaderPod returns the pod that holds the leader-election Lease. The
-// holder identity is "<pod name>_<uuid>" (controller-runtime's default:
-// the hostname, which is the pod name). When the Lease says nobody leads,
-// the error is a noLeaderError.
-func leaderPod(ctx context.Context, c client.Reader, namespace, lease string) (*corev1.Pod, error) {
-	holder, err := Leader(ctx, c, namespace, lease)
+// leaderPod returns the pod, in namespace, that holds the leader-election
+// Lease. The holder identity is "<pod name>_<uuid>" (controller-runtime's
+// default: the hostname, which is the pod name). When the Lease says
+// nobody leads, the error is a noLeaderError.
+func leaderPod(ctx context.Context, c client.Reader, namespace string, lease client.ObjectKey) (*corev1.Pod, error) {
+	holder, err := Leader(ctx, c, lease.Namespace, lease.Name)
 	if err != nil {
 		return nil, err
 	}

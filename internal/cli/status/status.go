@@ -221,8 +221,8 @@ func (o *Options) leaderRows(ctx context.Context, rep *statusReport) (rows []sta
 			rep.Unavailable = append(rep.Unavailable, fmt.Sprintf("probe counts from %s: %v", o.Endpoint, err))
 		}
 	} else {
-		lease := statusapi.LeaseName(o.Config.Instance)
-		rep.Lease = namespace + "/" + lease
+		lease := client.ObjectKey{Namespace: o.LeaseNamespace(ctx), Name: statusapi.LeaseName(o.Config.Instance)}
+		rep.Lease = lease.String()
 		pod, err := leaderPod(ctx, o.Client, namespace, lease)
 		if err != nil {
 			noLeader = errors.As(err, new(noLeaderError))

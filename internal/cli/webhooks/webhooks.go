@@ -295,11 +295,14 @@ func (o *Options) Run(ctx context.Context) error {
 		}
 	}
 	rep.Webhooks = buildRows(hooks, cfg, m)
-	in := intercept.Inputs{Namespace: o.Namespace, Mutating: configs.mutating, Validating: configs.validating, WithoutMarking: cfg != nil && !opensMutating(cfg)}
+	// The Lease, and leader election's Events, are where the Deployment
+	// says: kube-system in the shipped manifests.
+	leaseNS := o.LeaseNamespace(ctx)
+	in := intercept.Inputs{Namespace: leaseNS, Mutating: configs.mutating, Validating: configs.validating, WithoutMarking: cfg != nil && !opensMutating(cfg)}
 	var unread []string
-	in.NamespaceLabels, unread = namespaceLabels(ctx, o.Client, o.Namespace, unread)
+	in.NamespaceLabels, unread = namespaceLabels(ctx, o.Client, leaseNS, unread)
 	in.DefaultLabels, unread = namespaceLabels(ctx, o.Client, metav1.NamespaceDefault, unread)
-	rep.InterceptingTheGuard = interceptRows(intercept.Find(in), cfg, o.Namespace)
+	rep.InterceptingTheGuard = interceptRows(intercept.Find(in), cfg, leaseNS)
 	rep.InterceptBasis = interceptBasis(in, unread)
 
 	if o.Output == cli.OutputTable {
@@ -383,7 +386,7 @@ func interceptBasis(in intercept.Inputs, unread []string) string {
 	if in.Namespace == metav1.NamespaceDefault {
 		what = "its Lease and all its Events"
 	}
-	basis := fmt.Sprintf("for an installation in namespace %s (%s there; Events about cluster-scoped objects", in.Namespace, what)
+	basis := fmt.Sprintf("for an installation with its Lease in namespace %s (%s there; Events about cluster-scoped objects", in.Namespace, what)
 	if in.WithoutMarking {
 		basis += " in default; no marking canary: no mutating target of its configuration opens)"
 	} else {

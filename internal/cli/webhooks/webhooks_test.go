@@ -302,7 +302,7 @@ func TestPrintWebhooks_interceptors(t *testing.T) {
 
 	var out bytes.Buffer
 	require.NoError(t, printWebhooks(&out, rep))
-	assert.Contains(t, out.String(), "Webhooks with failurePolicy Fail that intercept the guard's own requests, judged for an installation in namespace webhook-guard "+
+	assert.Contains(t, out.String(), "Webhooks with failurePolicy Fail that intercept the guard's own requests, judged for an installation with its Lease in namespace webhook-guard "+
 		"(its Lease and leader election's Events there; Events about cluster-scoped objects and the marking canary in default), "+
 		"namespaceSelectors judged by kubernetes.io/metadata.name alone (cannot read namespace webhook-guard: forbidden):\n")
 	assert.Contains(t, out.String(), "\nMutating kyverno-resource-mutating-webhook-cfg webhook mutate.kyverno.svc-fail (timeout 10s, managed by the guard) intercepts: "+
@@ -321,7 +321,7 @@ func TestPrintWebhooks_interceptors(t *testing.T) {
 	rep.InterceptingTheGuard, rep.InterceptBasis = interceptRows(intercept.Find(in), nil, "webhook-guard"), interceptBasis(in, nil)
 	out.Reset()
 	require.NoError(t, printWebhooks(&out, rep))
-	assert.Contains(t, out.String(), "\nNo webhook with failurePolicy Fail intercepts the guard's own requests, judged for an installation in namespace webhook-guard "+
+	assert.Contains(t, out.String(), "\nNo webhook with failurePolicy Fail intercepts the guard's own requests, judged for an installation with its Lease in namespace webhook-guard "+
 		"(its Lease and leader election's Events there; Events about cluster-scoped objects in default; no marking canary: no mutating target of its configuration opens), "+
 		"namespaceSelectors judged by the namespaces' labels.\n")
 	data, err = json.Marshal(rep)

@@ -11,12 +11,16 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	"sigs.k8s.io/yaml"
 
+	"github.com/webhook-guard/webhook-guard/internal/cli/factory"
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
 )
 
@@ -76,13 +80,14 @@ targets:
 }
 
 // startGuard runs the guard binary as id with cfg and the binary's lease
-// timings, its Lease in leaseNamespace, and waits until it leads: until
-// wh has answered three of its probes on path. Its logs are printed when
-// t fails, or always with BADDAY_LOGS set.
-func startGuard(t *testing.T, name string, id *harness.Identity, cfg, leaseNamespace string, wh *harness.Webhook, path string) *harness.Guard {
+// timings, its Lease where the shipped Deployment keeps it
+// (shippedLeaseNamespace), and waits until it leads: until wh has answered
+// three of its probes on path. Its logs are printed when t fails, or
+// always with BADDAY_LOGS set.
+func startGuard(t *testing.T, name string, id *harness.Identity, cfg string, wh *harness.Webhook, path string) *harness.Guard {
 	t.Helper()
 	g, err := env.StartGuard(harness.GuardOptions{Name: name, Kubeconfig: id.KubeconfigPath, Config: cfg,
-		Args: []string{"--leader-elect", "--leader-election-namespace", leaseNamespace}})
+		Args: []string{"--leader-elect", "--leader-election-namespace", shippedLeaseNamespace(t)}})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		g.Stop()
@@ -93,4 +98,20 @@ func startGuard(t *testing.T, name string, id *harness.Identity, cfg, leaseNames
 	probes := func() int { return wh.Calls(path) - wh.APIServerCalls(path) }
 	require.Eventually(t, func() bool { return probes() >= 3 }, time.Minute, 100*time.Millisecond, "the guard never led and probed")
 	return g
+}
+
+// shippedLeaseNamespace is the --leader-election-namespace of the kustomize
+// base's Deployment, which install.yaml and the chart share: kube-system,
+// which policy engines' webhooks leave out (issue 31).
+func shippedLeaseNamespace(t *testing.T) string {
+	t.Helper()
+	root, err := harness.RepoRoot()
+	require.NoError(t, err)
+	data, err := os.ReadFile(filepath.Join(root, "deploy", "kustomize", "base", "deployment.yaml"))
+	require.NoError(t, err)
+	d := &appsv1.Deployment{}
+	require.NoError(t, yaml.Unmarshal(data, d))
+	ns, ok := factory.LeaseNamespaceOf(d)
+	require.True(t, ok, "the shipped Deployment does not say where its Lease is")
+	return ns
 }

@@ -25,7 +25,7 @@ const enginePath = "/mutate"
 // and Kubewarden install theirs: rules */* for every operation that
 // writes, every namespace but kube-system and the engine's own, Fail, and
 // kube-apiserver's default timeout of 10 s. The guard's own namespace,
-// and "default" where its Events and its marking canary go, are in scope.
+// and "default" where its marking canary goes, are in scope.
 func engineWebhook(name, engineNS string, wh *harness.Webhook) admissionregistrationv1.MutatingWebhook {
 	return admissionregistrationv1.MutatingWebhook{
 		Name: name,
@@ -91,14 +91,12 @@ func policyEngineHangs(t *testing.T, mode string) {
 	// 5, the apiserver signal read every 30 s).
 	//
 	// Leader election with the binary's lease timings, as the Deployment
-	// runs it, but with the Lease in kube-system, which policy engines
-	// leave out: the shipped install keeps it in the guard's namespace,
-	// where this webhook would make each renewal wait its 10 s, and in
-	// Ignore mode (whose calls still wait) cost the guard its Lease. The
-	// guard warns of that at startup and "guard webhooks" names the fix
-	// (docs/operating.md, "A policy engine's webhook intercepts the
-	// guard"); moving the Lease by default is left for later.
-	g := startGuard(t, name, id, targetConfig(name, hook, mode), metav1.NamespaceSystem, wh, enginePath)
+	// runs it, on a Lease in kube-system as the shipped Deployment keeps
+	// it: policy engines leave kube-system out. (In the guard's own
+	// namespace, which this webhook intercepts, each renewal would wait
+	// its 10 s, and in Ignore mode, whose calls still wait, cost the guard
+	// its Lease; "guard webhooks" and the startup warning name that case.)
+	g := startGuard(t, name, id, targetConfig(name, hook, mode), wh, enginePath)
 
 	get := func() *admissionregistrationv1.MutatingWebhookConfiguration {
 		got := &admissionregistrationv1.MutatingWebhookConfiguration{}

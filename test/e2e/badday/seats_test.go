@@ -73,7 +73,7 @@ func seatsFull(t *testing.T, flowSchema bool) {
 	}
 	clients := loadClients(t, loadNS)
 
-	g := startGuard(t, name, id, targetConfig(name, hook, "Bypass"), guardNS, wh, loadPath)
+	g := startGuard(t, name, id, targetConfig(name, hook, "Bypass"), wh, loadPath)
 
 	wh.SetBehaviour(loadPath, harness.Delayed(time.Minute, harness.Allow()))
 	hung := time.Now()

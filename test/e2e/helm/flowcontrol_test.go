@@ -39,7 +39,8 @@ func TestHelm_guardRequestsHaveAFlowOfTheirOwn(t *testing.T) {
 	require.NoError(t, err, "the chart installs the PriorityLevelConfiguration by default")
 	assert.Equal(t, level.Name, schema.Spec.PriorityLevelConfiguration.Name)
 
-	leases := "/apis/coordination.k8s.io/v1/namespaces/" + releaseNamespace + "/leases"
+	// The Lease is in kube-system (the chart's leaseNamespace).
+	leases := "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases"
 	// kube-apiserver's flow control picks a new FlowSchema up from its
 	// informer, within a second or so.
 	require.Eventually(t, func() bool {
@@ -52,7 +53,7 @@ func TestHelm_guardRequestsHaveAFlowOfTheirOwn(t *testing.T) {
 		user, path string
 		guards     bool
 	}{
-		"the guard renewing its Lease (namespaced)":                  {releaseUser, leases, true},
+		"the guard renewing its Lease (in kube-system)":              {releaseUser, leases, true},
 		"the guard reading webhook configurations (cluster-scoped)":  {releaseUser, "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations", true},
 		"the guard reading kube-apiserver's /metrics (non-resource)": {releaseUser, "/metrics", true},
 		"another ServiceAccount in the same namespace":               {other, leases, false},

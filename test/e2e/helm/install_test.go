@@ -226,7 +226,8 @@ func startInstalledGuard(t *testing.T, name string) *harness.Guard {
 	id, err := env.ServiceAccount(ctx, releaseNamespace, circuit.DefaultServiceAccount)
 	require.NoError(t, err)
 	require.Equal(t, releaseUser, id.Username)
-	args := []string{"--leader-elect", "--leader-election-namespace", releaseNamespace}
+	// The chart's leaseNamespace, kube-system by default.
+	args := []string{"--leader-elect", "--leader-election-namespace", metav1.NamespaceSystem}
 	bin, err := env.BuildGuard()
 	require.NoError(t, err)
 	if help, _ := exec.Command(bin, "run", "--help").CombinedOutput(); bytes.Contains(help, []byte("-cert-secret")) {

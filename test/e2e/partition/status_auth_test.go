@@ -35,19 +35,23 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/webhook-guard/webhook-guard/internal/cli/factory"
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
 )
 
 // The shipped installation's names (deploy/kustomize/base), and what
 // internal/status calls them.
 const (
-	shippedNamespace   = "webhook-guard-system"
-	shippedLease       = "webhook-guard.webhook-guard.io"
-	statusReader       = "webhook-guard-status-reader"
-	statusUserRole     = "webhook-guard-status-user"
-	statusAudience     = "webhook-guard.io/status"
-	statusTokenHeader  = "X-Webhook-Guard-Status-Token"
-	shippedMetricsPort = "metrics"
+	shippedNamespace = "webhook-guard-system"
+	shippedLease     = "webhook-guard.webhook-guard.io"
+	// shippedLeaseNamespace is where the shipped Deployment keeps its
+	// Lease: out of reach of policy engines' */* webhooks (issue 31).
+	shippedLeaseNamespace = "kube-system"
+	statusReader          = "webhook-guard-status-reader"
+	statusUserRole        = "webhook-guard-status-user"
+	statusAudience        = "webhook-guard.io/status"
+	statusTokenHeader     = "X-Webhook-Guard-Status-Token"
+	shippedMetricsPort    = "metrics"
 )
 
 // shippedInstall is the default overlay as "kustomize build" ships it, as
@@ -122,7 +126,12 @@ func startShippedInstall(t *testing.T) *shippedInstall {
 	metricsAddr, err := harness.FreeLoopbackAddr()
 	require.NoError(t, err)
 	s.metricsURL = "https://" + metricsAddr
-	s.g = w.startGuard("leader", true, time.Second, "--leader-elect", "--leader-election-namespace", shippedNamespace,
+	// The Lease where the shipped Deployment keeps it, which is where
+	// "guard status" reads it from.
+	leaseNamespace, ok := factory.LeaseNamespaceOf(&dep)
+	require.True(t, ok, "the shipped Deployment does not say where its Lease is")
+	require.Equal(t, shippedLeaseNamespace, leaseNamespace)
+	s.g = w.startGuard("leader", true, time.Second, "--leader-elect", "--leader-election-namespace", leaseNamespace,
 		"--leader-election-lease-duration", "3s", "--leader-election-renew-deadline", "2s", "--leader-election-retry-period", "500ms",
 		"--metrics-bind-address", metricsAddr)
 
@@ -156,7 +165,7 @@ func startShippedInstall(t *testing.T) *shippedInstall {
 	}, transition, 50*time.Millisecond, "the guard's metrics endpoint never answered")
 	require.Eventually(t, func() bool {
 		l := &coordinationv1.Lease{}
-		return env.Client.Get(ctx, client.ObjectKey{Namespace: shippedNamespace, Name: shippedLease}, l) == nil &&
+		return env.Client.Get(ctx, client.ObjectKey{Namespace: shippedLeaseNamespace, Name: shippedLease}, l) == nil &&
 			l.Spec.HolderIdentity != nil && strings.HasPrefix(*l.Spec.HolderIdentity, hostname+"_")
 	}, transition, 50*time.Millisecond, "the guard never took the Lease")
 	return s
@@ -345,7 +354,7 @@ func TestStatus_aPersonWithOnlyTheShippedRoleReadsTheLeader(t *testing.T) {
 			require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
 			assert.Empty(t, rep.Unavailable, stderr)
 			assert.Equal(t, hostname, rep.Leader)
-			assert.Equal(t, shippedNamespace+"/"+shippedLease, rep.Lease)
+			assert.Equal(t, shippedLeaseNamespace+"/"+shippedLease, rep.Lease)
 			require.Len(t, rep.Targets, 1)
 			assert.Equal(t, s.w.hook, rep.Targets[0].Webhook)
 			assert.Equal(t, "Closed", rep.Targets[0].State)
@@ -354,7 +363,7 @@ func TestStatus_aPersonWithOnlyTheShippedRoleReadsTheLeader(t *testing.T) {
 
 			table, stderr := statusAs(t, kc)
 			assert.Empty(t, stderr)
-			assert.Contains(t, table, "Leader: "+hostname+" (Lease "+shippedNamespace+"/"+shippedLease+")")
+			assert.Contains(t, table, "Leader: "+hostname+" (Lease "+shippedLeaseNamespace+"/"+shippedLease+")")
 			assert.Contains(t, table, s.w.hook)
 		})
 	}

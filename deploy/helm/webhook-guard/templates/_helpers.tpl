@@ -12,6 +12,22 @@ which this chart does not render.
 {{- end }}
 
 {{/*
+webhook-guard.leaseNamespace holds the leader-election Lease
+(values.yaml, leaseNamespace).
+*/}}
+{{- define "webhook-guard.leaseNamespace" -}}
+{{- .Values.leaseNamespace | default (include "webhook-guard.namespace" .) -}}
+{{- end }}
+
+{{/*
+webhook-guard.lease is the name of the leader-election Lease
+(status.LeaseName).
+*/}}
+{{- define "webhook-guard.lease" -}}
+{{ with .Values.instance }}{{ . }}.{{ end }}webhook-guard.webhook-guard.io
+{{- end }}
+
+{{/*
 webhook-guard.labels are put on every object, beside the object's own
 (app.kubernetes.io/name and component, as in the kustomize base). Selectors
 use only the object's own. Helm itself sets app.kubernetes.io/managed-by.
