@@ -132,12 +132,16 @@ func TestRBAC_isLeastPrivilegeOnPaper(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"ClusterRole/webhook-guard", "ClusterRole/webhook-guard-targets", "Role/webhook-guard-leader-election", "Role/webhook-guard-events"} {
+	for _, want := range []string{"ClusterRole/webhook-guard", "ClusterRole/webhook-guard-targets", "Role/webhook-guard-leader-election", "Role/webhook-guard-events", "Role/webhook-guard-canary"} {
 		assert.True(t, names[want], "%s is missing from deploy/kustomize", want)
 	}
 	for where, role := range all {
 		if role.Name == "webhook-guard-events" {
-			assert.Equal(t, "default", role.Namespace, "%s: Events about cluster-scoped objects land in default", where)
+			assert.Equal(t, "kube-system", role.Namespace, "%s: the guard records Events about cluster-scoped objects in kube-system", where)
+		}
+		if role.Name == "webhook-guard-canary" {
+			assert.Equal(t, "default", role.Namespace, "%s: the marking canary is sent in default", where)
+			assert.Equal(t, []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create"}}}, role.Rules, "%s: the canary is a create", where)
 		}
 		if strings.HasSuffix(role.Name, "leader-election") {
 			// Issue 31: in kube-system, which policy engines' */* webhooks

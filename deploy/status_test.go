@@ -115,7 +115,7 @@ func TestStatusRBAC_theUserRolesReadAndRequestOnlyTheReadersToken(t *testing.T) 
 
 	events, ok := all[file+": Role/webhook-guard-status-events"]
 	require.True(t, ok, "Role webhook-guard-status-events is missing")
-	assert.Equal(t, "default", events.Namespace)
+	assert.Equal(t, "kube-system", events.Namespace, "where the guard records Events about cluster-scoped objects")
 	assert.Equal(t, []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"list"}}}, events.Rules,
 		"the HandedOff Events: list only")
 

@@ -32,6 +32,13 @@ const (
 	// HandedOff Event with it. The API does not authenticate it: whoever
 	// may create Events in the namespace may write it too.
 	ReportingController = "webhook-guard"
+	// EventsNamespace holds the service's Events about cluster-scoped
+	// objects (the webhook configurations, the guard policy): kube-system,
+	// which policy engines' */* webhooks leave out, where client-go would
+	// put them in default. kube-apiserver accepts an events.k8s.io Event
+	// about a cluster-scoped object in either (core validation,
+	// ValidateEventCreate).
+	EventsNamespace = "kube-system"
 )
 
 // DisarmAfter is how long marking stays armed after a write that takes a

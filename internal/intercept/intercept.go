@@ -31,9 +31,9 @@ const (
 	Lease What = "Lease"
 	// Events are the create and update (a patch is an UPDATE to admission)
 	// of the Events the guard records, core v1 and events.k8s.io/v1: in
-	// default for cluster-scoped objects (the webhook configurations, the
-	// guard's policy), in the guard's namespace for its Lease (leader
-	// election's own Events).
+	// circuit.EventsNamespace (kube-system) for cluster-scoped objects (the
+	// webhook configurations, the guard's policy), in the Lease's
+	// namespace for its Lease (leader election's own Events).
 	Events What = "Events"
 	// Canary is the marking canary (marking.CanaryEvent): a dry-run create
 	// of a core/v1 Event labelled marking.CanaryLabel in
@@ -60,8 +60,9 @@ func (r Request) String() string {
 // Inputs are what Find reads. Namespace is required; every other field
 // has a usable zero value.
 type Inputs struct {
-	// Namespace is the guard's namespace: where its leader-election Lease
-	// is, and where leader election records its Events.
+	// Namespace is where the guard's leader-election Lease is, and where
+	// leader election records its Events (--leader-election-namespace:
+	// kube-system in the shipped manifests).
 	Namespace string
 	// NamespaceLabels are Namespace's labels. Default (nil): only
 	// kubernetes.io/metadata.name, which kube-apiserver sets on every
@@ -69,10 +70,14 @@ type Inputs struct {
 	// engines' selectors exclude namespaces by; a selector on any other
 	// label is then judged as if the namespace did not carry it.
 	NamespaceLabels map[string]string
-	// DefaultLabels are the labels of namespace default, where Events about
-	// cluster-scoped objects and the marking canary go. Default (nil): only
-	// kubernetes.io/metadata.name, as for NamespaceLabels.
+	// DefaultLabels are the labels of namespace default, where the marking
+	// canary goes. Default (nil): only kubernetes.io/metadata.name, as for
+	// NamespaceLabels.
 	DefaultLabels map[string]string
+	// EventsLabels are the labels of circuit.EventsNamespace, where the
+	// guard's Events about cluster-scoped objects go, when it is not
+	// Namespace. Default (nil): only kubernetes.io/metadata.name.
+	EventsLabels map[string]string
 	// WithoutLeaderElection leaves the Lease out: the guard runs without
 	// leader election. Default false.
 	WithoutLeaderElection bool
@@ -157,7 +162,7 @@ func requests(in Inputs) []request {
 	if !in.WithoutLeaderElection {
 		out = append(out, request{Request: Request{What: Lease, Namespace: in.Namespace}, resource: leases, operations: writes})
 	}
-	for _, ns := range slices.Compact([]string{in.Namespace, metav1.NamespaceDefault}) {
+	for _, ns := range slices.Compact([]string{in.Namespace, circuit.EventsNamespace}) {
 		for _, res := range []schema.GroupVersionResource{coreEvents, eventEvents} {
 			out = append(out, request{Request: Request{What: Events, Namespace: ns}, resource: res, operations: writes})
 		}
@@ -199,8 +204,9 @@ type hook struct {
 func Find(in Inputs) []Interceptor {
 	nsLabels := map[string]labels.Set{
 		metav1.NamespaceDefault: withName(in.DefaultLabels, metav1.NamespaceDefault),
+		circuit.EventsNamespace: withName(in.EventsLabels, circuit.EventsNamespace),
 	}
-	if in.Namespace != metav1.NamespaceDefault || in.NamespaceLabels != nil {
+	if (in.Namespace != metav1.NamespaceDefault && in.Namespace != circuit.EventsNamespace) || in.NamespaceLabels != nil {
 		nsLabels[in.Namespace] = withName(in.NamespaceLabels, in.Namespace)
 	}
 	reqs := requests(in)
@@ -321,11 +327,11 @@ func selects(s *metav1.LabelSelector, l map[string]string) bool {
 	return sel.Matches(labels.Set(l))
 }
 
-// lostWhat names what the guard loses with n of its requests in default
-// intercepted, the canary among them or not.
-func lostWhat(n int, canary bool) string {
+// lostWhat names what the guard loses with its Events, or its canary, or
+// both, intercepted.
+func lostWhat(events, canary bool) string {
 	switch {
-	case n == 2:
+	case events && canary:
 		return "those Events and the marking confirmation"
 	case canary:
 		return "the marking confirmation"
@@ -340,40 +346,41 @@ func NotInExpression(namespaces []string) string {
 }
 
 // Advice says what i costs the guard while it fails and how to fix it,
-// one sentence each, for the guard in namespace: exclude the namespaces
-// with NotInExpression. Excluding default exempts every request there
-// from the webhook, so it is offered with what the guard loses without
-// it: Events about cluster-scoped objects can only be in default.
+// one sentence each, for the guard whose Lease is in namespace: exclude
+// the namespaces with NotInExpression. Excluding default exempts every
+// request there from the webhook, so it is offered with what the guard
+// loses without it: the marking canary can only be sent in default.
 func Advice(i Interceptor, namespace string) []string {
 	var out []string
 	if i.InterceptsAny(Lease) {
 		out = append(out, "while it fails, the guard's leader cannot renew its Lease: it steps down after the renew deadline (--leader-election-renew-deadline) and no replica can take the Lease until the webhook answers again; meanwhile no circuit opens or closes")
 	}
-	// What it intercepts in default, beyond a Lease there.
-	var lost, inDefault []string
-	if slices.Contains(i.Intercepts, Request{What: Events, Namespace: metav1.NamespaceDefault}) {
-		lost = append(lost, "Events in default")
-		inDefault = append(inDefault, "Events about cluster-scoped objects (the webhook configurations)")
+	// What it intercepts beyond a Lease.
+	var lost []string
+	for _, r := range i.Intercepts {
+		if r.What == Events {
+			lost = append(lost, "Events in "+r.Namespace)
+		}
 	}
+	events := len(lost) > 0
 	if i.InterceptsAny(Canary) {
 		lost = append(lost, "marking canary (sent before a mutating circuit opens)")
-		inDefault = append(inDefault, "the marking canary")
 	}
 	if len(lost) > 0 {
 		out = append(out, fmt.Sprintf("while it fails, the guard's %s fail (each after up to %ds): the guard loses %s, and still opens circuits, because kube-apiserver never sends writes to webhook configurations to webhooks",
-			strings.Join(lost, " and "), i.TimeoutSeconds, lostWhat(len(lost), i.InterceptsAny(Canary))))
+			strings.Join(lost, " and "), i.TimeoutSeconds, lostWhat(events, i.InterceptsAny(Canary))))
 	}
-	if namespace != metav1.NamespaceDefault && slices.Contains(i.Namespaces(), namespace) {
+	if others := slices.DeleteFunc(i.Namespaces(), func(ns string) bool { return ns == metav1.NamespaceDefault }); len(others) > 0 {
 		out = append(out, fmt.Sprintf("fix: add %s to its namespaceSelector.matchExpressions (or %s to its existing NotIn on %s)",
-			NotInExpression([]string{namespace}), namespace, corev1.LabelMetadataName))
+			NotInExpression(others), strings.Join(others, ", "), corev1.LabelMetadataName))
 	}
 	switch {
-	case namespace == metav1.NamespaceDefault:
-		out = append(out, fmt.Sprintf("the guard is installed in default: only adding default (%s) protects its requests, and that exempts every request in default from this webhook; a namespace of its own lets the Lease be protected alone",
+	case namespace == metav1.NamespaceDefault && slices.Contains(i.Namespaces(), metav1.NamespaceDefault):
+		out = append(out, fmt.Sprintf("the guard's Lease is in default: only adding default (%s) protects it, and that exempts every request in default from this webhook; kube-system, as shipped, lets the Lease be protected alone",
 			NotInExpression(i.Namespaces())))
-	case len(inDefault) > 0:
-		out = append(out, fmt.Sprintf("%s can only be written in default: only adding default as well (%s) protects them, and that exempts every request in default from this webhook",
-			strings.Join(inDefault, " and "), NotInExpression(i.Namespaces())))
+	case i.InterceptsAny(Canary):
+		out = append(out, fmt.Sprintf("the marking canary can only be sent in default: only adding default as well (%s) protects it, and that exempts every request in default from this webhook",
+			NotInExpression(i.Namespaces())))
 	}
 	if i.MatchConditions {
 		out = append(out, "it has matchConditions, not evaluated here: it intercepts these requests only if its conditions let them through")

@@ -1,6 +1,7 @@
 package intercept
 
 import (
+	"cmp"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -19,9 +20,15 @@ const guardNS = "webhook-guard"
 var (
 	leaseReq    = Request{What: Lease, Namespace: guardNS}
 	eventsGuard = Request{What: Events, Namespace: guardNS}
-	eventsDef   = Request{What: Events, Namespace: "default"}
+	eventsSys   = Request{What: Events, Namespace: "kube-system"}
 	canaryReq   = Request{What: Canary, Namespace: "default"}
-	everything  = []Request{leaseReq, eventsGuard, eventsDef, canaryReq}
+	// everything is every request of a guard whose Lease is in guardNS
+	// (leaseNamespace ""): its Events about cluster-scoped objects are in
+	// kube-system all the same.
+	everything = []Request{leaseReq, eventsGuard, eventsSys, canaryReq}
+	// engine is what a policy engine's webhook, which leaves kube-system
+	// out, intercepts of them.
+	engine = []Request{leaseReq, eventsGuard, canaryReq}
 )
 
 // rule is one rule of operations on groups/versions/resources.
@@ -79,14 +86,14 @@ func TestFind(t *testing.T) {
 		mayIntercept bool
 		circuitOpen  bool
 	}{
-		"a */* Fail webhook excluding kube-system and kyverno intercepts the Lease, the Events and the canary": {
-			in: mutating(kyverno()), want: everything,
+		"a */* Fail webhook excluding kube-system and kyverno intercepts the Lease in the guard's namespace, its Events and the canary, not the Events in kube-system": {
+			in: mutating(kyverno()), want: engine,
 		},
-		"excluding the guard's namespace by its kubernetes.io/metadata.name spares the Lease and its Events, not the Events in default nor the canary": {
+		"excluding the guard's namespace by its kubernetes.io/metadata.name spares the Lease and its Events, not the canary": {
 			in: with(func(w *admissionregistrationv1.MutatingWebhook) {
 				w.NamespaceSelector = notIn("kube-system", "kyverno", guardNS)
 			}),
-			want: []Request{eventsDef, canaryReq},
+			want: []Request{canaryReq},
 		},
 		"excluding the guard's namespace and default intercepts nothing": {
 			in: with(func(w *admissionregistrationv1.MutatingWebhook) {
@@ -97,7 +104,7 @@ func TestFind(t *testing.T) {
 			in: with(func(w *admissionregistrationv1.MutatingWebhook) {
 				w.NamespaceSelector.MatchExpressions = append(w.NamespaceSelector.MatchExpressions, notIn(guardNS).MatchExpressions...)
 			}),
-			want: []Request{eventsDef, canaryReq},
+			want: []Request{canaryReq},
 		},
 		"an Ignore webhook is not reported": {
 			in: with(func(w *admissionregistrationv1.MutatingWebhook) {
@@ -106,7 +113,7 @@ func TestFind(t *testing.T) {
 		},
 		"an unset failurePolicy is Fail, the API's default": {
 			in:   with(func(w *admissionregistrationv1.MutatingWebhook) { w.FailurePolicy = nil }),
-			want: everything,
+			want: engine,
 		},
 		"unset selectors and matchPolicy are the API's defaults: everything, Equivalent": {
 			in: with(func(w *admissionregistrationv1.MutatingWebhook) {
@@ -123,7 +130,7 @@ func TestFind(t *testing.T) {
 			in: with(func(w *admissionregistrationv1.MutatingWebhook) {
 				w.Rules = []admissionregistrationv1.RuleWithOperations{rule(createUpdate, all, all, all)}
 			}),
-			want: everything,
+			want: engine,
 		},
 		"only a subresource of every resource (*/status) intercepts nothing": {
 			in: with(func(w *admissionregistrationv1.MutatingWebhook) {
@@ -134,27 +141,27 @@ func TestFind(t *testing.T) {
 			in: with(func(w *admissionregistrationv1.MutatingWebhook) {
 				w.Rules = []admissionregistrationv1.RuleWithOperations{rule(createUpdate, []string{"events.k8s.io"}, []string{"v1"}, []string{"events"})}
 			}),
-			want: []Request{eventsGuard, eventsDef, canaryReq},
+			want: []Request{eventsGuard, canaryReq},
 		},
 		"core v1 events intercept the canary too under matchPolicy Equivalent": {
 			in: with(func(w *admissionregistrationv1.MutatingWebhook) {
 				w.Rules = []admissionregistrationv1.RuleWithOperations{rule(createUpdate, []string{""}, []string{"v1"}, []string{"events"})}
 			}),
-			want: []Request{eventsGuard, eventsDef, canaryReq},
+			want: []Request{eventsGuard, canaryReq},
 		},
 		"events.k8s.io events under matchPolicy Exact intercept the Events, not the canary (a core v1 Event)": {
 			in: with(func(w *admissionregistrationv1.MutatingWebhook) {
 				w.MatchPolicy = ptr.To(admissionregistrationv1.Exact)
 				w.Rules = []admissionregistrationv1.RuleWithOperations{rule(createUpdate, []string{"events.k8s.io"}, []string{"v1"}, []string{"events"})}
 			}),
-			want: []Request{eventsGuard, eventsDef},
+			want: []Request{eventsGuard},
 		},
 		"core v1 events under matchPolicy Exact intercept the Events and the canary": {
 			in: with(func(w *admissionregistrationv1.MutatingWebhook) {
 				w.MatchPolicy = ptr.To(admissionregistrationv1.Exact)
 				w.Rules = []admissionregistrationv1.RuleWithOperations{rule(createUpdate, []string{""}, []string{"v1"}, []string{"events"})}
 			}),
-			want: []Request{eventsGuard, eventsDef, canaryReq},
+			want: []Request{eventsGuard, canaryReq},
 		},
 		"leases in coordination.k8s.io intercept only the Lease": {
 			in: with(func(w *admissionregistrationv1.MutatingWebhook) {
@@ -171,7 +178,7 @@ func TestFind(t *testing.T) {
 			in: with(func(w *admissionregistrationv1.MutatingWebhook) {
 				w.Rules[0].Scope = ptr.To(admissionregistrationv1.NamespacedScope)
 			}),
-			want: everything,
+			want: engine,
 		},
 		"DELETE only is not reported": {
 			in: with(func(w *admissionregistrationv1.MutatingWebhook) {
@@ -182,13 +189,13 @@ func TestFind(t *testing.T) {
 			in: with(func(w *admissionregistrationv1.MutatingWebhook) {
 				w.Rules[0].Operations = []admissionregistrationv1.OperationType{admissionregistrationv1.Update}
 			}),
-			want: []Request{leaseReq, eventsGuard, eventsDef},
+			want: []Request{leaseReq, eventsGuard},
 		},
 		"operations * intercepts everything": {
 			in: with(func(w *admissionregistrationv1.MutatingWebhook) {
 				w.Rules[0].Operations = []admissionregistrationv1.OperationType{admissionregistrationv1.OperationAll}
 			}),
-			want: everything,
+			want: engine,
 		},
 		"an objectSelector requiring a label intercepts nothing: the Lease and Events carry none": {
 			in: with(func(w *admissionregistrationv1.MutatingWebhook) {
@@ -205,7 +212,7 @@ func TestFind(t *testing.T) {
 			in: with(func(w *admissionregistrationv1.MutatingWebhook) {
 				w.ObjectSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "skip", Operator: metav1.LabelSelectorOpDoesNotExist}}}
 			}),
-			want: everything,
+			want: engine,
 		},
 		"a namespaceSelector on another label is judged by the labels given": {
 			in: func() Inputs {
@@ -215,7 +222,17 @@ func TestFind(t *testing.T) {
 				in.NamespaceLabels = map[string]string{"admission.gatekeeper.sh/ignore": "no-self-managing"}
 				return in
 			}(),
-			want: []Request{eventsDef, canaryReq},
+			want: []Request{eventsSys, canaryReq},
+		},
+		"kube-system's labels are judged too": {
+			in: func() Inputs {
+				in := with(func(w *admissionregistrationv1.MutatingWebhook) {
+					w.NamespaceSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "admission.gatekeeper.sh/ignore", Operator: metav1.LabelSelectorOpDoesNotExist}}}
+				})
+				in.EventsLabels = map[string]string{"admission.gatekeeper.sh/ignore": "no-self-managing"}
+				return in
+			}(),
+			want: engine,
 		},
 		"without the namespace's labels, a selector on another label is judged by the name label alone": {
 			in: with(func(w *admissionregistrationv1.MutatingWebhook) {
@@ -233,7 +250,7 @@ func TestFind(t *testing.T) {
 			in: with(func(w *admissionregistrationv1.MutatingWebhook) {
 				w.MatchConditions = []admissionregistrationv1.MatchCondition{{Name: "not-leases", Expression: "request.resource.resource != 'leases'"}}
 			}),
-			want: everything, mayIntercept: true,
+			want: engine, mayIntercept: true,
 		},
 		"a matchCondition false excludes every request": {
 			in: with(func(w *admissionregistrationv1.MutatingWebhook) {
@@ -251,7 +268,7 @@ func TestFind(t *testing.T) {
 				in.Mutating[0].Annotations = ann
 				return in
 			}(),
-			want: everything, circuitOpen: true,
+			want: engine, circuitOpen: true,
 		},
 		"a stale record entry (another UID) is not the guard's: the live Ignore stands": {
 			in: func() Inputs {
@@ -266,15 +283,27 @@ func TestFind(t *testing.T) {
 		},
 		"without leader election there is no Lease": {
 			in:   func() Inputs { in := mutating(kyverno()); in.WithoutLeaderElection = true; return in }(),
-			want: []Request{eventsGuard, eventsDef, canaryReq},
+			want: []Request{eventsGuard, canaryReq},
 		},
 		"without marking there is no canary": {
 			in:   func() Inputs { in := mutating(kyverno()); in.WithoutMarking = true; return in }(),
-			want: []Request{leaseReq, eventsGuard, eventsDef},
+			want: []Request{leaseReq, eventsGuard},
 		},
-		"a guard in default has one namespace": {
+		"a guard with its Lease in default": {
 			in:   func() Inputs { in := mutating(kyverno()); in.Namespace = "default"; return in }(),
-			want: []Request{{What: Lease, Namespace: "default"}, eventsDef, canaryReq},
+			want: []Request{{What: Lease, Namespace: "default"}, {What: Events, Namespace: "default"}, canaryReq},
+		},
+		"a guard with its Lease in kube-system, as shipped: a policy engine intercepts only the canary": {
+			in:   func() Inputs { in := mutating(kyverno()); in.Namespace = "kube-system"; return in }(),
+			want: []Request{canaryReq},
+		},
+		"a guard with its Lease in kube-system, under a webhook that leaves only its own namespace out: everything in one namespace and the canary": {
+			in: func() Inputs {
+				in := with(func(w *admissionregistrationv1.MutatingWebhook) { w.NamespaceSelector = notIn("gatekeeper-system") })
+				in.Namespace = "kube-system"
+				return in
+			}(),
+			want: []Request{{What: Lease, Namespace: "kube-system"}, eventsSys, canaryReq},
 		},
 	}
 	for name, tc := range tests {
@@ -318,33 +347,36 @@ func TestFind_validatingAndSorted(t *testing.T) {
 func TestAdvice(t *testing.T) {
 	tests := map[string]struct {
 		i        Interceptor
+		lease    string // the Lease's namespace; default guardNS
 		contains []string
 		lacks    []string
 	}{
-		"everything: the Lease, the exclusion of the namespace, and what default costs": {
+		"everything: the Lease, the exclusion of the namespaces, and what default costs": {
 			i: Interceptor{TimeoutSeconds: 10, Intercepts: everything},
 			contains: []string{
 				"cannot renew its Lease",
-				"fix: add {key: kubernetes.io/metadata.name, operator: NotIn, values: [webhook-guard]} to its namespaceSelector.matchExpressions",
-				"(or webhook-guard to its existing NotIn on kubernetes.io/metadata.name)",
+				"fix: add {key: kubernetes.io/metadata.name, operator: NotIn, values: [webhook-guard, kube-system]} to its namespaceSelector.matchExpressions",
+				"(or webhook-guard, kube-system to its existing NotIn on kubernetes.io/metadata.name)",
+				"the guard's Events in webhook-guard and Events in kube-system and marking canary (sent before a mutating circuit opens) fail",
 				"the guard loses those Events and the marking confirmation, and still opens circuits",
-				"only adding default as well ({key: kubernetes.io/metadata.name, operator: NotIn, values: [webhook-guard, default]})",
+				"the marking canary can only be sent in default: only adding default as well ({key: kubernetes.io/metadata.name, operator: NotIn, values: [webhook-guard, kube-system, default]})",
 			},
 			lacks: []string{"matchConditions", "circuit is open"},
 		},
-		"default only: no Lease, no fix for the namespace": {
-			i:        Interceptor{TimeoutSeconds: 10, Intercepts: []Request{eventsDef, canaryReq}, MatchConditions: true, CircuitOpen: true},
-			contains: []string{"values: [default]", "not evaluated here", "its circuit is open now"},
-			lacks:    []string{"Lease", "fix: add"},
+		"the canary only (the shipped Lease in kube-system under a policy engine): no Lease, no fix but default": {
+			i: Interceptor{TimeoutSeconds: 10, Intercepts: []Request{canaryReq}, MatchConditions: true, CircuitOpen: true}, lease: "kube-system",
+			contains: []string{"the guard loses the marking confirmation", "values: [default]", "not evaluated here", "its circuit is open now"},
+			lacks:    []string{"Lease", "fix: add", "Events"},
 		},
-		"Events in default without the canary: no word of the canary": {
-			i:        Interceptor{TimeoutSeconds: 10, Intercepts: []Request{eventsGuard, eventsDef}},
-			contains: []string{"while it fails, the guard's Events in default fail (each after up to 10s): the guard loses those Events, and still opens circuits", "Events about cluster-scoped objects (the webhook configurations) can only be written in default"},
-			lacks:    []string{"canary", "marking"},
+		"Events in kube-system without the canary: no word of the canary or of default": {
+			i: Interceptor{TimeoutSeconds: 10, Intercepts: []Request{eventsSys}}, lease: "kube-system",
+			contains: []string{"while it fails, the guard's Events in kube-system fail (each after up to 10s): the guard loses those Events, and still opens circuits",
+				"fix: add {key: kubernetes.io/metadata.name, operator: NotIn, values: [kube-system]}"},
+			lacks: []string{"canary", "marking", "default"},
 		},
-		"a guard in default: adding default is the fix": {
-			i:        Interceptor{TimeoutSeconds: 10, Intercepts: []Request{{What: Lease, Namespace: "default"}}},
-			contains: []string{"the guard is installed in default: only adding default ({key: kubernetes.io/metadata.name, operator: NotIn, values: [default]}) protects its requests"},
+		"a guard with its Lease in default: adding default is the fix": {
+			i: Interceptor{TimeoutSeconds: 10, Intercepts: []Request{{What: Lease, Namespace: "default"}}}, lease: "default",
+			contains: []string{"the guard's Lease is in default: only adding default ({key: kubernetes.io/metadata.name, operator: NotIn, values: [default]}) protects it"},
 			lacks:    []string{"fix: add"},
 		},
 		"the Lease only: no word about default": {
@@ -356,10 +388,7 @@ func TestAdvice(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			got := ""
-			ns := guardNS
-			if tc.i.Intercepts[0].Namespace == "default" && tc.i.Intercepts[0].What == Lease {
-				ns = "default"
-			}
+			ns := cmp.Or(tc.lease, guardNS)
 			for _, a := range Advice(tc.i, ns) {
 				got += a + "\n"
 			}
@@ -375,6 +404,6 @@ func TestAdvice(t *testing.T) {
 
 func TestRequest_String(t *testing.T) {
 	assert.Equal(t, "Lease in webhook-guard", leaseReq.String())
-	assert.Equal(t, "Events in default", eventsDef.String())
+	assert.Equal(t, "Events in kube-system", eventsSys.String())
 	assert.Equal(t, "marking canary in default", canaryReq.String())
 }

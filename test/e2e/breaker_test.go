@@ -378,7 +378,7 @@ func waitHealthyProbes(t *testing.T, g *harness.Guard, n int) {
 func eventReasons(t *testing.T, name string) []string {
 	t.Helper()
 	list := &eventsv1.EventList{}
-	require.NoError(t, env.Client.List(context.Background(), list, client.InNamespace(metav1.NamespaceDefault)))
+	require.NoError(t, env.Client.List(context.Background(), list, client.InNamespace(circuit.EventsNamespace)))
 	var out []string
 	for _, e := range list.Items {
 		if e.Regarding.Name == name && e.Regarding.Kind == "MutatingWebhookConfiguration" {
@@ -571,7 +571,7 @@ func TestBreaker_overrideHandoffDuringOpenLosesNoUpdate(t *testing.T) {
 	// guard status believes the Event only by these two fields, as core/v1
 	// shows them (internal/cli/status handedOffOriginal).
 	coreEvents := &corev1.EventList{}
-	require.NoError(t, env.Client.List(ctx, coreEvents, client.InNamespace(metav1.NamespaceDefault)))
+	require.NoError(t, env.Client.List(ctx, coreEvents, client.InNamespace(circuit.EventsNamespace)))
 	handedOffEvents := 0
 	for _, ev := range coreEvents.Items {
 		if ev.Reason == string(decide.HandedOff) && ev.InvolvedObject.Name == s.name {

@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/webhook-guard/webhook-guard/certs"
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
 )
 
@@ -64,7 +65,7 @@ func TestCertManager_tlsFailureIsDiagnosedFromTheCertificate(t *testing.T) {
 	var note string
 	require.Eventually(t, func() bool {
 		list := &eventsv1.EventList{}
-		if env.Client.List(ctx, list, client.InNamespace(metav1.NamespaceDefault)) != nil {
+		if env.Client.List(ctx, list, client.InNamespace(circuit.EventsNamespace)) != nil {
 			return false
 		}
 		for _, e := range list.Items {

@@ -91,7 +91,7 @@ func TestGuard_kubectlApplyExplainsAndOverrideHandsOff(t *testing.T) {
 	assert.Equal(t, admissionregistrationv1.Fail, *findWebhook(m, s.hook).FailurePolicy, "the administrator's Fail must stand")
 	assert.False(t, hasMarker(findWebhook(m, s.hook)))
 	require.Eventually(t, func() bool { return contains(eventReasons(t, s.name), string(decide.HandedOff)) }, transition, 50*time.Millisecond)
-	r = env.Kubectl(ctx, "", nil, "get", "events", "-n", "default", "--field-selector", "involvedObject.name="+s.name, "-o", "custom-columns=REASON:.reason,MESSAGE:.message")
+	r = env.Kubectl(ctx, "", nil, "get", "events", "-n", circuit.EventsNamespace, "--field-selector", "involvedObject.name="+s.name, "-o", "custom-columns=REASON:.reason,MESSAGE:.message")
 	t.Logf("$ kubectl get events -n default --field-selector involvedObject.name=%s\n%s", s.name, r.Stdout)
 }
 
@@ -120,7 +120,7 @@ func TestGuard_tamperedPolicyIsRestored(t *testing.T) {
 
 	require.Eventually(t, func() bool {
 		list := &eventsv1.EventList{}
-		if env.Client.List(ctx, list, client.InNamespace(metav1.NamespaceDefault)) != nil {
+		if env.Client.List(ctx, list, client.InNamespace(circuit.EventsNamespace)) != nil {
 			return false
 		}
 		kinds := map[string]bool{}

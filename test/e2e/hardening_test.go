@@ -97,11 +97,11 @@ func (s *breakerSetup) openThenStop() {
 	g.Stop()
 }
 
-// eventNotes returns the notes of the events.k8s.io Events in "default"
+// eventNotes returns the notes of the events.k8s.io Events in kube-system (circuit.EventsNamespace)
 // about the configuration of kind named name, by reason.
 func eventNotes(t *testing.T, kind circuit.Kind, name string) map[string]string {
 	t.Helper()
-	list, err := env.Clientset.EventsV1().Events(metav1.NamespaceDefault).List(context.Background(), metav1.ListOptions{})
+	list, err := env.Clientset.EventsV1().Events(circuit.EventsNamespace).List(context.Background(), metav1.ListOptions{})
 	require.NoError(t, err)
 	notes := map[string]string{}
 	for _, e := range list.Items {

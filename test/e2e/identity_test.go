@@ -168,7 +168,7 @@ func requireTakenOverEvent(t *testing.T, name, want string) {
 	t.Helper()
 	var notes []string
 	require.Eventually(t, func() bool {
-		list, err := env.Clientset.EventsV1().Events(metav1.NamespaceDefault).List(context.Background(), metav1.ListOptions{})
+		list, err := env.Clientset.EventsV1().Events(circuit.EventsNamespace).List(context.Background(), metav1.ListOptions{})
 		if err != nil {
 			return false
 		}

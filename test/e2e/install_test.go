@@ -247,20 +247,24 @@ func TestInstall_RBACIsLeastPrivilege(t *testing.T) {
 		"not read ConfigMaps in its namespace (config is a file)": {[]string{"get", "configmaps", "-n", installNamespace}, false},
 		// Issue 31: the Lease is in kube-system, which policy engines'
 		// */* webhooks leave out (docs/security.md).
-		"create Leases in kube-system":                             {[]string{"create", "leases.coordination.k8s.io", "-n", "kube-system"}, true},
-		"update its own Lease in kube-system":                      {[]string{"update", "leases.coordination.k8s.io/" + installLeaseName, "-n", "kube-system"}, true},
-		"not update another Lease in kube-system":                  {[]string{"update", "leases.coordination.k8s.io/kube-controller-manager", "-n", "kube-system"}, false},
-		"not patch its own Lease (update renews it)":               {[]string{"patch", "leases.coordination.k8s.io/" + installLeaseName, "-n", "kube-system"}, false},
-		"not delete Leases in kube-system":                         {[]string{"delete", "leases.coordination.k8s.io/" + installLeaseName, "-n", "kube-system"}, false},
-		"get a Lease in kube-system (another installation's)":      {[]string{"get", "leases.coordination.k8s.io/other", "-n", "kube-system"}, true},
-		"not list Leases in kube-system":                           {[]string{"list", "leases.coordination.k8s.io", "-n", "kube-system"}, false},
-		"not create Leases in its namespace":                       {[]string{"create", "leases.coordination.k8s.io", "-n", installNamespace}, false},
-		"get its Lease's name in its namespace (the handover)":     {[]string{"get", "leases.coordination.k8s.io/" + installLeaseName, "-n", installNamespace}, true},
-		"not get another Lease in its namespace":                   {[]string{"get", "leases.coordination.k8s.io/other", "-n", installNamespace}, false},
-		"not create Leases in default":                             {[]string{"create", "leases.coordination.k8s.io", "-n", "default"}, false},
-		"create events.k8s.io Events in default":                   {[]string{"create", "events.events.k8s.io", "-n", "default"}, true},
-		"patch events.k8s.io Events in default":                    {[]string{"patch", "events.events.k8s.io", "-n", "default"}, true},
-		"not create events.k8s.io Events in kube-system":           {[]string{"create", "events.events.k8s.io", "-n", "kube-system"}, false},
+		"create Leases in kube-system":                         {[]string{"create", "leases.coordination.k8s.io", "-n", "kube-system"}, true},
+		"update its own Lease in kube-system":                  {[]string{"update", "leases.coordination.k8s.io/" + installLeaseName, "-n", "kube-system"}, true},
+		"not update another Lease in kube-system":              {[]string{"update", "leases.coordination.k8s.io/kube-controller-manager", "-n", "kube-system"}, false},
+		"not patch its own Lease (update renews it)":           {[]string{"patch", "leases.coordination.k8s.io/" + installLeaseName, "-n", "kube-system"}, false},
+		"not delete Leases in kube-system":                     {[]string{"delete", "leases.coordination.k8s.io/" + installLeaseName, "-n", "kube-system"}, false},
+		"get a Lease in kube-system (another installation's)":  {[]string{"get", "leases.coordination.k8s.io/other", "-n", "kube-system"}, true},
+		"not list Leases in kube-system":                       {[]string{"list", "leases.coordination.k8s.io", "-n", "kube-system"}, false},
+		"not create Leases in its namespace":                   {[]string{"create", "leases.coordination.k8s.io", "-n", installNamespace}, false},
+		"get its Lease's name in its namespace (the handover)": {[]string{"get", "leases.coordination.k8s.io/" + installLeaseName, "-n", installNamespace}, true},
+		"not get another Lease in its namespace":               {[]string{"get", "leases.coordination.k8s.io/other", "-n", installNamespace}, false},
+		"not create Leases in default":                         {[]string{"create", "leases.coordination.k8s.io", "-n", "default"}, false},
+		// Events about cluster-scoped objects in kube-system, out of
+		// reach of policy engines' */* webhooks (issue 31).
+		"create events.k8s.io Events in kube-system":               {[]string{"create", "events.events.k8s.io", "-n", "kube-system"}, true},
+		"patch events.k8s.io Events in kube-system":                {[]string{"patch", "events.events.k8s.io", "-n", "kube-system"}, true},
+		"not create events.k8s.io Events in default":               {[]string{"create", "events.events.k8s.io", "-n", "default"}, false},
+		"not delete Events in kube-system":                         {[]string{"delete", "events.events.k8s.io", "-n", "kube-system"}, false},
+		"not list Events in kube-system":                           {[]string{"list", "events.events.k8s.io", "-n", "kube-system"}, false},
 		"create core Events for leader election, on its Lease":     {[]string{"create", "events", "-n", "kube-system"}, true},
 		"not create core Events in its namespace":                  {[]string{"create", "events", "-n", installNamespace}, false},
 		"create core Events in default (the marking canary)":       {[]string{"create", "events", "-n", "default"}, true},
@@ -549,10 +553,10 @@ func installState(ctx context.Context, kind circuit.Kind, name, webhook string) 
 }
 
 // installEventReasons lists the reasons of the events.k8s.io Events in
-// "default" about the target configuration: where client-go puts Events
-// about cluster-scoped objects.
+// kube-system about the target configuration: where the guard records
+// Events about cluster-scoped objects (circuit.EventsNamespace).
 func installEventReasons(ctx context.Context, kind circuit.Kind, name string) (sets.Set[string], error) {
-	list, err := env.Clientset.EventsV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
+	list, err := env.Clientset.EventsV1().Events(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -667,12 +671,13 @@ func TestInstall_guardRunsAsInstalledServiceAccount(t *testing.T) {
 			return err == nil && st == installWebhookState{policy: admissionregistrationv1.Fail}
 		}, wait, 100*time.Millisecond, "the circuit never closed on %s", tg.name)
 
-		// Events about the cluster-scoped configuration land in "default",
-		// which the events Role allows.
+		// Events about the cluster-scoped configuration are in
+		// kube-system, which the events Role allows and kube-apiserver
+		// accepts.
 		require.Eventually(t, func() bool {
 			reasons, err := installEventReasons(ctx, tg.kind, tg.name)
 			return err == nil && reasons.HasAll("CircuitOpened", "CircuitClosed")
-		}, wait, 200*time.Millisecond, "no CircuitOpened and CircuitClosed events.k8s.io Events about %s in default", tg.name)
+		}, wait, 200*time.Millisecond, "no CircuitOpened and CircuitClosed events.k8s.io Events about %s in kube-system", tg.name)
 	}
 
 	// Leader election used the Lease in kube-system, with the installed

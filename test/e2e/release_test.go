@@ -88,8 +88,8 @@ func releaseConfig() string {
 // relative paths to the base, and applies "namespace:" before patches, so
 // it is three kustomizations: inner (the base, the targets ClusterRole and
 // the configuration, every name prefixed), namespaced (inner in namespace
-// ns, the Events Roles put back in "default" and the leader-election Role
-// in "kube-system") and top (that plus the
+// ns, the leader-election and Events Roles put back in "kube-system" and
+// the canary's in "default") and top (that plus the
 // cluster-scoped policies "guard manifests" renders, unprefixed, as their
 // names are the contract).
 func releaseOverlay(t *testing.T, ctx context.Context, bin, ns string) string {
@@ -136,30 +136,32 @@ replacements:
     fieldPaths: [subjects.0.namespace]
   - select: {kind: RoleBinding, name: %[2]s-leader-election}
     fieldPaths: [subjects.0.namespace]
+  - select: {kind: RoleBinding, name: %[2]s-canary}
+    fieldPaths: [subjects.0.namespace]
 transformers:
 - events.yaml
 `, ns, sa))
 	write("namespaced/events.yaml", fmt.Sprintf(`apiVersion: builtin
 kind: PatchTransformer
 metadata:
-  name: events-stay-in-default
+  name: stay-in-kube-system
 target:
-  name: %[1]s-events|%[1]s-status-events
-patch: |-
-  - op: replace
-    path: /metadata/namespace
-    value: default
----
-apiVersion: builtin
-kind: PatchTransformer
-metadata:
-  name: leader-election-stays-in-kube-system
-target:
-  name: %[1]s-leader-election
+  name: %[1]s-leader-election|%[1]s-events|%[1]s-status-events
 patch: |-
   - op: replace
     path: /metadata/namespace
     value: kube-system
+---
+apiVersion: builtin
+kind: PatchTransformer
+metadata:
+  name: canary-stays-in-default
+target:
+  name: %[1]s-canary
+patch: |-
+  - op: replace
+    path: /metadata/namespace
+    value: default
 ---
 apiVersion: builtin
 kind: PatchTransformer

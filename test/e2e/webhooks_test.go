@@ -24,6 +24,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/marking"
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
 )
@@ -304,11 +305,15 @@ type interceptJSON struct {
 
 // A policy engine's */* webhook (Kyverno's shape: every group, version,
 // resource and subresource on CREATE and UPDATE, failurePolicy Fail,
-// excluding only kube-system and its own namespace) intercepts the
-// guard's Lease, its Events and its marking canary. "guard webhooks"
-// names it with what it intercepts, and kube-apiserver agrees: the
-// webhook is called for exactly those requests. Excluding the guard's
-// namespace spares the Lease; excluding default as well spares the rest.
+// excluding only kube-system and its own namespace) intercepts a guard
+// whose Lease is in its own namespace (leaseNamespace ""): its Lease,
+// leader election's Events and its marking canary, but not its Events
+// about webhook configurations, which are in kube-system (an
+// events.k8s.io Event about a cluster-scoped object may be there, as
+// kube-apiserver accepts below). "guard webhooks" names it with what it
+// intercepts, and kube-apiserver agrees: the webhook is called for
+// exactly those requests. Excluding the guard's namespace spares the
+// Lease; excluding default as well spares the canary.
 func TestWebhooks_namesAPolicyEngineThatInterceptsTheGuard(t *testing.T) {
 	ctx := context.Background()
 	ns := testNamespace(t) // the guard's installation
@@ -372,17 +377,17 @@ targets:
 	n := 0
 	// sends makes the guard's requests as the guard makes them, and says
 	// which the engine was called for.
-	sends := func() (lease, eventsHere, eventsDefault, canary bool) {
+	sends := func() (lease, eventsHere, eventsSystem, canary bool) {
 		n++
 		leaseName := fmt.Sprintf("%s-lease-%d", cfgName, n)
 		require.NoError(t, env.Client.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: leaseName}}))
 		here := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("%s-event-%d", cfgName, n)},
 			InvolvedObject: corev1.ObjectReference{Kind: "Lease", Namespace: ns, Name: leaseName}, Reason: "LeaderElection", Type: corev1.EventTypeNormal}
 		require.NoError(t, env.Client.Create(ctx, here))
-		def := &eventsv1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("%s-event-%d", cfgName, n)},
+		sys := &eventsv1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: circuit.EventsNamespace, Name: fmt.Sprintf("%s-event-%d", cfgName, n)},
 			EventTime: metav1.NowMicro(), ReportingController: "webhook-guard", ReportingInstance: "e2e", Action: "Update", Reason: "CircuitOpened", Type: corev1.EventTypeWarning,
 			Regarding: corev1.ObjectReference{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingWebhookConfiguration", Name: cfgName}}
-		require.NoError(t, env.Client.Create(ctx, def))
+		require.NoError(t, env.Client.Create(ctx, sys))
 		before := len(wh.Requests("/mutate"))
 		_, err := env.Clientset.CoreV1().Events(marking.CanaryNamespace).Create(ctx, marking.CanaryEvent(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		require.NoError(t, err)
@@ -392,7 +397,7 @@ targets:
 			canary = canary || (q != nil && q.Resource.Group == "" && q.Namespace == marking.CanaryNamespace && q.DryRun != nil && *q.DryRun)
 		}
 		return seen("coordination.k8s.io", "leases", ns, leaseName, false), seen("", "events", ns, here.Name, false),
-			seen("events.k8s.io", "events", "default", def.Name, false), canary
+			seen("events.k8s.io", "events", circuit.EventsNamespace, sys.Name, false), canary
 	}
 	report := func() interceptJSON {
 		out, stderr := runWebhooks(t, env.KubeconfigPath, "--namespace", ns, "--config", cfgPath, "-o", "json")
@@ -432,23 +437,24 @@ targets:
 		return seen("coordination.k8s.io", "leases", ns, name, false)
 	}, 10*time.Second, 100*time.Millisecond, "kube-apiserver never called the engine")
 
-	// 1. Kyverno's selector: everything of the guard's is intercepted.
-	lease, here, def, canary := sends()
-	assert.True(t, lease && here && def && canary, "kube-apiserver calls the engine for the Lease %v, Events in %s %v, Events in default %v, the canary %v", lease, ns, here, def, canary)
+	// 1. Kyverno's selector: everything of the guard's but its Events in
+	// kube-system is intercepted.
+	lease, here, sys, canary := sends()
+	assert.True(t, lease && here && !sys && canary, "kube-apiserver calls the engine for the Lease %v, Events in %s %v, Events in kube-system %v, the canary %v", lease, ns, here, sys, canary)
 	rep := report()
 	t.Logf("guard webhooks -o json, interception basis: %s", rep.InterceptBasis)
 	assert.Contains(t, rep.InterceptBasis, "namespace "+ns)
 	assert.Contains(t, rep.InterceptBasis, "judged by the namespaces' labels", "an administrator may read namespaces")
-	assert.Equal(t, []string{"Lease in " + ns, "Events in " + ns, "Events in default", "canary in default"}, named(rep))
+	assert.Equal(t, []string{"Lease in " + ns, "Events in " + ns, "canary in default"}, named(rep))
 	table, _ := runWebhooks(t, env.KubeconfigPath, "--namespace", ns, "--config", cfgPath)
 	t.Logf("guard webhooks:\n%s", table)
 	assert.Contains(t, table, "Webhooks with failurePolicy Fail that intercept the guard's own requests")
-	assert.Contains(t, table, "Mutating "+cfgName+" webhook "+hookName+" (timeout 10s, managed by the guard) intercepts: Lease in "+ns+", Events in "+ns+", Events in default, marking canary in default")
+	assert.Contains(t, table, "Mutating "+cfgName+" webhook "+hookName+" (timeout 10s, managed by the guard) intercepts: Lease in "+ns+", Events in "+ns+", marking canary in default")
 	assert.Contains(t, table, "fix: add {key: kubernetes.io/metadata.name, operator: NotIn, values: ["+ns+"]} to its namespaceSelector.matchExpressions")
 	assert.Contains(t, table, "still opens circuits")
 
 	// 2. The guard's namespace excluded: the Lease and its Events are
-	// spared; the Events in default and the canary are not.
+	// spared; the canary is not.
 	setSelector := func(excluded ...string) {
 		require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(engine), engine))
 		engine.Webhooks[0].NamespaceSelector = selector(excluded...)
@@ -456,17 +462,17 @@ targets:
 	}
 	setSelector("kube-system", engineNS, ns)
 	require.Eventually(t, func() bool {
-		lease, here, def, canary = sends()
+		lease, here, sys, canary = sends()
 		return !lease && !here
 	}, 30*time.Second, 200*time.Millisecond, "kube-apiserver still calls the engine for the guard's Lease")
-	assert.True(t, def && canary, "still called for the Events in default %v and the canary %v", def, canary)
-	assert.Equal(t, []string{"Events in default", "canary in default"}, named(report()))
+	assert.True(t, !sys && canary, "called for the Events in kube-system %v and the canary %v", sys, canary)
+	assert.Equal(t, []string{"canary in default"}, named(report()))
 
 	// 3. default excluded as well: nothing of the guard's is intercepted.
 	setSelector("kube-system", engineNS, ns, "default")
 	require.Eventually(t, func() bool {
-		lease, here, def, canary = sends()
-		return !lease && !here && !def && !canary
+		lease, here, sys, canary = sends()
+		return !lease && !here && !sys && !canary
 	}, 30*time.Second, 200*time.Millisecond, "kube-apiserver still calls the engine for the guard's requests in default")
 	assert.Nil(t, named(report()), "no longer named")
 }

@@ -14,6 +14,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
@@ -425,10 +426,12 @@ func cacheByObject(withMarking bool) map[client.Object]cache.ByObject {
 // newRecorder is the guard's events.k8s.io recorder, as the manager's
 // would be (each Event is also logged at debug level, under "events"). Its
 // Events are events.k8s.io Events, which the marking policies leave out
-// before any of their CEL runs. stop flushes and stops it.
+// before any of their CEL runs, and those about cluster-scoped objects
+// are in circuit.EventsNamespace (clusterEventsSink). stop flushes and
+// stops it.
 func newRecorder(ctx context.Context, cs kubernetes.Interface) (rec recorder.EventRecorder, stop func(), err error) {
 	log := ctrl.Log.WithName("events")
-	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: cs.EventsV1()})
+	broadcaster := events.NewBroadcaster(clusterEventsSink{&events.EventSinkImpl{Interface: cs.EventsV1()}})
 	if err := broadcaster.StartRecordingToSinkWithContext(logf.IntoContext(ctx, log)); err != nil {
 		return nil, nil, fmt.Errorf("starting the events recorder: %w", err)
 	}
@@ -447,4 +450,36 @@ func newRecorder(ctx context.Context, cs kubernetes.Interface) (rec recorder.Eve
 		return nil, nil, errors.New("client-go's events recorder does not record annotated Events")
 	}
 	return rec, stop, nil
+}
+
+// clusterEventsSink writes an Event about a cluster-scoped object (the
+// webhook configurations, the guard policy) in circuit.EventsNamespace,
+// where client-go's recorder puts it in default: a policy engine's */*
+// webhook intercepts default, and while it hangs it would lose every
+// Event of the outage, the HandedOff Event that keeps a handed-off
+// circuit's original failurePolicy among them. Events about namespaced
+// objects stay with them.
+type clusterEventsSink struct{ events.EventSink }
+
+func (s clusterEventsSink) Create(ctx context.Context, ev *eventsv1.Event) (*eventsv1.Event, error) {
+	return s.EventSink.Create(ctx, inEventsNamespace(ev))
+}
+
+func (s clusterEventsSink) Update(ctx context.Context, ev *eventsv1.Event) (*eventsv1.Event, error) {
+	return s.EventSink.Update(ctx, inEventsNamespace(ev))
+}
+
+func (s clusterEventsSink) Patch(ctx context.Context, ev *eventsv1.Event, data []byte) (*eventsv1.Event, error) {
+	return s.EventSink.Patch(ctx, inEventsNamespace(ev), data)
+}
+
+// inEventsNamespace returns ev, or a copy of it in circuit.EventsNamespace
+// when it is about a cluster-scoped object.
+func inEventsNamespace(ev *eventsv1.Event) *eventsv1.Event {
+	if ev.Regarding.Namespace != "" || ev.Namespace == circuit.EventsNamespace {
+		return ev
+	}
+	out := ev.DeepCopy()
+	out.Namespace = circuit.EventsNamespace
+	return out
 }

@@ -73,7 +73,7 @@ func TestWarnInterceptors(t *testing.T) {
 			contains: []string{
 				`"msg"="Warning: a webhook with failurePolicy Fail intercepts the guard's own requests`,
 				`"configuration"="kyverno-resource-mutating-webhook-cfg" "webhook"="mutate.kyverno.svc-fail"`,
-				`"intercepts"=["Lease in webhook-guard" "Events in webhook-guard" "Events in default" "marking canary in default"]`,
+				`"intercepts"=["Lease in webhook-guard" "Events in webhook-guard" "marking canary in default"]`,
 				"{key: kubernetes.io/metadata.name, operator: NotIn, values: [webhook-guard]}",
 			},
 			lines: 1,
@@ -81,8 +81,15 @@ func TestWarnInterceptors(t *testing.T) {
 		"without leader election and mutating targets, only the Events": {
 			in:       Interception{Namespace: "webhook-guard", Config: &config.Configuration{}},
 			objs:     []client.Object{policyEngine()},
-			contains: []string{`"intercepts"=["Events in webhook-guard" "Events in default"]`},
+			contains: []string{`"intercepts"=["Events in webhook-guard"]`},
 			lacks:    []string{"Lease in", "canary"},
+			lines:    1,
+		},
+		"the Lease in kube-system, as shipped: a policy engine intercepts only the canary": {
+			in:       Interception{Namespace: "kube-system", LeaderElection: true, Config: mutatingTarget},
+			objs:     []client.Object{policyEngine()},
+			contains: []string{`"intercepts"=["marking canary in default"]`},
+			lacks:    []string{"Lease in", "Events in"},
 			lines:    1,
 		},
 		"no interceptor, no line": {

@@ -58,7 +58,7 @@ func (r *startRecorder) record(regarding runtime.Object, annotations map[string]
 	}
 	ns := ref.Namespace
 	if ns == "" {
-		ns = metav1.NamespaceDefault // where Events about cluster-scoped objects go
+		ns = circuit.EventsNamespace // as the service's recorder puts Events about cluster-scoped objects
 	}
 	now := time.Now()
 	ev := &eventsv1.Event{

@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -71,20 +70,21 @@ func objectRow(ctx context.Context, c client.Reader, t config.Target) statusapi.
 }
 
 // handedOffOriginal finds the latest HandedOff Event about t's webhook on
-// its configuration (in namespace default, where Events about
-// cluster-scoped objects go) and returns what it says the original was
+// its configuration (in circuit.EventsNamespace, where the service puts
+// Events about cluster-scoped objects; releases before it put them in
+// default, which it does not read) and returns what it says the original was
 // (decide.HandOffOriginal), followed by where it read that: "" when there
 // is none (Events expire, an hour after the handoff by default). It
 // believes only an Event about this configuration, by UID, reported by
 // the guard (circuit.ReportingController): anyone who may create Events
-// in default can write one with the reason and the name, and an earlier
+// in that namespace can write one with the reason and the name, and an earlier
 // configuration of that name has its own. It counts the HandedOff Events
 // about that name it ignored for either reason. Neither field is
 // authenticated by the API: the result names the Event, so that a
 // doubtful reader can check who created it in the audit log.
 func handedOffOriginal(ctx context.Context, c client.Reader, t config.Target, uid types.UID) (original string, ignored int, err error) {
 	events := &corev1.EventList{}
-	if err := c.List(ctx, events, client.InNamespace(metav1.NamespaceDefault), client.MatchingFields{
+	if err := c.List(ctx, events, client.InNamespace(circuit.EventsNamespace), client.MatchingFields{
 		"involvedObject.kind": t.Kind.ObjectKind(), "involvedObject.name": t.Configuration, "reason": string(decide.HandedOff),
 	}); err != nil {
 		return "", 0, err
@@ -132,5 +132,5 @@ func eventTime(ev corev1.Event) time.Time {
 // Events.
 func handedOffEventsCommand(t config.Target) string {
 	return fmt.Sprintf("kubectl get events -n %s --field-selector involvedObject.kind=%s,involvedObject.name=%s,reason=%s",
-		metav1.NamespaceDefault, t.Kind.ObjectKind(), t.Configuration, decide.HandedOff)
+		circuit.EventsNamespace, t.Kind.ObjectKind(), t.Configuration, decide.HandedOff)
 }

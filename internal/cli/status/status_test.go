@@ -38,7 +38,7 @@ func TestObjectRow_showsTheOwnerAndTheHandedOffOriginal(t *testing.T) {
 	override := map[string]string{circuit.OverrideAnnotation: "INC-7"}
 	const original = "original failurePolicy Fail, mode Ignore, opened at 2026-12-01T11:00:00Z by " + clitest.SAOther
 	handedOff := &corev1.Event{
-		ObjectMeta:          metav1.ObjectMeta{Namespace: "default", Name: clitest.Conf + ".1", CreationTimestamp: metav1.NewTime(clitest.Clock)},
+		ObjectMeta:          metav1.ObjectMeta{Namespace: "kube-system", Name: clitest.Conf + ".1", CreationTimestamp: metav1.NewTime(clitest.Clock)},
 		InvolvedObject:      corev1.ObjectReference{Kind: "MutatingWebhookConfiguration", Name: clitest.Conf, UID: "uid-1"},
 		Reason:              string(decide.HandedOff),
 		Message:             "administrator override: webhook-guard released " + clitest.Hook + " (" + original + ") and keeps its hands off this configuration; …",
@@ -55,7 +55,7 @@ func TestObjectRow_showsTheOwnerAndTheHandedOffOriginal(t *testing.T) {
 		"a handed-off circuit the breaker has not released yet, from its entry": {
 			clitest.OpenConfiguration(t, circuit.Record{clitest.Hook: clitest.Entry(clitest.SAOther)}, override), nil, "HandedOff", clitest.SAOther, original},
 		"a released one, from its HandedOff Event": {
-			clitest.OpenConfiguration(t, nil, override), []client.Object{handedOff}, "HandedOff", "", original + " (from Event default/" + clitest.Conf + ".1, reported by webhook-guard at 2026-12-01T12:00:00Z)"},
+			clitest.OpenConfiguration(t, nil, override), []client.Object{handedOff}, "HandedOff", "", original + " (from Event kube-system/" + clitest.Conf + ".1, reported by webhook-guard at 2026-12-01T12:00:00Z)"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			row := objectRow(context.Background(), clitest.FakeReader(append(tc.events, tc.obj)...), target)
@@ -87,7 +87,7 @@ func TestObjectRow_believesOnlyTheGuardsHandedOffEventForThisUID(t *testing.T) {
 	const forged = "original failurePolicy Ignore, mode Ignore, opened at 2026-12-01T11:00:00Z by " + clitest.SAMain
 	handedOff := func(name, original string, uid types.UID, controller string, at time.Time) *corev1.Event {
 		return &corev1.Event{
-			ObjectMeta:          metav1.ObjectMeta{Namespace: "default", Name: name, CreationTimestamp: metav1.NewTime(at)},
+			ObjectMeta:          metav1.ObjectMeta{Namespace: "kube-system", Name: name, CreationTimestamp: metav1.NewTime(at)},
 			InvolvedObject:      corev1.ObjectReference{Kind: "MutatingWebhookConfiguration", Name: clitest.Conf, UID: uid},
 			Reason:              string(decide.HandedOff),
 			Message:             "administrator override: webhook-guard released " + clitest.Hook + " (" + original + ") and keeps its hands off this configuration; …",
@@ -95,7 +95,7 @@ func TestObjectRow_believesOnlyTheGuardsHandedOffEventForThisUID(t *testing.T) {
 			EventTime:           metav1.NewMicroTime(at),
 		}
 	}
-	const fromGenuine = genuine + " (from Event default/genuine, reported by webhook-guard at 2026-12-01T12:00:00Z)"
+	const fromGenuine = genuine + " (from Event kube-system/genuine, reported by webhook-guard at 2026-12-01T12:00:00Z)"
 	later := clitest.Clock.Add(time.Minute)
 	for name, tc := range map[string]struct {
 		events  []client.Object

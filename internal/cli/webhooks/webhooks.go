@@ -302,6 +302,9 @@ func (o *Options) Run(ctx context.Context) error {
 	var unread []string
 	in.NamespaceLabels, unread = namespaceLabels(ctx, o.Client, leaseNS, unread)
 	in.DefaultLabels, unread = namespaceLabels(ctx, o.Client, metav1.NamespaceDefault, unread)
+	if leaseNS != circuit.EventsNamespace {
+		in.EventsLabels, unread = namespaceLabels(ctx, o.Client, circuit.EventsNamespace, unread)
+	}
 	rep.InterceptingTheGuard = interceptRows(intercept.Find(in), cfg, leaseNS)
 	rep.InterceptBasis = interceptBasis(in, unread)
 
@@ -382,15 +385,15 @@ func namespaceLabels(ctx context.Context, c client.Reader, name string, unread [
 
 // interceptBasis says what the interceptors were judged for.
 func interceptBasis(in intercept.Inputs, unread []string) string {
-	what := "its Lease and leader election's Events"
-	if in.Namespace == metav1.NamespaceDefault {
-		what = "its Lease and all its Events"
+	what := "its Lease and leader election's Events there; Events about cluster-scoped objects in " + circuit.EventsNamespace
+	if in.Namespace == circuit.EventsNamespace {
+		what = "its Lease and all its Events there"
 	}
-	basis := fmt.Sprintf("for an installation with its Lease in namespace %s (%s there; Events about cluster-scoped objects", in.Namespace, what)
+	basis := fmt.Sprintf("for an installation with its Lease in namespace %s (%s", in.Namespace, what)
 	if in.WithoutMarking {
-		basis += " in default; no marking canary: no mutating target of its configuration opens)"
+		basis += "; no marking canary: no mutating target of its configuration opens)"
 	} else {
-		basis += " and the marking canary in default)"
+		basis += "; the marking canary in default)"
 	}
 	if len(unread) > 0 {
 		return basis + ", namespaceSelectors judged by kubernetes.io/metadata.name alone (cannot read " + strings.Join(unread, "; ") + ")"

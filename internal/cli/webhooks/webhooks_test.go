@@ -303,15 +303,15 @@ func TestPrintWebhooks_interceptors(t *testing.T) {
 	var out bytes.Buffer
 	require.NoError(t, printWebhooks(&out, rep))
 	assert.Contains(t, out.String(), "Webhooks with failurePolicy Fail that intercept the guard's own requests, judged for an installation with its Lease in namespace webhook-guard "+
-		"(its Lease and leader election's Events there; Events about cluster-scoped objects and the marking canary in default), "+
+		"(its Lease and leader election's Events there; Events about cluster-scoped objects in kube-system; the marking canary in default), "+
 		"namespaceSelectors judged by kubernetes.io/metadata.name alone (cannot read namespace webhook-guard: forbidden):\n")
 	assert.Contains(t, out.String(), "\nMutating kyverno-resource-mutating-webhook-cfg webhook mutate.kyverno.svc-fail (timeout 10s, managed by the guard) intercepts: "+
-		"Lease in webhook-guard, Events in webhook-guard, Events in default, marking canary in default\n")
+		"Lease in webhook-guard, Events in webhook-guard, marking canary in default\n")
 	assert.Contains(t, out.String(), "  - fix: add {key: kubernetes.io/metadata.name, operator: NotIn, values: [webhook-guard]} to its namespaceSelector.matchExpressions")
 	data, err := json.Marshal(rep.InterceptingTheGuard[0])
 	require.NoError(t, err)
 	assert.Contains(t, string(data), `{"kind":"Mutating","configuration":"kyverno-resource-mutating-webhook-cfg","webhook":"mutate.kyverno.svc-fail","timeoutSeconds":10,`+
-		`"intercepts":[{"what":"Lease","namespace":"webhook-guard"},{"what":"Events","namespace":"webhook-guard"},{"what":"Events","namespace":"default"},{"what":"canary","namespace":"default"}],`+
+		`"intercepts":[{"what":"Lease","namespace":"webhook-guard"},{"what":"Events","namespace":"webhook-guard"},{"what":"canary","namespace":"default"}],`+
 		`"managed":true,"advice":[`)
 
 	// Excluding the guard's namespace and default: none.
@@ -322,7 +322,7 @@ func TestPrintWebhooks_interceptors(t *testing.T) {
 	out.Reset()
 	require.NoError(t, printWebhooks(&out, rep))
 	assert.Contains(t, out.String(), "\nNo webhook with failurePolicy Fail intercepts the guard's own requests, judged for an installation with its Lease in namespace webhook-guard "+
-		"(its Lease and leader election's Events there; Events about cluster-scoped objects in default; no marking canary: no mutating target of its configuration opens), "+
+		"(its Lease and leader election's Events there; Events about cluster-scoped objects in kube-system; no marking canary: no mutating target of its configuration opens), "+
 		"namespaceSelectors judged by the namespaces' labels.\n")
 	data, err = json.Marshal(rep)
 	require.NoError(t, err)

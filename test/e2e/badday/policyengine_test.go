@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -84,7 +85,7 @@ func policyEngineHangs(t *testing.T, mode string) {
 	}
 	require.NoError(t, env.Client.Create(ctx, mwc))
 	original := mwc.Webhooks[0]
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), mwc) })
+	t.Cleanup(func() { removeEngine(t, mwc, wh, guardNS) })
 
 	// Nothing but what a target must say: every other setting at its
 	// default (probe every 1 s, its timeout 4 s, openAfter 3, closeAfter
@@ -112,6 +113,25 @@ func policyEngineHangs(t *testing.T, mode string) {
 	assert.LessOrEqual(t, opened, 15*time.Second, "the circuit opened later than 15 s after the hang")
 	assert.Contains(t, g.Logs(), "Opening without marking evidence", "the canary cannot pass a hanging */* webhook: the opening should have gone unconfirmed")
 
+	// The CircuitOpened Event is recorded while the webhook still hangs:
+	// it is in kube-system, which the engine leaves out (in default, where
+	// client-go would put it, it would wait 10 s and be lost).
+	var note string
+	require.Eventually(t, func() bool {
+		list := &eventsv1.EventList{}
+		if env.Client.List(ctx, list, client.InNamespace(circuit.EventsNamespace)) != nil {
+			return false
+		}
+		for _, e := range list.Items {
+			if e.Reason == "CircuitOpened" && e.Regarding.Name == name {
+				note = e.Note
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, 100*time.Millisecond, "no CircuitOpened Event about %s in %s while the webhook hangs", name, circuit.EventsNamespace)
+	assert.Contains(t, note, "marking not confirmed", "the Event says the opening went unconfirmed")
+
 	if mode == "Bypass" {
 		// Requests the webhook intercepted are admitted without waiting.
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "after-", Namespace: guardNS}}
@@ -132,4 +152,22 @@ func policyEngineHangs(t *testing.T, mode string) {
 	exited, _ := g.Exited()
 	assert.False(t, exited, "the guard exited (lost its Lease?)")
 	assert.NotContains(t, g.Logs(), "leader election lost")
+}
+
+// removeEngine deletes the engine's configuration and waits, for up to
+// 10 s, until kube-apiserver no longer calls its webhook, before the
+// webhook closes (a cleanup registered earlier runs later): kube-apiserver
+// calls a deleted webhook until its informer sees the delete, and the next
+// test's requests would be refused by a webhook that is gone.
+func removeEngine(t *testing.T, mwc *admissionregistrationv1.MutatingWebhookConfiguration, wh *harness.Webhook, namespace string) {
+	ctx := context.Background()
+	_ = env.Client.Delete(ctx, mwc)
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "gone-", Namespace: namespace}}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		before := wh.APIServerCalls(enginePath)
+		if env.Client.Create(ctx, cm.DeepCopy()) == nil && wh.APIServerCalls(enginePath) == before {
+			return
+		}
+	}
+	t.Logf("kube-apiserver still called the engine's webhook 10 s after its configuration was deleted")
 }

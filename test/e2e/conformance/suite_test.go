@@ -259,7 +259,7 @@ func (l *writeWatch) count() int {
 // openingEvents lists the CircuitOpened Events on a configuration.
 func openingEvents(ctx context.Context, tg target) ([]string, error) {
 	list := &eventsv1.EventList{}
-	if err := env.Client.List(ctx, list, client.InNamespace(metav1.NamespaceDefault)); err != nil {
+	if err := env.Client.List(ctx, list, client.InNamespace(circuit.EventsNamespace)); err != nil {
 		return nil, err
 	}
 	kind := string(tg.kind) + "WebhookConfiguration"

@@ -163,7 +163,7 @@ func TestChart_rendersWhatKustomizeInstalls(t *testing.T) {
 			}, hooks, "the pre-delete hook's objects")
 			// The helm test's objects (templates/tests) are the chart's own too.
 			assert.ElementsMatch(t, []string{
-				"ServiceAccount webhook-guard-system/webhook-guard-test", "RoleBinding webhook-guard-system/webhook-guard-test", "RoleBinding default/webhook-guard-test-events",
+				"ServiceAccount webhook-guard-system/webhook-guard-test", "RoleBinding webhook-guard-system/webhook-guard-test", "RoleBinding kube-system/webhook-guard-test-events",
 				"ClusterRoleBinding /webhook-guard-test", "Pod webhook-guard-system/webhook-guard-test",
 			}, tests, "the helm test's objects")
 

@@ -211,7 +211,7 @@ func (w *world) waitClosed() {
 func (w *world) events(reason string) []string {
 	w.t.Helper()
 	list := &eventsv1.EventList{}
-	require.NoError(w.t, env.Client.List(context.Background(), list, client.InNamespace(metav1.NamespaceDefault)))
+	require.NoError(w.t, env.Client.List(context.Background(), list, client.InNamespace(circuit.EventsNamespace)))
 	var out []string
 	for _, e := range list.Items {
 		if e.Regarding.Name == w.name && (reason == "" || e.Reason == reason) {
