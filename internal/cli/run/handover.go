@@ -65,7 +65,7 @@ func (l *handoverLock) take(ctx context.Context, write func() error) error {
 			if !l.waiting.Swap(true) {
 				logf.FromContext(ctx).Info("Waiting to lead: an earlier release's leader still holds its Lease", "lease", l.legacy.String(), "holder", holder)
 			}
-			return fmt.Errorf("Lease %s is held by %s, the leader of an earlier release: waiting until it is released or expires", l.legacy, holder)
+			return fmt.Errorf("waiting to lead: Lease %s is held by %s, the leader of an earlier release, until it is released or expires", l.legacy, holder)
 		}
 	}
 	if err := write(); err != nil {

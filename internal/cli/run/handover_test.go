@@ -65,7 +65,7 @@ func TestHandoverLock_waitsForAnEarlierReleasesLeader(t *testing.T) {
 			errCreate := l.Create(t.Context(), resourcelock.LeaderElectionRecord{HolderIdentity: "new-pod_2"})
 			errUpdate := l.Update(t.Context(), resourcelock.LeaderElectionRecord{HolderIdentity: "new-pod_2"})
 			if tc.waits {
-				assert.ErrorContains(t, errCreate, "Lease guard/webhook-guard.webhook-guard.io is held by old-pod_1, the leader of an earlier release")
+				assert.ErrorContains(t, errCreate, "waiting to lead: Lease guard/webhook-guard.webhook-guard.io is held by old-pod_1, the leader of an earlier release")
 				assert.Error(t, errUpdate)
 				assert.Zero(t, inner.creates+inner.updates, "it wrote its Lease while the earlier leader leads")
 				return
