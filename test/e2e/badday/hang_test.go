@@ -10,8 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
@@ -38,22 +36,8 @@ func hangs(t *testing.T, timeoutSeconds int32) {
 	name := uniqueName("hang")
 	targetNS := namespace(t, name+"-target")
 	guardNS := namespace(t, name+"-guard")
-	wh, err := harness.StartWebhook(harness.WebhookOptions{Host: "127.0.0.1"})
-	require.NoError(t, err)
-	t.Cleanup(wh.Close)
-	wh.SetBehaviour(hangPath, harness.Allow())
-
-	hook := "hang." + name + ".webhook-guard.io"
-	w := harness.ConfigMapWebhook(hook, targetNS, wh.URL(hangPath), wh.CA.CertPEM, admissionregistrationv1.Fail)
-	w.TimeoutSeconds = ptr.To(timeoutSeconds)
-	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name}, Webhooks: []admissionregistrationv1.MutatingWebhook{w}}
-	require.NoError(t, env.Client.Create(ctx, mwc))
-	original := mwc.Webhooks[0]
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), mwc) })
-
-	id, err := env.ServiceAccount(ctx, guardNS, "webhook-guard")
-	require.NoError(t, err)
-	require.NoError(t, env.GrantGuard(ctx, guardNS, id, []string{name}))
+	target := newConfigMapTarget(t, name, targetNS, guardNS, hangPath, timeoutSeconds)
+	wh, hook, id, original := target.wh, target.hook, target.id, target.original
 	g := startGuard(t, name, id, targetConfig(name, hook, "Bypass"), wh, hangPath)
 
 	get := func() *admissionregistrationv1.MutatingWebhookConfiguration {

@@ -17,7 +17,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/webhook-guard/webhook-guard/internal/cli/factory"
@@ -114,4 +117,36 @@ func shippedLeaseNamespace(t *testing.T) string {
 	ns, ok := factory.LeaseNamespaceOf(d)
 	require.True(t, ok, "the shipped Deployment does not say where its Lease is")
 	return ns
+}
+
+// configMapTarget is a webhook of its own that answers on path, and a
+// MutatingWebhookConfiguration name with one webhook, hook, on ConfigMaps
+// in namespace ns: failurePolicy Fail and timeoutSeconds. The guard's
+// ServiceAccount in guardNS may manage it. Everything goes when t ends.
+type configMapTarget struct {
+	wh       *harness.Webhook
+	hook     string
+	original admissionregistrationv1.MutatingWebhook
+	id       *harness.Identity
+}
+
+func newConfigMapTarget(t *testing.T, name, ns, guardNS, path string, timeoutSeconds int32) configMapTarget {
+	t.Helper()
+	ctx := context.Background()
+	wh, err := harness.StartWebhook(harness.WebhookOptions{Host: "127.0.0.1"})
+	require.NoError(t, err)
+	t.Cleanup(wh.Close)
+	wh.SetBehaviour(path, harness.Allow())
+
+	hook := "slow." + name + ".webhook-guard.io"
+	w := harness.ConfigMapWebhook(hook, ns, wh.URL(path), wh.CA.CertPEM, admissionregistrationv1.Fail)
+	w.TimeoutSeconds = ptr.To(timeoutSeconds)
+	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name}, Webhooks: []admissionregistrationv1.MutatingWebhook{w}}
+	require.NoError(t, env.Client.Create(ctx, mwc))
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), mwc) })
+
+	id, err := env.ServiceAccount(ctx, guardNS, "webhook-guard")
+	require.NoError(t, err)
+	require.NoError(t, env.GrantGuard(ctx, guardNS, id, []string{name}))
+	return configMapTarget{wh: wh, hook: hook, original: mwc.Webhooks[0], id: id}
 }

@@ -19,7 +19,6 @@ import (
 	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -53,21 +52,8 @@ func seatsFull(t *testing.T, flowSchema bool) {
 	name := uniqueName("seats")
 	loadNS := namespace(t, name+"-load")
 	guardNS := namespace(t, name+"-guard")
-	wh, err := harness.StartWebhook(harness.WebhookOptions{Host: "127.0.0.1"})
-	require.NoError(t, err)
-	t.Cleanup(wh.Close)
-	wh.SetBehaviour(loadPath, harness.Allow())
-
-	hook := "slow." + name + ".webhook-guard.io"
-	w := harness.ConfigMapWebhook(hook, loadNS, wh.URL(loadPath), wh.CA.CertPEM, admissionregistrationv1.Fail)
-	w.TimeoutSeconds = ptr.To[int32](10)
-	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name}, Webhooks: []admissionregistrationv1.MutatingWebhook{w}}
-	require.NoError(t, env.Client.Create(ctx, mwc))
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), mwc) })
-
-	id, err := env.ServiceAccount(ctx, guardNS, "webhook-guard")
-	require.NoError(t, err)
-	require.NoError(t, env.GrantGuard(ctx, guardNS, id, []string{name}))
+	target := newConfigMapTarget(t, name, loadNS, guardNS, loadPath, 10)
+	wh, hook, id := target.wh, target.hook, target.id
 	if flowSchema {
 		installFlowSchema(t, guardNS, name)
 	}
