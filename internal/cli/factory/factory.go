@@ -255,6 +255,7 @@ func (f *Factory) ReadInstalledConfig(ctx context.Context) error {
 	if err := f.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, d); err != nil {
 		return fmt.Errorf("reading the guard's Deployment %s/%s: %w", ns, name, err)
 	}
+	f.noteLeaseNamespace(d)
 	cmName := ""
 	for _, v := range d.Spec.Template.Spec.Volumes {
 		if v.Name == configVolume && v.ConfigMap != nil {

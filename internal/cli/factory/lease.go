@@ -23,14 +23,25 @@ func (f *Factory) LeaseNamespace(ctx context.Context) string {
 	if f.leaseNamespace != "" {
 		return f.leaseNamespace
 	}
-	f.leaseNamespace = f.Namespace
 	d := &appsv1.Deployment{}
-	if err := f.Client.Get(ctx, client.ObjectKey{Namespace: f.Namespace, Name: f.Deployment}, d); err == nil {
-		if ns, ok := LeaseNamespaceOf(d); ok {
-			f.leaseNamespace = ns
-		}
+	if err := f.Client.Get(ctx, client.ObjectKey{Namespace: f.Namespace, Name: f.Deployment}, d); err != nil {
+		d = nil
 	}
+	f.noteLeaseNamespace(d)
 	return f.leaseNamespace
+}
+
+// noteLeaseNamespace remembers where d, the guard's Deployment (nil when
+// it cannot be read), keeps the Lease, for LeaseNamespace: read once,
+// whoever reads the Deployment first.
+func (f *Factory) noteLeaseNamespace(d *appsv1.Deployment) {
+	f.leaseNamespace = f.Namespace
+	if d == nil {
+		return
+	}
+	if ns, ok := LeaseNamespaceOf(d); ok {
+		f.leaseNamespace = ns
+	}
 }
 
 // LeaseNamespaceOf returns the --leader-election-namespace of the first
@@ -56,8 +67,11 @@ func LeaseNamespaceOf(d *appsv1.Deployment) (string, bool) {
 			return value, value != ""
 		}
 		name, closed := strings.CutSuffix(name, ")")
+		if !closed {
+			return "", false
+		}
 		for _, e := range c.Env {
-			if !closed || e.Name != name {
+			if e.Name != name {
 				continue
 			}
 			switch {

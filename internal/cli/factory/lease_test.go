@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -66,4 +67,19 @@ func TestFactory_LeaseNamespace(t *testing.T) {
 			assert.Equal(t, tc.want, f.LeaseNamespace(context.Background()))
 		})
 	}
+}
+
+// ReadInstalledConfig has read the Deployment already: LeaseNamespace
+// takes its answer from it and reads it no more.
+func TestFactory_LeaseNamespace_fromTheInstalledConfigsRead(t *testing.T) {
+	d := guardDeployment([]string{"--leader-election-namespace=kube-system"})
+	d.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+		LocalObjectReference: corev1.LocalObjectReference{Name: "webhook-guard-config"}}}}}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "guard", Name: "webhook-guard-config"}, Data: map[string]string{"config.yaml": installed}}
+	f := New(func(string, string) (*rest.Config, error) { return &rest.Config{}, nil })
+	f.Namespace = "guard"
+	f.Client = fake.NewClientBuilder().WithScheme(Scheme).WithObjects(d, cm).Build()
+	require.NoError(t, f.ReadInstalledConfig(context.Background()))
+	require.NoError(t, f.Client.Delete(context.Background(), d))
+	assert.Equal(t, "kube-system", f.LeaseNamespace(context.Background()))
 }
