@@ -45,7 +45,7 @@ help: ## Show this help.
 ##@ Development
 
 .PHONY: manifests
-manifests: ## Regenerate the generated/ folders of deploy/kustomize/components/example-targets and deploy/kustomize/examples from their config.yaml (targets ClusterRole and path probe Roles, guard policy and marking policies), and the chart's marking policy template (files/marking.json).
+manifests: ## Regenerate the generated/ folders of deploy/kustomize/components/example-targets and deploy/kustomize/examples from their config.yaml (targets ClusterRole and path probe Roles, guard policy and marking policies), and the chart's marking and guard policy templates (files/marking.json, files/policy.json).
 	$(call generate,$(EXAMPLE_TARGETS),rbac,targets-role.yaml)
 	$(call generate,$(EXAMPLE_TARGETS),policy,policy.yaml)
 	$(call generate,$(EXAMPLE_TARGETS),marking,marking.yaml)
@@ -54,6 +54,8 @@ manifests: ## Regenerate the generated/ folders of deploy/kustomize/components/e
 	$(call generate,$(EXAMPLES),marking,marking.yaml)
 	go run -C $(HACK) $(GOFLAGS_BUILD) ./markingtemplate > $(CHART)/files/marking.json.tmp
 	mv $(CHART)/files/marking.json.tmp $(CHART)/files/marking.json
+	go run -C $(HACK) $(GOFLAGS_BUILD) ./policytemplate > $(CHART)/files/policy.json.tmp
+	mv $(CHART)/files/policy.json.tmp $(CHART)/files/policy.json
 
 # generate writes "guard manifests $(2) --config $(1)/config.yaml" to
 # $(1)/generated/$(3) through a temporary file, so a failed run leaves the

@@ -116,3 +116,14 @@ func TestChartMarkingTemplate_isTheGuards(t *testing.T) {
 	require.NoError(t, err, "run make manifests")
 	assert.Equal(t, string(want), string(got), "helm/webhook-guard/files/marking.json is out of date with the marking renderer; run make manifests")
 }
+
+// TestChartPolicyTemplate_isTheGuards: the chart renders the guard policy
+// and binding from files/policy.json, which must be the template of this
+// guard (admission.PolicyTemplateJSON); "make manifests" writes it.
+func TestChartPolicyTemplate_isTheGuards(t *testing.T) {
+	want, err := admission.PolicyTemplateJSON()
+	require.NoError(t, err)
+	got, err := os.ReadFile(filepath.Join("helm", "webhook-guard", "files", "policy.json"))
+	require.NoError(t, err, "run make manifests")
+	assert.Equal(t, string(want), string(got), "helm/webhook-guard/files/policy.json is out of date with the guard policy renderer; run make manifests")
+}

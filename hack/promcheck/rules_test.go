@@ -64,12 +64,12 @@ var fromKubeAPIServer = sets.New(
 
 // guardMetrics registers the guard's collectors on controller-runtime's
 // metrics.Registry the way internal/cli/run/run.go does (breakermetrics.NewMetrics and
-// admission.NewPolicyRepairs), once per test binary. It returns the
+// admission.NewPolicyInForce), once per test binary. It returns the
 // names the guard's collectors describe, and those that are histograms,
 // whose series carry the _bucket, _sum and _count suffixes.
 var guardMetrics = sync.OnceValues(func() (names, histograms sets.Set[string]) {
 	names, histograms = sets.New[string](), sets.New[string]()
-	collectors := append(breakermetrics.NewMetrics().Collectors(), admission.NewPolicyRepairs(),
+	collectors := append(breakermetrics.NewMetrics().Collectors(), admission.NewPolicyInForce(),
 		clustermetrics.NewBuildInfo("test", "test", "test"), &clustermetrics.WebhookTimeouts{Reader: fake.NewClientBuilder().Build()})
 	for _, c := range collectors {
 		// Registering on the registry the binary uses also proves that no
@@ -228,7 +228,7 @@ func TestPrometheusRule_parsesWithPrometheusRuleParser(t *testing.T) {
 	// Issue 13's list; each must stay.
 	for _, name := range []string{
 		"WebhookGuardCircuitOpen", "WebhookGuardCircuitFlapping", "WebhookGuardProbesUnknown",
-		"WebhookGuardPolicyRepaired", "WebhookGuardPolicyNotEnforced", "WebhookGuardNoLeader",
+		"WebhookGuardPolicyNotInForce", "WebhookGuardNoLeader",
 		"WebhookGuardWriteErrors", "WebhookGuardWriteConflicts",
 		"WebhookGuardSignalsDisagree", "WebhookGuardAPIServerSignalUnavailable",
 		// Issue 22's.
@@ -347,7 +347,7 @@ func TestUnregisteredMetrics_failsOnUnknownNames(t *testing.T) {
 		"webhook_guard_circuit_open":                                    true,
 		"webhook_guard_probe_duration_seconds_bucket":                   true,
 		"webhook_guard_probe_duration_seconds_count":                    true,
-		"webhook_guard_policy_repairs_total":                            true,
+		"webhook_guard_policy_in_force":                                 true,
 		"webhook_guard_build_info":                                      true,
 		"webhook_guard_webhook_timeout_seconds":                         true,
 		"apiserver_admission_webhook_request_total":                     true,

@@ -52,8 +52,14 @@
 // ever registered through the static manifest, and the ValidatingAdmissionPolicy
 // is the enforcement that works on every control plane.
 //
-// [PolicyReconciler] is the one part that talks to the API server: it keeps
-// the rendered policy and binding in place and repairs them.
+// [PolicyChecker] is the one part that talks to the API server, and it only
+// reads: the installer applies the rendered policy and binding ("guard
+// manifests policy", or the chart's template of the same rendering,
+// [PolicyTemplateJSON]), and the checker reports by Event and metric when
+// they are missing or not the guard's rendering ([PolicyProblems]). The
+// breaker's token may write no admission policy: kube-apiserver runs no
+// admission policy on writes to admission policies, so any identity that
+// may write the guard policy may switch it off.
 // [PolicyEnforced], the readiness signal, reads them from any replica and
 // accepts only a rule it can render itself, this version's or an earlier
 // one's (recorded in rules/), for its breaker and the targets the policy's

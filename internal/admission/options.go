@@ -9,7 +9,7 @@ import (
 
 // Options configures the ownership rule, and so everything in this package
 // that decides, renders or enforces it: Decide, RenderPolicy,
-// RenderStaticWebhook, Handler, PolicyReconciler and PolicyEnforced. The
+// RenderStaticWebhook, Handler, PolicyChecker and PolicyEnforced. The
 // zero value is the default installation with no managed configuration,
 // and its defaults are applied by the methods below.
 type Options struct {

@@ -66,7 +66,7 @@ func PolicyEnforced(ctx context.Context, c client.Reader, opts Options) error {
 	if err := c.Get(ctx, client.ObjectKeyFromObject(binding), liveBinding); err != nil {
 		return fmt.Errorf("ValidatingAdmissionPolicyBinding %s: %w", binding.Name, err)
 	}
-	if !inPlace(liveBinding, binding) {
+	if !equality.Semantic.DeepEqual(liveBinding.Spec, binding.Spec) {
 		return fmt.Errorf("ValidatingAdmissionPolicyBinding %s differs from the rendered guard", binding.Name)
 	}
 	return nil

@@ -39,8 +39,8 @@ func Render(cfg *config.Configuration, breakerUsername string) []runtime.Object 
 // (the breaker's one write per transition is a JSON patch) on
 // mutatingwebhookconfigurations and on
 // validatingwebhookconfigurations, each limited by resourceNames to the
-// names of cfg's targets of that kind, sorted and without repeats; update
-// on a named instance's own guard policy and binding; and nothing else.
+// names of cfg's targets of that kind, sorted and without repeats, and
+// nothing else.
 // Reading configurations is granted by the static ClusterRole
 // webhook-guard. The path probe's grant is not here: a ClusterRole's
 // resourceNames name no namespace (RenderPathProbeGrants).
@@ -67,17 +67,6 @@ func RenderTargetsRole(cfg *config.Configuration) *rbacv1.ClusterRole {
 			Resources:     []string{kind.Resource()},
 			ResourceNames: names,
 			Verbs:         []string{"patch"},
-		})
-	}
-	if cfg != nil && cfg.Instance != "" {
-		// The static role grants update on the default installation's
-		// policy only; an instance's policy has a name of its own.
-		name := "webhook-guard-" + cfg.Instance
-		role.Rules = append(role.Rules, rbacv1.PolicyRule{
-			APIGroups:     []string{"admissionregistration.k8s.io"},
-			Resources:     []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"},
-			ResourceNames: []string{name},
-			Verbs:         []string{"update"},
 		})
 	}
 	return role

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +19,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -95,76 +99,117 @@ func TestGuard_kubectlApplyExplainsAndOverrideHandsOff(t *testing.T) {
 	t.Logf("$ kubectl get events -n default --field-selector involvedObject.name=%s\n%s", s.name, r.Stdout)
 }
 
-// Deleting or editing the guard's policy or binding is repaired, with an
-// Event and a count in webhook_guard_policy_repairs_total.
-func TestGuard_tamperedPolicyIsRestored(t *testing.T) {
+// policyProbeInterval is the probe interval of
+// TestGuard_reportsALoosenedOrMissingPolicyAndStillOpens: the guard
+// reports a change of its policy within one.
+const policyProbeInterval = time.Second
+
+// TestGuard_reportsALoosenedOrMissingPolicyAndStillOpens: the guard only
+// reads its policy. An administrator who loosens the binding to Audit, or
+// deletes the policy, is reported within one probe interval (a Warning
+// Event naming what is wrong, webhook_guard_policy_in_force 0), nothing
+// puts the policy back, and a failing target still opens: the breaker's
+// own writes need no policy.
+func TestGuard_reportsALoosenedOrMissingPolicyAndStillOpens(t *testing.T) {
 	ctx := context.Background()
 	s := newBreakerSetup(t, setupOptions{mode: "Ignore"})
 	metricsAddr := freeAddr(t)
-	s.startGuard("guard", "--metrics-bind-address", metricsAddr)
-	s.waitPolicyEnforced()
+	cfg := strings.Replace(s.config(""), "interval: 100ms", "interval: "+policyProbeInterval.String(), 1)
+	g := env.StartGuardT(t, harness.GuardOptions{Name: "guard", Kubeconfig: s.guardID.KubeconfigPath, Config: cfg,
+		Args: []string{"--leader-elect", "--leader-election-namespace", s.ns, "--metrics-bind-address", metricsAddr}})
+	reader := metricsReader(t, s.ns)
+	inForce := func() float64 {
+		body, err := scrape(metricsAddr, reader)
+		if err != nil || !strings.Contains(body, "webhook_guard_policy_in_force ") {
+			return -1
+		}
+		return metricValue(body, "\nwebhook_guard_policy_in_force")
+	}
+	require.Eventually(t, func() bool { return inForce() == 1 }, transition, 50*time.Millisecond, "the installed policy was never reported in force")
+
+	// reported waits for the gauge to read 0 and for a GuardPolicyNotInForce
+	// Event that says want, and returns how long after the change the
+	// gauge read 0.
+	reported := func(changed time.Time, want string) time.Duration {
+		t.Helper()
+		var took time.Duration
+		require.Eventually(t, func() bool {
+			if inForce() != 0 {
+				return false
+			}
+			if took == 0 {
+				took = time.Since(changed)
+			}
+			list := &eventsv1.EventList{}
+			if env.Client.List(ctx, list, client.InNamespace(circuit.EventsNamespace)) != nil {
+				return false
+			}
+			for _, e := range list.Items {
+				if e.Reason == admission.ReasonPolicyNotInForce && e.CreationTimestamp.After(changed.Add(-time.Second)) && strings.Contains(e.Note, want) {
+					return true
+				}
+			}
+			return false
+		}, transition, 20*time.Millisecond, "the guard never reported %q", want)
+		return took
+	}
+
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Name: admission.PolicyName}, binding))
+	binding.Spec.ValidationActions = []admissionregistrationv1.ValidationAction{admissionregistrationv1.Audit}
+	changed := time.Now()
+	require.NoError(t, env.Client.Update(ctx, binding))
+	took := reported(changed, "validationActions [Audit], not [Deny]")
+	t.Logf("binding loosened to Audit: reported after %s (probe interval %s)", took, policyProbeInterval)
+	assert.LessOrEqual(t, took, policyProbeInterval, "reported later than one probe interval")
 
 	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{}
 	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Name: admission.PolicyName}, policy))
 	require.NoError(t, env.Client.Delete(ctx, policy))
-	require.Eventually(t, func() bool {
-		got := &admissionregistrationv1.ValidatingAdmissionPolicy{}
-		return env.Client.Get(ctx, client.ObjectKey{Name: admission.PolicyName}, got) == nil && got.UID != policy.UID
-	}, transition, 20*time.Millisecond, "the deleted policy was not re-created")
+	changed = time.Now()
+	took = reported(changed, "ValidatingAdmissionPolicy webhook-guard is missing")
+	t.Logf("policy deleted: reported after %s", took)
 
-	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
-	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Name: admission.PolicyName}, binding))
-	binding.Spec.ValidationActions = []admissionregistrationv1.ValidationAction{admissionregistrationv1.Warn}
-	require.NoError(t, env.Client.Update(ctx, binding))
-	s.waitPolicyEnforced()
-
-	require.Eventually(t, func() bool {
-		list := &eventsv1.EventList{}
-		if env.Client.List(ctx, list, client.InNamespace(circuit.EventsNamespace)) != nil {
-			return false
-		}
-		kinds := map[string]bool{}
-		for _, e := range list.Items {
-			if e.Reason == "GuardPolicyRestored" && e.CreationTimestamp.After(policy.CreationTimestamp.Time) {
-				kinds[e.Regarding.Kind] = true
-			}
-		}
-		return kinds["ValidatingAdmissionPolicy"] && kinds["ValidatingAdmissionPolicyBinding"]
-	}, transition, 50*time.Millisecond, "no GuardPolicyRestored Events for both objects")
-
-	reader := metricsReader(t, s.ns)
-	require.Eventually(t, func() bool {
-		body, err := scrape(metricsAddr, reader)
-		return err == nil &&
-			metricValue(body, `webhook_guard_policy_repairs_total{action="created",object="ValidatingAdmissionPolicy"}`) >= 1 &&
-			metricValue(body, `webhook_guard_policy_repairs_total{action="updated",object="ValidatingAdmissionPolicyBinding"}`) >= 1
-	}, transition, 100*time.Millisecond, "webhook_guard_policy_repairs_total did not count the repairs")
+	s.wh.SetBehaviour(webhookPath, harness.Delayed(2*time.Second, harness.Allow()))
+	_, open := s.waitOpen()
+	assert.True(t, isOpen(open, s.hook, "Ignore"))
+	err := env.Client.Get(ctx, client.ObjectKey{Name: admission.PolicyName}, &admissionregistrationv1.ValidatingAdmissionPolicy{})
+	assert.True(t, apierrors.IsNotFound(err), "the guard put its policy back: %v", err)
+	assert.Zero(t, g.CountLogLines("Restored"), "the guard wrote its policy")
 }
 
-// readyz reflects whether the guard's policy is in place.
+// readyz reflects whether the guard's policy is in place: a guard started
+// before its policy is installed is not ready until the installer applies
+// it.
 func TestGuard_readyzFailsUntilPolicyInPlace(t *testing.T) {
-	s := newBreakerSetup(t, setupOptions{mode: "Ignore", noRBAC: []string{"create-policy", "write-policy"}})
-	probeAddr, metricsAddr := freeAddr(t), freeAddr(t)
-	s.startGuard("guard", "--health-probe-bind-address", probeAddr, "--metrics-bind-address", metricsAddr)
-	reader := metricsReader(t, s.ns)
-	require.Eventually(t, func() bool {
-		body, err := scrape(metricsAddr, reader)
-		return err == nil && metricValue(body, `controller_runtime_reconcile_errors_total{controller="guard-policy"}`) >= 1
-	}, transition, 50*time.Millisecond, "the guard never tried to apply its policy")
-	code, body := get(t, "http://"+probeAddr+"/readyz")
-	assert.Equal(t, http.StatusInternalServerError, code, body)
-	assert.Contains(t, body, "guard-policy")
-
+	s := newBreakerSetup(t, setupOptions{mode: "Ignore"})
 	ctx := context.Background()
-	rules := harness.GuardRules([]string{s.name})
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "guard-policy-" + s.ns},
-		Rules: []rbacv1.PolicyRule{rules["create-policy"], rules["write-policy"]}}
-	require.NoError(t, env.Client.Create(ctx, role))
-	require.NoError(t, env.Bind(ctx, role.Name, role.Name, s.ns, "webhook-guard"))
+	for _, obj := range []client.Object{
+		&admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: admission.PolicyName}},
+		&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: admission.PolicyName}},
+	} {
+		if err := env.Client.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
+			require.NoError(t, err)
+		}
+	}
+	probeAddr := freeAddr(t)
+	cfg := s.config("")
+	env.StartGuardT(t, harness.GuardOptions{Name: "guard", Kubeconfig: s.guardID.KubeconfigPath, Config: cfg, WithoutPolicy: true,
+		Args: []string{"--leader-elect", "--leader-election-namespace", s.ns, "--health-probe-bind-address", probeAddr}})
+	require.Eventually(t, func() bool {
+		code, body := get(t, "http://"+probeAddr+"/readyz")
+		return code == http.StatusInternalServerError && strings.Contains(body, "guard-policy")
+	}, transition, 50*time.Millisecond, "readyz never said the policy is missing")
+
+	bin, err := env.BuildGuard()
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o600))
+	require.NoError(t, env.InstallPolicy(ctx, bin, path, s.guardID.Username))
 	require.Eventually(t, func() bool {
 		code, _ := get(t, "http://"+probeAddr+"/readyz")
 		return code == http.StatusOK
-	}, transition, 100*time.Millisecond, "readyz never turned ready once the policy could be applied")
+	}, transition, 100*time.Millisecond, "readyz never turned ready once the policy was installed")
 }
 
 // A target the installed RBAC does not cover makes the service refuse to

@@ -352,10 +352,13 @@ func TestHardening_rolloutAddingATargetCompletes(t *testing.T) {
 		return admission.PolicyInPlace(ctx, env.Client, oldOpts) == nil && ready(old[0]) && ready(old[1])
 	}, transition, 100*time.Millisecond, "the old replicas never became ready")
 
+	// The installer applies the new targets' policy with the new
+	// Deployment (StartGuard does it as the installer would); the old
+	// leader only reports it, and every replica stays ready.
 	nw := []replica{start("new-a", newCfg), start("new-b", newCfg)}
-	require.Eventually(t, func() bool { return ready(nw[0]) && ready(nw[1]) }, transition, 100*time.Millisecond,
-		"the new replicas never became ready while the old leader's policy stood: the rollout would hang")
-	assert.NoError(t, admission.PolicyInPlace(ctx, env.Client, oldOpts), "the policy changed before the old leader left")
+	require.Eventually(t, func() bool { return ready(nw[0]) && ready(nw[1]) && ready(old[0]) && ready(old[1]) }, transition, 100*time.Millisecond,
+		"the replicas were not all ready during the rollout: it would hang")
+	assert.NoError(t, admission.PolicyInPlace(ctx, env.Client, newOpts), "the old leader changed the installer's policy")
 
 	// The rollout terminates the old replicas; a new one leads.
 	for _, r := range old {

@@ -25,10 +25,11 @@ import (
 const deleteGuardPolicy = "kubectl delete validatingadmissionpolicy,validatingadmissionpolicybinding " + admission.PolicyName
 
 // Two installations without an instance name, under different
-// ServiceAccounts, would both own the guard policy webhook-guard and each
-// put its own identity back on the other's every write: a loop without
-// end. While the first runs, the second refuses to start, naming it and
-// the remedies, and writes nothing.
+// ServiceAccounts, would share the guard policy webhook-guard, which
+// exempts one breaker only. While the first runs and its policy stands,
+// the second refuses to start, naming it and the remedies, and writes
+// nothing. (An installer that applies the second's policy over the
+// first's is reported by the first: TestGuard_reportsALoosenedOrMissingPolicyAndStillOpens.)
 func TestIdentity_aSecondDefaultInstallationRefusesToStart(t *testing.T) {
 	ctx := context.Background()
 	first := newBreakerSetup(t, setupOptions{mode: "Bypass"})
@@ -43,7 +44,10 @@ func TestIdentity_aSecondDefaultInstallationRefusesToStart(t *testing.T) {
 	before := &admissionregistrationv1.ValidatingAdmissionPolicy{}
 	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Name: admission.PolicyName}, before))
 
-	g := second.startGuard("second")
+	g, err := env.StartGuard(harness.GuardOptions{Name: "second", Kubeconfig: second.guardID.KubeconfigPath, Config: second.config(""), WithoutPolicy: true,
+		Args: []string{"--leader-elect", "--leader-election-namespace", second.ns}})
+	require.NoError(t, err)
+	t.Cleanup(g.Stop)
 	code, err := g.Wait(transition)
 	require.NoError(t, err, "the second installation started: it rewrites the first one's policy")
 	assert.NotZero(t, code)

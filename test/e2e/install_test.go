@@ -31,10 +31,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/webhook-guard/webhook-guard/internal/admission"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/marking"
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
@@ -226,14 +229,25 @@ func TestInstall_RBACIsLeastPrivilege(t *testing.T) {
 		"not delete the validating target configuration":           {[]string{"delete", "validatingwebhookconfigurations/" + installValidating}, false},
 		"not create validating webhook configurations":             {[]string{"create", "validatingwebhookconfigurations"}, false},
 		"list validating configurations (the manager caches them)": {[]string{"list", "validatingwebhookconfigurations"}, true},
-		"update the guard policy":                                  {[]string{"update", "validatingadmissionpolicies.admissionregistration.k8s.io/webhook-guard"}, true},
-		"update the guard policy binding":                          {[]string{"update", "validatingadmissionpolicybindings.admissionregistration.k8s.io/webhook-guard"}, true},
-		"not patch the guard policy (nothing patches it)":          {[]string{"patch", "validatingadmissionpolicies.admissionregistration.k8s.io/webhook-guard"}, false},
-		"not delete the guard policy (nothing deletes it)":         {[]string{"delete", "validatingadmissionpolicies.admissionregistration.k8s.io/webhook-guard"}, false},
-		"create the guard policy":                                  {[]string{"create", "validatingadmissionpolicies.admissionregistration.k8s.io"}, true},
-		"not delete another policy":                                {[]string{"delete", "validatingadmissionpolicies.admissionregistration.k8s.io/other"}, false},
-		"not patch another policy binding":                         {[]string{"patch", "validatingadmissionpolicybindings.admissionregistration.k8s.io/other"}, false},
-		"not read Secrets in kube-system":                          {[]string{"get", "secrets", "-n", "kube-system"}, false},
+		// The guard policy bounds the token, and kube-apiserver runs no
+		// admission policy on writes to admission policies: no write verb
+		// on any policy or binding (TestInstall_breakersTokenCannotLoosenItsGuard).
+		"read the guard policy":                  {[]string{"get", "validatingadmissionpolicies.admissionregistration.k8s.io/webhook-guard"}, true},
+		"watch the guard policy":                 {[]string{"watch", "validatingadmissionpolicies.admissionregistration.k8s.io"}, true},
+		"read the guard binding":                 {[]string{"get", "validatingadmissionpolicybindings.admissionregistration.k8s.io/webhook-guard"}, true},
+		"not create the guard policy":            {[]string{"create", "validatingadmissionpolicies.admissionregistration.k8s.io"}, false},
+		"not create the guard binding":           {[]string{"create", "validatingadmissionpolicybindings.admissionregistration.k8s.io"}, false},
+		"not update the guard policy":            {[]string{"update", "validatingadmissionpolicies.admissionregistration.k8s.io/webhook-guard"}, false},
+		"not update the guard binding":           {[]string{"update", "validatingadmissionpolicybindings.admissionregistration.k8s.io/webhook-guard"}, false},
+		"not patch the guard policy":             {[]string{"patch", "validatingadmissionpolicies.admissionregistration.k8s.io/webhook-guard"}, false},
+		"not patch the guard binding":            {[]string{"patch", "validatingadmissionpolicybindings.admissionregistration.k8s.io/webhook-guard"}, false},
+		"not delete the guard policy":            {[]string{"delete", "validatingadmissionpolicies.admissionregistration.k8s.io/webhook-guard"}, false},
+		"not delete the guard binding":           {[]string{"delete", "validatingadmissionpolicybindings.admissionregistration.k8s.io/webhook-guard"}, false},
+		"not deletecollection the guard policy":  {[]string{"deletecollection", "validatingadmissionpolicies.admissionregistration.k8s.io"}, false},
+		"not deletecollection the guard binding": {[]string{"deletecollection", "validatingadmissionpolicybindings.admissionregistration.k8s.io"}, false},
+		"not delete another policy":              {[]string{"delete", "validatingadmissionpolicies.admissionregistration.k8s.io/other"}, false},
+		"not patch another policy binding":       {[]string{"patch", "validatingadmissionpolicybindings.admissionregistration.k8s.io/other"}, false},
+		"not read Secrets in kube-system":        {[]string{"get", "secrets", "-n", "kube-system"}, false},
 		// No webhook server, so no certificate: no Secret at all, not even
 		// the one components/static-admission keeps its CA in
 		// (TestInstall_staticAdmissionRBACIsItsCertificateSecretOnly).
@@ -306,6 +320,95 @@ func TestInstall_RBACIsLeastPrivilege(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, len(cases), 10)
 	installAskAll(t, ctx, cases)
+}
+
+// TestInstall_breakersTokenCannotLoosenItsGuard: with the installed
+// ServiceAccount's real token, every write to the guard policy and its
+// binding is Forbidden (kube-apiserver runs no admission policy on them,
+// so RBAC is their only bound), and the shipped policy refuses the
+// token's repoint of an approved webhook's clientConfig at another
+// server, while it admits the token's own field (the control).
+func TestInstall_breakersTokenCannotLoosenItsGuard(t *testing.T) {
+	ctx := context.Background()
+	ns := testNamespace(t)
+	dumpOnFailure(t, ns, installNamespace)
+	installApply(t, ctx, "default")
+	id, err := env.ServiceAccount(ctx, installNamespace, installServiceAccount)
+	require.NoError(t, err)
+	require.Equal(t, installUser, id.Username)
+
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{}
+	require.NoError(t, id.Client.Get(ctx, client.ObjectKey{Name: admission.PolicyName}, policy), "the token reads its policy")
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+	require.NoError(t, id.Client.Get(ctx, client.ObjectKey{Name: admission.PolicyName}, binding))
+	audit := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"validationActions":["Audit"]}}`))
+	ignore := policy.DeepCopy()
+	ignore.Spec.FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
+	loosened := binding.DeepCopy()
+	loosened.Spec.ValidationActions = []admissionregistrationv1.ValidationAction{admissionregistrationv1.Audit}
+	other := &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "webhook-guard-escalation"}, Spec: policy.Spec}
+	otherBinding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: "webhook-guard-escalation"}, Spec: binding.Spec}
+	for name, write := range map[string]func() error{
+		"create a policy":             func() error { return id.Client.Create(ctx, other.DeepCopy()) },
+		"create a binding":            func() error { return id.Client.Create(ctx, otherBinding.DeepCopy()) },
+		"update the policy to Ignore": func() error { return id.Client.Update(ctx, ignore.DeepCopy()) },
+		"update the binding to Audit": func() error { return id.Client.Update(ctx, loosened.DeepCopy()) },
+		"patch the policy": func() error {
+			return id.Client.Patch(ctx, policy.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(`{"spec":{"failurePolicy":"Ignore"}}`)))
+		},
+		"patch the binding to Audit": func() error { return id.Client.Patch(ctx, binding.DeepCopy(), audit) },
+		"delete the policy":          func() error { return id.Client.Delete(ctx, policy.DeepCopy()) },
+		"delete the binding":         func() error { return id.Client.Delete(ctx, binding.DeepCopy()) },
+		"delete every policy":        func() error { return id.Client.DeleteAllOf(ctx, &admissionregistrationv1.ValidatingAdmissionPolicy{}) },
+		"delete every binding": func() error {
+			return id.Client.DeleteAllOf(ctx, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{})
+		},
+		"apply the policy server-side": func() error {
+			return id.Client.Patch(ctx, policyApply(ignore), client.Apply, client.FieldOwner("escalation"), client.ForceOwnership)
+		},
+	} {
+		err := write()
+		assert.True(t, apierrors.IsForbidden(err), "%s: want Forbidden, got %v", name, err)
+	}
+	live := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Name: admission.PolicyName}, live))
+	assert.Equal(t, []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}, live.Spec.ValidationActions)
+
+	// The approved webhook, as its administrator installed it.
+	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: installTarget},
+		Webhooks:   []admissionregistrationv1.MutatingWebhook{configMapWebhook(installTargetWebhook, ns, "https://127.0.0.1:9/mutate", nil, admissionregistrationv1.Fail)},
+	}
+	if err := env.Client.Delete(ctx, mwc.DeepCopy()); err != nil && !apierrors.IsNotFound(err) {
+		require.NoError(t, err)
+	}
+	require.NoError(t, env.Client.Create(ctx, mwc))
+	t.Cleanup(func() {
+		if err := env.Client.Delete(context.Background(), mwc); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("deleting %s: %v", installTarget, err)
+		}
+	})
+	repoint := client.RawPatch(types.JSONPatchType, []byte(`[
+		{"op":"replace","path":"/webhooks/0/clientConfig/url","value":"https://127.0.0.1:1/steal"},
+		{"op":"replace","path":"/webhooks/0/rules","value":[{"apiGroups":["*"],"apiVersions":["*"],"operations":["*"],"resources":["*/*"],"scope":"*"}]}]`))
+	var denied error
+	require.Eventually(t, func() bool {
+		denied = id.Client.Patch(ctx, mwc.DeepCopy(), repoint, client.DryRunAll)
+		return denied != nil && strings.Contains(denied.Error(), "may change only the fields it owns")
+	}, transition, 100*time.Millisecond, "the shipped policy never refused the token's repoint: %v", denied)
+	t.Logf("the token's repoint, refused: %v", denied)
+	assert.True(t, apierrors.IsForbidden(denied))
+	assert.Contains(t, denied.Error(), "webhooks[name="+installTargetWebhook+"]")
+	control := client.RawPatch(types.JSONPatchType, []byte(`[{"op":"replace","path":"/webhooks/0/failurePolicy","value":"Ignore"}]`))
+	assert.NoError(t, id.Client.Patch(ctx, mwc.DeepCopy(), control, client.DryRunAll), "control: the token's own field")
+}
+
+// policyApply is p as a server-side apply request sends it.
+func policyApply(p *admissionregistrationv1.ValidatingAdmissionPolicy) *admissionregistrationv1.ValidatingAdmissionPolicy {
+	out := &admissionregistrationv1.ValidatingAdmissionPolicy{Spec: p.Spec}
+	out.Name = p.Name
+	out.APIVersion, out.Kind = admissionregistrationv1.SchemeGroupVersion.String(), "ValidatingAdmissionPolicy"
+	return out
 }
 
 // TestInstall_staticAdmissionRBACIsItsCertificateSecretOnly: the one

@@ -15,18 +15,18 @@ import (
 )
 
 // registerMetrics registers every metric the service exports, in one
-// place: the breaker's (breakermetrics.Metrics), the guard policy's repairs,
+// place: the breaker's (breakermetrics.Metrics), whether the guard policy
+// is in force,
 // webhook_guard_build_info, and the timeouts of every webhook in the
 // cluster read from cache (for the alert on kube-apiserver's latency of
 // any webhook). Every counter series the alerts take increase() or rate()
 // of exists at 0 from the start, so that the first event after a start is
 // seen.
-func registerMetrics(reg prometheus.Registerer, targets []config.Target, build version.Build, cache client.Reader) (*breakermetrics.Metrics, *prometheus.CounterVec, error) {
+func registerMetrics(reg prometheus.Registerer, targets []config.Target, build version.Build, cache client.Reader) (*breakermetrics.Metrics, prometheus.Gauge, error) {
 	m := breakermetrics.NewMetrics()
 	m.Initialize(targets)
-	repairs := admission.NewPolicyRepairs()
-	admission.InitializePolicyRepairs(repairs)
-	collectors := append(m.Collectors(), repairs,
+	inForce := admission.NewPolicyInForce()
+	collectors := append(m.Collectors(), inForce,
 		clustermetrics.NewBuildInfo(build.Version, build.Commit, runtime.Version()),
 		&clustermetrics.WebhookTimeouts{Reader: cache})
 	for _, c := range collectors {
@@ -34,5 +34,5 @@ func registerMetrics(reg prometheus.Registerer, targets []config.Target, build v
 			return nil, nil, fmt.Errorf("registering metrics: %w", err)
 		}
 	}
-	return m, repairs, nil
+	return m, inForce, nil
 }

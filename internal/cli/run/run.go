@@ -188,7 +188,7 @@ func (o *Options) Run(ctx context.Context) error {
 		return fmt.Errorf("creating the manager: %w", err)
 	}
 
-	m, repairs, err := registerMetrics(metrics.Registry, cfg.Targets, o.Build, mgr.GetCache())
+	m, policyInForce, err := registerMetrics(metrics.Registry, cfg.Targets, o.Build, mgr.GetCache())
 	if err != nil {
 		return err
 	}
@@ -207,9 +207,10 @@ func (o *Options) Run(ctx context.Context) error {
 		return err
 	}
 	defer stopEvents()
-	policy := &admission.PolicyReconciler{Client: mgr.GetClient(), Options: opts, Recorder: recorder, Repairs: repairs}
+	// The installer applies the guard policy; the guard only checks it.
+	policy := &admission.PolicyChecker{Reader: mgr.GetClient(), Options: opts, Recorder: recorder, InForce: policyInForce}
 	if err := policy.SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("setting up the guard policy controller: %w", err)
+		return fmt.Errorf("setting up the guard policy check: %w", err)
 	}
 	if webhookServer != nil {
 		// GetWebhookServer adds the server to the manager; a server that is

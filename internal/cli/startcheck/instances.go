@@ -17,7 +17,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
@@ -337,9 +336,9 @@ func signerRetired(ctx context.Context, c client.Reader, signer string, now time
 //
 // When this installation's guard policy still exempts the retired identity
 // (checkPolicyOwner let the start go on because it no longer runs), the
-// policy would deny the patch: the policy is put in place for this
-// identity first, as the guard policy controller would put it a moment
-// later.
+// policy denies the patch until the installer applies this installation's
+// policy; the guard writes no admission policy, so it waits a few seconds
+// for that and then says what to apply.
 func takeOverRetired(ctx context.Context, c client.Client, rec recorder.EventRecorder, cfg *config.Configuration, opts admission.Options, now time.Time) error {
 	log := logf.FromContext(ctx)
 	signer := Signer(opts.Breaker(), opts.Instance)
@@ -348,7 +347,6 @@ func takeOverRetired(ctx context.Context, c client.Client, rec recorder.EventRec
 		why     string
 	}
 	verdicts := map[string]verdict{}
-	adopted := false
 	for _, kind := range []circuit.Kind{circuit.KindMutating, circuit.KindValidating} {
 		for _, name := range cfg.Names(kind) {
 			err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -393,12 +391,6 @@ func takeOverRetired(ctx context.Context, c client.Client, rec recorder.EventRec
 				if err != nil || len(taken) == 0 {
 					return err
 				}
-				if !adopted {
-					if err := adoptPolicy(ctx, c, rec, opts); err != nil {
-						return err
-					}
-					adopted = true
-				}
 				patch, err := circuit.Patch(view, next)
 				if err != nil {
 					return err
@@ -420,26 +412,6 @@ func takeOverRetired(ctx context.Context, c client.Client, rec recorder.EventRec
 	return nil
 }
 
-// adoptPolicy puts this installation's guard policy in place when the live
-// one exempts another breaker identity, so that it admits this identity's
-// writes. It does what the guard policy controller does at its first
-// reconcile, with its Event.
-func adoptPolicy(ctx context.Context, c client.Client, rec recorder.EventRecorder, opts admission.Options) error {
-	live := &admissionregistrationv1.ValidatingAdmissionPolicy{}
-	if err := c.Get(ctx, client.ObjectKey{Name: opts.Policy()}, live); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil // nothing denies the write; the controller creates the policy
-		}
-		return fmt.Errorf("reading the guard policy ValidatingAdmissionPolicy %s: %w", opts.Policy(), err)
-	}
-	if exempted, ok := policyBreaker(live); ok && exempted == opts.Breaker() {
-		return nil
-	}
-	policy := &admission.PolicyReconciler{Client: c, Options: opts, Recorder: rec, Repairs: admission.NewPolicyRepairs()}
-	_, err := policy.Reconcile(ctx, ctrl.Request{})
-	return err
-}
-
 // patchAsPolicyAllows retries a Forbidden write policyRetries times,
 // policyRetryInterval apart (10 s in all): kube-apiserver enforces a
 // changed guard policy within moments (its informer).
@@ -449,9 +421,11 @@ const (
 )
 
 // patchAsPolicyAllows applies patch to obj. kube-apiserver enforces a
-// guard policy a moment after it changes (its informer); a write that an
-// adopted policy will admit may be denied meanwhile, as Forbidden, so
-// that is retried for a few seconds (policyRetries).
+// guard policy a moment after it changes (its informer); a write that a
+// policy the installer has just applied will admit may be denied
+// meanwhile, as Forbidden, so that is retried for a few seconds
+// (policyRetries). Still denied, the live policy exempts another identity:
+// the error says what to apply.
 func patchAsPolicyAllows(ctx context.Context, c client.Client, obj client.Object, patch []byte) error {
 	var err error
 	for range policyRetries {
@@ -465,5 +439,6 @@ func patchAsPolicyAllows(ctx context.Context, c client.Client, obj client.Object
 		case <-time.After(policyRetryInterval):
 		}
 	}
-	return err
+	return fmt.Errorf("the guard policy denies this identity's write (it exempts another breaker identity, or this installation's policy was never applied); "+
+		"apply this installation's manifests (helm upgrade, or kustomize build ... | kubectl apply -f -; \"guard manifests policy --breaker <this identity>\" renders the policy): %w", err)
 }

@@ -296,12 +296,16 @@ func (o *Options) look(ctx context.Context) (statusReport, *cli.ExitError) {
 }
 
 // policyEnforced says whether the installation's guard policy and binding
-// are the rule the guard renders for their breaker (admission.PolicyEnforced,
-// the guard's own readiness check), and returns that breaker: the one the
-// policy was rendered for (admission.PolicyBreaker), else the ServiceAccount
-// webhook-guard in --namespace.
+// are the rule the guard renders for its breaker and the installed
+// configuration's targets (admission.PolicyProblems, what the leader
+// reports too), and returns that breaker: the one the policy says it was
+// rendered for (admission.PolicyBreaker), else the ServiceAccount
+// webhook-guard in --namespace. The breaker is only a hint for which
+// rendering to compare with: a policy is enforced only when it is, whole,
+// the rendering for that breaker and these targets.
 func (o *Options) policyEnforced(ctx context.Context) (string, error) {
-	opts := admission.Options{Instance: o.Config.Instance}
+	cfg := o.Config
+	opts := admission.Options{Instance: cfg.Instance, Managed: cfg.Managed(circuit.KindMutating), ManagedValidating: cfg.Managed(circuit.KindValidating)}
 	opts.BreakerUsername = "system:serviceaccount:" + o.Namespace + ":" + circuit.DefaultServiceAccount
 	policy, _ := admission.RenderPolicy(opts)
 	if err := o.Client.Get(ctx, client.ObjectKeyFromObject(policy), policy); err == nil {
@@ -309,7 +313,14 @@ func (o *Options) policyEnforced(ctx context.Context) (string, error) {
 			opts.BreakerUsername = breaker
 		}
 	}
-	return opts.BreakerUsername, admission.PolicyEnforced(ctx, o.Client, opts)
+	problems, err := admission.PolicyProblems(ctx, o.Client, opts)
+	if err != nil {
+		return opts.BreakerUsername, err
+	}
+	if len(problems) > 0 {
+		return opts.BreakerUsername, errors.New(strings.Join(problems, "; "))
+	}
+	return opts.BreakerUsername, nil
 }
 
 // statusReport is what "guard status" found; -o json|yaml|jsonpath prints

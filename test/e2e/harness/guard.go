@@ -25,6 +25,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // BuildGuard compiles cmd/guard into e.Dir once and returns its path.
@@ -81,6 +82,10 @@ type GuardOptions struct {
 	// WithoutMarking skips installing the marking policies that "guard
 	// manifests marking" renders for Config (InstallMarking).
 	WithoutMarking bool
+	// WithoutPolicy skips installing the guard policy that "guard
+	// manifests policy" renders for Config and the identity of Kubeconfig
+	// (InstallPolicy), as a test of a missing policy needs.
+	WithoutPolicy bool
 	// Failpoints, when set, runs a guard built with -tags failpoints and
 	// WEBHOOK_GUARD_FAILPOINTS set to it ("before-write=0.5,..." for
 	// SIGKILLs, "before-write=sleep:3s" for a pause the first time).
@@ -102,6 +107,11 @@ func (e *Env) StartGuard(opts GuardOptions) (*Guard, error) {
 	}
 	if !opts.WithoutMarking {
 		if err := e.InstallMarking(context.Background(), bin, cfg); err != nil {
+			return nil, err
+		}
+	}
+	if username, ok := e.usernames.Load(opts.Kubeconfig); ok && !opts.WithoutPolicy {
+		if err := e.InstallPolicy(context.Background(), bin, cfg, username.(string)); err != nil {
 			return nil, err
 		}
 	}
@@ -266,8 +276,6 @@ func GuardRules(names []string) map[string]rbacv1.PolicyRule {
 		"read-configurations": {APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations", "validatingwebhookconfigurations"}, Verbs: []string{"get", "list", "watch"}},
 		"write-targets":       {APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations", "validatingwebhookconfigurations"}, Verbs: []string{"patch"}, ResourceNames: names},
 		"read-policy":         {APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"}, Verbs: []string{"get", "list", "watch"}},
-		"create-policy":       {APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"}, Verbs: []string{"create"}},
-		"write-policy":        {APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"}, Verbs: []string{"update"}, ResourceNames: []string{"webhook-guard"}},
 		"selfsubjectreviews":  {APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"selfsubjectreviews"}, Verbs: []string{"create"}},
 		"selfsubjectaccess":   {APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"selfsubjectaccessreviews"}, Verbs: []string{"create"}},
 		"events":              {APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
@@ -306,6 +314,43 @@ func (e *Env) InstallMarking(ctx context.Context, bin, configPath string) error 
 		}
 		if err := e.Client.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("installing %s %s: %w", obj.GetKind(), obj.GetName(), err)
+		}
+	}
+}
+
+// InstallPolicy applies what "guard manifests policy --config configPath
+// --breaker breaker" renders, as an administrator applies it with
+// everything else (the guard itself only reads it): the guard policy and
+// binding, replacing those of an earlier test's guard of the same policy
+// name. A configuration that does not load installs nothing: the guard
+// refuses it anyway.
+func (e *Env) InstallPolicy(ctx context.Context, bin, configPath, breaker string) error {
+	out, err := exec.CommandContext(ctx, bin, "manifests", "policy", "--config", configPath, "--breaker", breaker).Output()
+	if err != nil {
+		return nil
+	}
+	return e.ApplyManifests(ctx, out)
+}
+
+// ApplyManifests applies every object of a YAML or JSON stream with
+// server-side apply, as an administrator (field manager e2e-installer,
+// taking over fields others hold).
+func (e *Env) ApplyManifests(ctx context.Context, manifests []byte) error {
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(manifests), 4096)
+	for {
+		obj := &unstructured.Unstructured{}
+		if err := dec.Decode(&obj.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("reading manifests: %w", err)
+		}
+		if len(obj.Object) == 0 {
+			continue
+		}
+		obj.SetResourceVersion("")
+		if err := e.Client.Patch(ctx, obj, client.Apply, client.ForceOwnership, client.FieldOwner("e2e-installer")); err != nil {
+			return fmt.Errorf("applying %s %s: %w", obj.GetKind(), obj.GetName(), err)
 		}
 	}
 }

@@ -66,6 +66,11 @@ type Env struct {
 	failpointOnce sync.Once
 	failpointBin  string
 	failpointErr  error
+
+	// usernames maps each Identity's KubeconfigPath to its Username, so
+	// that StartGuard installs the guard policy for the identity a guard
+	// runs as, as the installer renders it for its ServiceAccount.
+	usernames sync.Map
 }
 
 // StaticPrefix is the name prefix of the MutatingWebhookConfigurations that
@@ -373,6 +378,7 @@ func (e *Env) ServiceAccount(ctx context.Context, namespace, name string) (*Iden
 	if err := clientcmd.WriteToFile(*kc, id.KubeconfigPath); err != nil {
 		return nil, err
 	}
+	e.usernames.Store(id.KubeconfigPath, id.Username)
 	return id, nil
 }
 

@@ -21,6 +21,8 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
+	"github.com/webhook-guard/webhook-guard/internal/admission"
+	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 	"github.com/webhook-guard/webhook-guard/internal/rbac"
 )
@@ -167,9 +169,14 @@ func TestChart_rendersWhatKustomizeInstalls(t *testing.T) {
 				"ClusterRoleBinding /webhook-guard-test", "Pod webhook-guard-system/webhook-guard-test",
 			}, tests, "the helm test's objects")
 
+			// Both ship the guard policy, from the guard's one rendering;
+			// TestChart_guardPolicyIsGuardManifestsPolicy compares the chart's
+			// with it (kustomize's carries the digest older versions read).
 			for _, k := range []string{"ValidatingAdmissionPolicy /webhook-guard", "ValidatingAdmissionPolicyBinding /webhook-guard"} {
-				require.Contains(t, want, k, "the overlay no longer ships the guard policy: update this test and the chart's README")
+				require.Contains(t, want, k, "the overlay no longer ships the guard policy")
+				require.Contains(t, got, k, "the chart no longer ships the guard policy")
 				delete(want, k)
+				delete(got, k)
 			}
 			dep := got["Deployment webhook-guard-system/webhook-guard"]
 			require.NotNil(t, dep)
@@ -441,6 +448,72 @@ targets:
 		out := helmTemplate(t, "--set", "marking.enabled=false")
 		assert.NotContains(t, out, "MutatingAdmissionPolicy")
 	})
+}
+
+// TestChart_guardPolicyIsGuardManifestsPolicy: the chart ships the guard
+// policy and binding as ordinary objects of the release, rendered from
+// the targets with no step before helm; for every configuration here they
+// must equal, as canonical JSON, what the real "guard manifests policy"
+// renders for the release's ServiceAccount, the chart's labels aside and
+// the inputs annotation compared as what it says. The guard itself only
+// reads them.
+func TestChart_guardPolicyIsGuardManifestsPolicy(t *testing.T) {
+	header := "apiVersion: config.webhook-guard.io/v1alpha1\nkind: GuardConfiguration\n"
+	example, err := os.ReadFile(filepath.Join(root, exampleTargets, "config.yaml"))
+	require.NoError(t, err)
+	for name, cfgYAML := range map[string]string{
+		"the example targets": string(example),
+		"two webhooks of one configuration, unsorted, a validating target, an Observe target, an instance": header + `instance: canary
+targets:
+- {configuration: zz-mutator, webhook: b.example.com, allowAdmissionWithoutMutation: true}
+- {kind: Validating, configuration: gatekeeper, webhook: validation.gatekeeper.sh, allowAdmissionWithoutValidation: true}
+- {configuration: zz-mutator, webhook: a.example.com, allowAdmissionWithoutMutation: true, mode: Ignore}
+- {configuration: aa-mutator, webhook: c.example.com, allowAdmissionWithoutMutation: true}
+- {configuration: observed, webhook: o.example.com, mode: Observe}
+`,
+		"only Observe targets": header + `targets:
+- {configuration: observed, webhook: o.example.com, mode: Observe}
+`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			values := valuesFile(t, cfgYAML)
+			const namespace = "guard-chart"
+			r := runHelm(t, "template", "webhook-guard", chartDir, "-f", values, "--namespace", namespace, "--show-only", "templates/policy.yaml")
+			require.NoError(t, r.err, r.stderr)
+			got := parseObjects(t, r.stdout)
+			bin, err := env.BuildGuard()
+			require.NoError(t, err)
+			out, err := exec.Command(bin, "manifests", "policy", "--config", values, "--breaker", "system:serviceaccount:"+namespace+":webhook-guard").Output()
+			require.NoError(t, err, "guard manifests policy")
+			want := parseObjects(t, string(out))
+			require.Len(t, got, len(want))
+			for i, w := range want {
+				g := got[i]
+				meta := g["metadata"].(object)
+				labels := meta["labels"].(object)
+				for _, l := range chartLabels {
+					assert.Contains(t, labels, l, "%s: the chart's label", key(g))
+					delete(labels, l)
+				}
+				wantMeta := w["metadata"].(object)
+				if annotations, ok := wantMeta["annotations"].(object); ok {
+					// Read by no replica of this version; the chart leaves it out.
+					delete(annotations, circuit.PolicyDigestAnnotation)
+					var wantInputs, gotInputs any
+					require.NoError(t, json.Unmarshal([]byte(annotations[admission.PolicyInputsAnnotation].(string)), &wantInputs))
+					require.NoError(t, json.Unmarshal([]byte(meta["annotations"].(object)[admission.PolicyInputsAnnotation].(string)), &gotInputs))
+					assert.Equal(t, wantInputs, gotInputs, "%s: the inputs", key(w))
+					delete(annotations, admission.PolicyInputsAnnotation)
+					delete(meta["annotations"].(object), admission.PolicyInputsAnnotation)
+				}
+				wantJSON, err := json.Marshal(w)
+				require.NoError(t, err)
+				gotJSON, err := json.Marshal(g)
+				require.NoError(t, err)
+				assert.Equal(t, string(wantJSON), string(gotJSON), key(w))
+			}
+		})
+	}
 }
 
 // TestChart_filesAreTheComponentsFiles: the alerts and the dashboard are

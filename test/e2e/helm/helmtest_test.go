@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -24,9 +25,9 @@ import (
 // test" does with a kubelet: it creates the test's ServiceAccount and
 // bindings as the chart renders them and runs the test Pod's command,
 // with the Pod's arguments, as that ServiceAccount. It fails while no
-// guard has started (the guard policy, which the guard creates, is
-// missing), passes once a guard leads, and fails again, for no leader,
-// once that guard is stopped.
+// guard has started (no leader; the chart installed the guard policy),
+// passes once a guard leads, fails again, for no leader, once that guard
+// is stopped, and for the guard policy once its binding is deleted.
 func TestHelm_helmTestPassesOnlyWithALeaderAndTheGuardPolicy(t *testing.T) {
 	ctx := context.Background()
 	ns := "helm-test-e2e"
@@ -109,8 +110,8 @@ func TestHelm_helmTestPassesOnlyWithALeaderAndTheGuardPolicy(t *testing.T) {
 
 	code, out := helmTest("3s")
 	t.Logf("before any guard:\n%s", out)
-	assert.Equal(t, status.ExitPolicyNotEnforced, code, "no guard has created the guard policy")
-	assert.Contains(t, out, "guard policy not enforced")
+	assert.Equal(t, status.ExitNoLeader, code, "no guard leads")
+	assert.Contains(t, out, "Guard policy: enforced", "the chart installed the guard policy")
 
 	g := startInstalledGuard(t, "helm-test")
 	code, out = helmTest("")
@@ -121,4 +122,10 @@ func TestHelm_helmTestPassesOnlyWithALeaderAndTheGuardPolicy(t *testing.T) {
 	code, out = helmTest("3s")
 	t.Logf("after the guard stopped:\n%s", out)
 	assert.Equal(t, status.ExitNoLeader, code, "the guard policy stays, nobody leads")
+
+	require.NoError(t, env.Client.Delete(ctx, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: "webhook-guard"}}))
+	code, out = helmTest("3s")
+	t.Logf("after the binding was deleted:\n%s", out)
+	assert.Equal(t, status.ExitPolicyNotEnforced, code)
+	assert.Contains(t, out, "ValidatingAdmissionPolicyBinding webhook-guard is missing")
 }

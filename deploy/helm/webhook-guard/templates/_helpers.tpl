@@ -145,3 +145,62 @@ guard with the same.
 - --wait=60s
 - --namespace={{ include "webhook-guard.namespace" . }}
 {{- end }}
+
+{{/*
+webhook-guard.policy renders the guard ValidatingAdmissionPolicy and its
+binding into a JSON list of the two objects: exactly what "guard manifests
+policy" renders for this release's ServiceAccount and targets, with no
+step before helm. files/policy.json is the guard's template of them
+(admission.PolicyTemplateJSON, written by "make manifests"); the chart puts
+in the objects' name, the breaker's and the release identity's usernames,
+each kind's managed configurations (sorted; the targets in Observe mode are
+not managed) as resourceNames and as the CEL map literal of their sorted
+webhook names, and the inputs annotation (TestPolicyTemplateJSON_filledIsRender
+does the same in Go; test/e2e/helm compares with the guard's own rendering).
+The guard only reads these objects: its ServiceAccount may not write them.
+*/}}
+{{- define "webhook-guard.policy" -}}
+{{- $template := .Files.Get "files/policy.json" -}}
+{{- $t := fromJson $template -}}
+{{- $ns := include "webhook-guard.namespace" . -}}
+{{- $breaker := printf "system:serviceaccount:%s:webhook-guard" $ns -}}
+{{- $releaser := printf "%s-release" $breaker -}}
+{{- $name := printf "webhook-guard%s" (.Values.instance | empty | ternary "" (printf "-%s" .Values.instance)) -}}
+{{- $managed := dict "Mutating" (dict) "Validating" (dict) -}}
+{{- range .Values.targets -}}
+{{- if ne (.mode | default "") "Observe" -}}
+{{- if or (contains "'" .webhook) (contains "\\" .webhook) (contains "'" .configuration) (contains "\\" .configuration) -}}
+{{- fail (printf "targets: %s/%s: a name with a quote or a backslash is not a Kubernetes name" .configuration .webhook) -}}
+{{- end -}}
+{{- $byConfig := get $managed (.kind | default "Mutating") -}}
+{{- $_ := set $byConfig .configuration (append (get $byConfig .configuration | default list) .webhook | uniq | sortAlpha) -}}
+{{- end -}}
+{{- end -}}
+{{- $kinds := list -}}
+{{- $names := dict -}}
+{{- range $kind, $resource := dict "Mutating" "mutatingwebhookconfigurations" "Validating" "validatingwebhookconfigurations" -}}
+{{- $byConfig := get $managed $kind -}}
+{{- $entries := list -}}
+{{- range $config := keys $byConfig | sortAlpha -}}
+{{- $hooks := list -}}
+{{- range get $byConfig $config }}{{ $hooks = append $hooks (printf "'%s'" .) }}{{ end -}}
+{{- $entries = append $entries (printf "'%s': [%s]" $config (join ", " $hooks)) -}}
+{{- end -}}
+{{- if and (eq $kind "Mutating") (empty (get $managed "Mutating")) (empty (get $managed "Validating")) -}}
+{{- $entries = append $entries (printf "'%s': ['']" $t.noManaged) -}}
+{{- end -}}
+{{- $kinds = append $kinds (printf "'%s': {%s}" $resource (join ", " $entries)) -}}
+{{- $_ := set $names $kind (keys $byConfig | sortAlpha | default (list $t.noManaged)) -}}
+{{- end -}}
+{{- $inputs := dict "breaker" $breaker "releaser" $releaser "mutating" (get $managed "Mutating") "validating" (get $managed "Validating") -}}
+{{- $filled := $template
+  | replace "[\"@MUTATING_NAMES@\"]" (get $names "Mutating" | toJson)
+  | replace "[\"@VALIDATING_NAMES@\"]" (get $names "Validating" | toJson)
+  | replace "\"@INPUTS@\"" ($inputs | toJson | toJson)
+  | replace "@MANAGED@" (printf "{%s}" (join ", " $kinds))
+  | replace "@POLICY_NAME@" $name
+  | replace $t.breaker $breaker
+  | replace $t.releaser $releaser
+  | fromJson -}}
+{{- toJson (list $filled.policy $filled.binding) -}}
+{{- end }}
