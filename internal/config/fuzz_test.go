@@ -9,7 +9,7 @@ import (
 func FuzzParse(f *testing.F) {
 	f.Add([]byte(header + minimalTarget))
 	f.Add([]byte(header + "holdWhenAllFail: 0\ntargets:\n- kind: Validating\n  configuration: a\n  webhook: a.b.c\n  allowAdmissionWithoutValidation: true\n  mode: Bypass\n"))
-	f.Add([]byte(header + "targets:\n- configuration: a\n  webhook: w\n  allowAdmissionWithoutMutation: true\n  probe:\n    kind: HTTPGet\n    path: /healthz\n    interval: 1ms\n"))
+	f.Add([]byte(header + "targets:\n- configuration: a\n  webhook: w\n  allowAdmissionWithoutMutation: true\n  probe:\n    kind: HTTPGet\n    path: /healthz\n    interval: 100ms\n"))
 	f.Add([]byte("{}"))
 	f.Add([]byte("targets: [{}]"))
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -29,7 +29,8 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("duplicate target %s accepted", tg.Key())
 			}
 			seen[tg.Key()] = true
-			if tg.Configuration == "" || tg.Webhook == "" || tg.OpenAfter < 1 || tg.CloseAfter < 1 || tg.Probe.Interval <= 0 || tg.Probe.Timeout < 0 {
+			if tg.Configuration == "" || tg.Webhook == "" || tg.OpenAfter < 1 || tg.CloseAfter < 1 || tg.Probe.Interval < MinProbeInterval || tg.Probe.Timeout < 0 ||
+				tg.OpenAfter > MaxProbesInARow || tg.CloseAfter > MaxProbesInARow {
 				t.Fatalf("invalid target accepted: %+v", tg)
 			}
 			if tg.Mode != ModeIgnore && tg.Mode != ModeBypass {

@@ -134,8 +134,8 @@ func convertTarget(p *field.Path, ft fileTarget) (Target, field.ErrorList) {
 			errs = append(errs, field.Forbidden(p.Child("allowAdmissionWithoutValidation"), "a Mutating target approves allowAdmissionWithoutMutation instead; set kind: Validating for a validating webhook"))
 		}
 	}
-	t.OpenAfter = threshold(p.Child("openAfter"), ft.OpenAfter, DefaultOpenAfter, &errs)
-	t.CloseAfter = threshold(p.Child("closeAfter"), ft.CloseAfter, DefaultCloseAfter, &errs)
+	t.OpenAfter = probesInARow(p.Child("openAfter"), ft.OpenAfter, DefaultOpenAfter, &errs)
+	t.CloseAfter = probesInARow(p.Child("closeAfter"), ft.CloseAfter, DefaultCloseAfter, &errs)
 	t.DampFlapping = ft.DampFlapping == nil || *ft.DampFlapping
 
 	pp := p.Child("probe")
@@ -157,6 +157,10 @@ func convertTarget(p *field.Path, ft fileTarget) (Target, field.ErrorList) {
 		errs = append(errs, field.NotSupported(pp.Child("kind"), ft.Probe.Kind, []string{string(ProbeAdmissionReview), string(ProbeHTTPGet)}))
 	}
 	t.Probe.Interval = duration(pp.Child("interval"), ft.Probe.Interval, DefaultProbeInterval, &errs)
+	if d := t.Probe.Interval; d > 0 && d < MinProbeInterval {
+		errs = append(errs, field.Invalid(pp.Child("interval"), ft.Probe.Interval,
+			fmt.Sprintf("must be at least %s: each webhook is probed at most %d times a second", MinProbeInterval, time.Second/MinProbeInterval)))
+	}
 	t.Probe.Timeout = duration(pp.Child("timeout"), ft.Probe.Timeout, 0, &errs)
 	t.APIServerSignal = signal(p.Child("apiserverSignal"), ft.APIServerSignal, &errs)
 	return t, errs
@@ -234,6 +238,17 @@ func threshold(p *field.Path, v *int, def int, errs *field.ErrorList) int {
 		*errs = append(*errs, field.Invalid(p, *v, "must be at least 1"))
 	}
 	return *v
+}
+
+// probesInARow is a threshold of consecutive probes (openAfter,
+// closeAfter), at most MaxProbesInARow.
+func probesInARow(p *field.Path, v *int, def int, errs *field.ErrorList) int {
+	n := threshold(p, v, def, errs)
+	if n > MaxProbesInARow {
+		*errs = append(*errs, field.Invalid(p, n,
+			fmt.Sprintf("must be at most %d: up to that many probes of one webhook are in flight at once", MaxProbesInARow)))
+	}
+	return n
 }
 
 func duration(p *field.Path, s string, def time.Duration, errs *field.ErrorList) time.Duration {

@@ -191,6 +191,18 @@ func TestParse_malformed(t *testing.T) {
 			header + minimalTarget + "  closeAfter: -2\n",
 			"invalid GuardConfiguration: targets[0].closeAfter: Invalid value: -2: must be at least 1",
 		},
+		"openAfter above 20 is rejected": {
+			header + minimalTarget + "  openAfter: 21\n",
+			"invalid GuardConfiguration: targets[0].openAfter: Invalid value: 21: must be at most 20: up to that many probes of one webhook are in flight at once",
+		},
+		"closeAfter above 20 is rejected": {
+			header + minimalTarget + "  closeAfter: 100000\n",
+			"invalid GuardConfiguration: targets[0].closeAfter: Invalid value: 100000: must be at most 20: up to that many probes of one webhook are in flight at once",
+		},
+		"a probe interval below 100ms is rejected": {
+			header + minimalTarget + "  probe:\n    interval: 99ms\n",
+			`invalid GuardConfiguration: targets[0].probe.interval: Invalid value: "99ms": must be at least 100ms: each webhook is probed at most 10 times a second`,
+		},
 		"a failureRatio above 1 is rejected": {
 			header + minimalTarget + "  apiserverSignal:\n    failureRatio: 1.5\n",
 			"invalid GuardConfiguration: targets[0].apiserverSignal.failureRatio: Invalid value: 1.5: must be more than 0 and at most 1, the share of failed calls, such as 0.5",
@@ -287,6 +299,28 @@ func TestParse_malformed(t *testing.T) {
 			require.Error(t, err)
 			assert.Nil(t, cfg)
 			assert.Equal(t, tc.want, err.Error())
+		})
+	}
+}
+
+// TestParse_acceptsEachBound: a value at each bound is accepted, in any
+// spelling of a Go duration.
+func TestParse_acceptsEachBound(t *testing.T) {
+	cases := map[string]struct {
+		target string
+		check  func(*testing.T, Target)
+	}{
+		"openAfter 20":                 {"  openAfter: 20\n", func(t *testing.T, tg Target) { assert.Equal(t, MaxProbesInARow, tg.OpenAfter) }},
+		"closeAfter 20":                {"  closeAfter: 20\n", func(t *testing.T, tg Target) { assert.Equal(t, MaxProbesInARow, tg.CloseAfter) }},
+		"an interval of 100ms":         {"  probe: {interval: 100ms}\n", func(t *testing.T, tg Target) { assert.Equal(t, MinProbeInterval, tg.Probe.Interval) }},
+		"an interval of 0.1s":          {"  probe: {interval: 0.1s}\n", func(t *testing.T, tg Target) { assert.Equal(t, MinProbeInterval, tg.Probe.Interval) }},
+		"an interval of 60ms and 40ms": {"  probe: {interval: 60ms40ms}\n", func(t *testing.T, tg Target) { assert.Equal(t, MinProbeInterval, tg.Probe.Interval) }},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			cfg, err := Parse([]byte(header + minimalTarget + c.target))
+			require.NoError(t, err)
+			c.check(t, cfg.Targets[0])
 		})
 	}
 }

@@ -52,6 +52,15 @@ const (
 	DefaultCloseAfter    = 5
 	DefaultProbeKind     = ProbeAdmissionReview
 	DefaultProbeInterval = time.Second
+	// MaxProbesInARow bounds openAfter and closeAfter. Up to
+	// max(openAfter, closeAfter) probes of one webhook are in flight at
+	// once (a hanging webhook holds each until its timeout), so this
+	// bounds them too; 20 probes in a row are 2 s of evidence at the
+	// shortest interval, 20 s at the default.
+	MaxProbesInARow = 20
+	// MinProbeInterval is the shortest probe interval accepted: each
+	// webhook is probed at most ten times a second.
+	MinProbeInterval = 100 * time.Millisecond
 	// DefaultHoldWhenAllFail: two webhooks on one backend may well fail
 	// together; three or more at once point at the guard's own network.
 	DefaultHoldWhenAllFail = 3
@@ -185,10 +194,10 @@ type Target struct {
 	// have opened and closed.
 	Mode Mode
 	// OpenAfter is the number of consecutive failed probes that opens the
-	// circuit. Default 3.
+	// circuit. Default 3, at most MaxProbesInARow.
 	OpenAfter int
 	// CloseAfter is the number of consecutive healthy probes that closes
-	// it. Default 5.
+	// it. Default 5, at most MaxProbesInARow.
 	CloseAfter int
 	// DampFlapping keeps a circuit that re-opens soon after its last close
 	// open longer before it may close again (internal/breaker/decide, damping.go).
@@ -274,7 +283,7 @@ func (t Target) Key() string { return string(t.Kind) + "/" + t.Configuration + "
 type Probe struct {
 	// Kind is AdmissionReview (default) or HTTPGet.
 	Kind ProbeKind
-	// Interval between probes. Default 1s.
+	// Interval between probes. Default 1s, at least MinProbeInterval.
 	Interval time.Duration
 	// Timeout of one probe, the slow-call threshold: a call outstanding
 	// longer counts as failing. Zero means probe.DefaultSlowCall (4s).

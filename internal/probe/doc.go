@@ -3,9 +3,11 @@
 //
 // It owns:
 //   - turning a webhook's clientConfig into an address, a TLS configuration and
-//     a URL (clientConfig.url as given; clientConfig.service at the Service's
-//     ClusterIP with ServerName <service>.<namespace>.svc, exactly like
-//     kube-apiserver's ClusterIP service resolver);
+//     a URL (clientConfig.url as given, its host dialled as an absolute DNS
+//     name, outside the pod's search path, as kube-apiserver's node resolver
+//     finds it; clientConfig.service at the Service's ClusterIP with
+//     ServerName <service>.<namespace>.svc, exactly like kube-apiserver's
+//     ClusterIP service resolver);
 //   - resolving Services from a watch of each Service (WatchingResolver):
 //     once a Service has been resolved, no probe waits on an apiserver
 //     request, and the last answer stands until the apiserver says the

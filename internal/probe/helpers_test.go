@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -300,4 +301,50 @@ func testDiscovery() *fakeDiscovery {
 			{"acme.cert-manager.io/v1", "challenges", "Challenge", true, crud},
 		},
 	)
+}
+
+// searchPathNetwork dials names as a pod's stub resolver finds them, with
+// a search list and ndots from resolv.conf (the order of Go's
+// dnsConfig.nameList): a name with fewer dots than ndots is looked up in
+// each search domain first and then as written, one with more as written
+// first; an absolute name (a trailing dot) only as written. names maps the
+// absolute names that exist to the listener that answers for each.
+type searchPathNetwork struct {
+	search []string
+	ndots  int
+	names  map[string]string
+
+	// dialled records each address asked for; found, the name each dial
+	// reached.
+	dialled, found recorder[string]
+}
+
+func (n *searchPathNetwork) dial(ctx context.Context, network, address string) (net.Conn, error) {
+	n.dialled.add(address)
+	host, _, err := net.SplitHostPort(address)
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range n.lookups(host) {
+		if listener, ok := n.names[name]; ok {
+			n.found.add(name)
+			return (&net.Dialer{}).DialContext(ctx, network, listener)
+		}
+	}
+	return nil, &net.OpError{Op: "dial", Net: network, Err: &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}}
+}
+
+// lookups are the names the stub resolver asks for host, in order.
+func (n *searchPathNetwork) lookups(host string) []string {
+	if strings.HasSuffix(host, ".") {
+		return []string{host}
+	}
+	var searched []string
+	for _, domain := range n.search {
+		searched = append(searched, host+"."+domain+".")
+	}
+	if strings.Count(host, ".") >= n.ndots {
+		return append([]string{host + "."}, searched...)
+	}
+	return append(searched, host+".")
 }

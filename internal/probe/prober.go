@@ -11,14 +11,17 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-logr/logr"
+	"golang.org/x/net/idna"
 	"golang.org/x/time/rate"
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionv1beta1 "k8s.io/api/admission/v1beta1"
@@ -76,6 +79,10 @@ type Prober struct {
 	// starved it at a thousand targets. Other probes, which may have to
 	// open a circuit, and probes on kept-alive connections take no token.
 	RecoveryDials *rate.Limiter
+
+	// netDial opens a connection to the address dial computed; nil means
+	// KeepAliveDialer. Tests put a name resolver of their own here.
+	netDial dialFunc
 
 	// roots caches parsed caBundles by rootsKey: parsing on every probe
 	// was a visible part of the guard's CPU at a thousand targets.
@@ -176,7 +183,10 @@ func (p *Prober) Probe(ctx context.Context, wh admissionregistrationv1.MutatingW
 	}
 	ep.pool = p.Pool
 
-	ep.dial = p.dial(KeepAliveDialer)
+	ep.dial = p.dial()
+	if wh.ClientConfig.URL != nil {
+		probeCtx = context.WithValue(probeCtx, urlHostKey{}, asciiHost(ep.url.Hostname()))
+	}
 	if spec.Recovery {
 		ctx = context.WithValue(ctx, recoveryKey{}, true)
 		probeCtx = context.WithValue(probeCtx, recoveryKey{}, true)
@@ -372,7 +382,7 @@ func (p *Prober) hookClient(cc admissionregistrationv1.WebhookClientConfig) (*re
 			hc.Service.Path = *cc.Service.Path
 		}
 	}
-	return p.hooks.client(hc, p.resolve, p.dial(KeepAliveDialer))
+	return p.hooks.client(hc, p.resolve, p.dial())
 }
 
 // resolve resolves a service reference for kube-apiserver's client.
@@ -395,7 +405,7 @@ func (p *Prober) reviewBody(wh *admissionregistrationv1.MutatingWebhook, target 
 		uid := uuid.NewUUID()
 		return bytes.Replace(t.data, []byte(placeholderUID), []byte(uid), 1), uid, t.newResponse(), nil
 	}
-	if err := p.hooks.init(p.resolve, p.dial(KeepAliveDialer)); err != nil {
+	if err := p.hooks.init(p.resolve, p.dial()); err != nil {
 		return nil, "", nil, err
 	}
 	uid, req, response, err := newAdmissionRequest(wh, target, username)
@@ -521,16 +531,64 @@ type recoveryKey struct{}
 // net/http lets a dial outlive the request that started it.
 var KeepAliveDialer = &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
 
-// dial is d's DialContext, except that a recovery probe's dial first
-// takes a token of RecoveryDials, and fails with ErrRecoveryDialBudget,
-// without waiting, when there is none.
-func (p *Prober) dial(d *net.Dialer) func(ctx context.Context, network, address string) (net.Conn, error) {
+// urlHostKey carries a url webhook's host, as net/http dials it
+// (asciiHost), in the context of its probe: the transport passes a
+// request's context values on to its dial.
+type urlHostKey struct{}
+
+// dial is KeepAliveDialer's DialContext of dialAddress, except that a
+// recovery probe's dial first takes a token of RecoveryDials, and fails
+// with ErrRecoveryDialBudget, without waiting, when there is none.
+func (p *Prober) dial() dialFunc {
+	netDial := p.netDial
+	if netDial == nil {
+		netDial = KeepAliveDialer.DialContext
+	}
 	return func(ctx context.Context, network, address string) (net.Conn, error) {
 		if p.RecoveryDials != nil && ctx.Value(recoveryKey{}) != nil && !p.RecoveryDials.Allow() {
 			return nil, ErrRecoveryDialBudget
 		}
-		return d.DialContext(ctx, network, address)
+		urlHost, _ := ctx.Value(urlHostKey{}).(string)
+		return netDial(ctx, network, dialAddress(address, urlHost))
 	}
+}
+
+// dialAddress is address with its host written as an absolute DNS name
+// (a trailing dot) when that host is urlHost, the url webhook's own.
+// kube-apiserver resolves that host with its node's resolver, which knows
+// no cluster search path; the guard's pod tries its search domains first
+// (ndots 5), where the host a.b is a.b.<namespace>.svc.cluster.local,
+// then a.b.svc.cluster.local: the Service "a" of whoever may create the
+// namespace "b", which would fail the probes of a healthy webhook. An IP
+// literal and a name that is absolute already stay as they are, and so
+// does any other host, such as a proxy's (HTTPS_PROXY), which the
+// operator names as the pod resolves it, or the other host of a
+// redirect. Only the dial sees the dot: the TLS server name and the Host
+// header are the URL's.
+func dialAddress(address, urlHost string) string {
+	host, port, err := net.SplitHostPort(address)
+	if err != nil || host == "" || host != urlHost || strings.HasSuffix(host, ".") {
+		return address
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return address
+	}
+	return net.JoinHostPort(host+".", port)
+}
+
+// asciiHost is host as net/http dials it: an internationalised name in
+// its ASCII (punycode) form, whose labels a tenant's namespace and
+// Service can be named as well.
+func asciiHost(host string) string {
+	for i := range len(host) {
+		if host[i] >= utf8.RuneSelf {
+			if ascii, err := idna.Lookup.ToASCII(host); err == nil {
+				return ascii
+			}
+			return host
+		}
+	}
+	return host
 }
 
 // callFailed classifies a call error; if the caller's own context ended,

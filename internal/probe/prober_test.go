@@ -344,6 +344,87 @@ func TestProber_Probe_serviceReference(t *testing.T) {
 	}
 }
 
+// TestProber_Probe_urlHostIsDialledAsAnAbsoluteName: kube-apiserver
+// resolves a url webhook's host with its node's resolver, which knows no
+// cluster search path. The guard's pod has one (ndots 5), in which the
+// host a.b is first a.b.<the guard's namespace>.svc.cluster.local, then
+// a.b.svc.cluster.local: the Service "a" of whoever may create the
+// namespace "b". The probe must reach the webhook itself, with the TLS
+// server name and Host header of its URL.
+func TestProber_Probe_urlHostIsDialledAsAnAbsoluteName(t *testing.T) {
+	tests := map[string]struct {
+		spec Spec
+		pool bool
+	}{
+		"an AdmissionReview probe":                {spec: Spec{}},
+		"an HTTPGet probe":                        {spec: Spec{Kind: KindHTTPGet, Path: "/healthz"}},
+		"an HTTPGet probe on a pooled connection": {spec: Spec{Kind: KindHTTPGet, Path: "/healthz"}, pool: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			ca := newTestCA(t)
+			var seen recorder[[2]string]
+			webhook, _ := startTLS(t, ca.leaf(t, []string{"a.b"}, nil), func(w http.ResponseWriter, r *http.Request) {
+				seen.add([2]string{r.TLS.ServerName, r.Host})
+				if tc.spec.Kind == KindHTTPGet {
+					return
+				}
+				answer(t, nil)(w, r)
+			})
+			// The tenant's Service cannot show a certificate the webhook's
+			// caBundle trusts: reaching it is a tls failure.
+			tenant, tenantCalls := startTLS(t, newTestCA(t).leaf(t, []string{"a.b"}, nil), answer(t, nil))
+			network := &searchPathNetwork{
+				search: []string{"webhook-guard-system.svc.cluster.local", "svc.cluster.local", "cluster.local"},
+				ndots:  5,
+				names: map[string]string{
+					"a.b.svc.cluster.local.": tenant.Listener.Addr().String(),
+					"a.b.":                   webhook.Listener.Addr().String(),
+				},
+			}
+			_, port, err := net.SplitHostPort(webhook.Listener.Addr().String())
+			require.NoError(t, err)
+			p := &Prober{Discovery: testDiscovery(), netDial: network.dial}
+			if tc.pool {
+				p.Pool = &ConnectionPool{}
+				t.Cleanup(p.Pool.Close)
+			}
+
+			res := p.Probe(t.Context(), urlWebhook("https://a.b:"+port+"/mutate", ca.pem), tc.spec)
+
+			assert.Equal(t, OutcomeHealthy, res.Outcome, "err: %v", res.Err)
+			assert.Equal(t, []string{"a.b.:" + port}, network.dialled.all(), "the addresses dialled")
+			assert.Equal(t, []string{"a.b."}, network.found.all(), "the names the dials reached")
+			assert.Equal(t, [][2]string{{"a.b", "a.b:" + port}}, seen.all(), "the TLS server name and Host header the webhook saw")
+			assert.Zero(t, tenantCalls.Load())
+		})
+	}
+}
+
+// TestDialAddress_onlyTheURLHostIsAbsolute: the dial writes the url
+// webhook's own host as an absolute name, and leaves every other address
+// as net/http gives it.
+func TestDialAddress_onlyTheURLHostIsAbsolute(t *testing.T) {
+	tests := map[string]struct {
+		address, urlHost, want string
+	}{
+		"the url's host gets a trailing dot":                      {"a.b:443", "a.b", "a.b.:443"},
+		"a host of one label too":                                 {"hook:8443", "hook", "hook.:8443"},
+		"an absolute host stays as it is":                         {"a.b.:443", "a.b.", "a.b.:443"},
+		"an IPv4 literal stays as it is":                          {"10.0.0.1:443", "10.0.0.1", "10.0.0.1:443"},
+		"an IPv6 literal stays as it is":                          {"[fd00::1]:443", "fd00::1", "[fd00::1]:443"},
+		"an IPv6 literal with a zone stays as it is":              {"[fe80::1%eth0]:443", "fe80::1%eth0", "[fe80::1%eth0]:443"},
+		"a proxy's host stays as the operator wrote it":           {"squid.proxy:3128", "a.b", "squid.proxy:3128"},
+		"a service reference's ClusterIP has no url host":         {"10.96.0.10:443", "", "10.96.0.10:443"},
+		"an internationalised host is dialled in ASCII, absolute": {"a.xn--bcher-kva:443", asciiHost("a.bücher"), "a.xn--bcher-kva.:443"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			assert.Equal(t, tc.want, dialAddress(tc.address, tc.urlHost))
+		})
+	}
+}
+
 func TestProber_Probe_resolverErrors(t *testing.T) {
 	tests := map[string]struct {
 		prober     *Prober

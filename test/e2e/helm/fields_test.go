@@ -1,11 +1,13 @@
 package helm
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -93,6 +95,80 @@ func TestChart_carriesEveryConfigurationField(t *testing.T) {
 	loaded, err := config.Load(path)
 	require.NoError(t, err, "the guard refuses the configuration the chart renders")
 	assert.Equal(t, want, loaded, "the guard loads another configuration from the chart's than from the values")
+}
+
+// TestChart_refusesEachBoundAsTheGuardDoes: at each bound of the
+// GuardConfiguration (config.MaxProbesInARow, config.MinProbeInterval,
+// config.MinAPIServerScrapeInterval), the chart's schema and the guard
+// refuse the same values, each naming the field, and both accept the
+// values at the bound. deploy's TestSchema_durationBoundsAreTheGuards
+// compares the schema's patterns with the guard on many more spellings.
+func TestChart_refusesEachBoundAsTheGuardDoes(t *testing.T) {
+	header := "apiVersion: config.webhook-guard.io/v1alpha1\nkind: GuardConfiguration\n"
+	target := func(extra string) string {
+		return "targets:\n- {configuration: m, webhook: m.example.com, allowAdmissionWithoutMutation: true" + extra + "}\n"
+	}
+	most, least := config.MaxProbesInARow, config.MinProbeInterval
+	scrape := config.MinAPIServerScrapeInterval
+	cases := map[string]struct {
+		// field is the guard's name of the field, path the schema's; each
+		// says the bound in its refusal: guardSays, chartSays.
+		field, path          string
+		guardSays, chartSays string
+		refused, accepted    []string
+	}{
+		"openAfter": {"targets[0].openAfter", "/targets/0/openAfter", fmt.Sprintf("must be at most %d", most), fmt.Sprintf("want %d", most),
+			[]string{header + target(fmt.Sprintf(", openAfter: %d", most+1)), header + target(", openAfter: 100000")},
+			[]string{header + target(fmt.Sprintf(", openAfter: %d", most)), header + target(", openAfter: 1")}},
+		"closeAfter": {"targets[0].closeAfter", "/targets/0/closeAfter", fmt.Sprintf("must be at most %d", most), fmt.Sprintf("want %d", most),
+			[]string{header + target(fmt.Sprintf(", closeAfter: %d", most+1)), header + target(", closeAfter: 100000")},
+			[]string{header + target(fmt.Sprintf(", closeAfter: %d", most))}},
+		"probe.interval": {"targets[0].probe.interval", "/targets/0/probe/interval", "must be at least " + least.String(), "a duration of at least " + least.String(),
+			[]string{
+				header + target(", probe: {interval: "+(least-time.Millisecond).String()+"}"),
+				header + target(", probe: {interval: 1ns}"),
+				header + target(", probe: {interval: 0.09s}"),
+				header + target(", probe: {interval: 99999us}"),
+			},
+			[]string{
+				header + target(", probe: {interval: "+least.String()+"}"),
+				header + target(", probe: {interval: 0.1s}"),
+				header + target(", probe: {interval: 100000us}"),
+				header + target(", probe: {interval: 1m30s}"),
+			}},
+		"apiserverScrapeInterval": {"apiserverScrapeInterval", "/apiserverScrapeInterval", "must be at least " + scrape.String(), "a duration of at least " + scrape.String(),
+			[]string{
+				header + "apiserverScrapeInterval: " + (scrape - time.Millisecond).String() + "\n" + target(""),
+				header + "apiserverScrapeInterval: 0.5s\n" + target(""),
+			},
+			[]string{
+				header + "apiserverScrapeInterval: " + scrape.String() + "\n" + target(""),
+				header + "apiserverScrapeInterval: 1000ms\n" + target(""),
+			}},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			for _, values := range c.refused {
+				_, err := config.Parse([]byte(values))
+				if assert.Error(t, err, "the guard accepts:\n%s", values) {
+					assert.Contains(t, err.Error(), c.field+": Invalid value")
+					assert.Contains(t, err.Error(), c.guardSays)
+				}
+				r := runHelm(t, "template", "webhook-guard", chartDir, "-f", valuesFile(t, values), "--set", "marking.enabled=false", "--show-only", "templates/configmap.yaml")
+				if assert.Error(t, r.err, "the chart accepts:\n%s", values) {
+					assert.Contains(t, r.stderr, "values don't meet the specifications of the schema")
+					assert.Contains(t, r.stderr, c.path)
+					assert.Contains(t, r.stderr, c.chartSays)
+				}
+			}
+			for _, values := range c.accepted {
+				_, err := config.Parse([]byte(values))
+				assert.NoError(t, err, "the guard refuses:\n%s", values)
+				r := runHelm(t, "template", "webhook-guard", chartDir, "-f", valuesFile(t, values), "--set", "marking.enabled=false", "--show-only", "templates/configmap.yaml")
+				assert.NoError(t, r.err, "the chart refuses:\n%s\n%s", values, r.stderr)
+			}
+		})
+	}
 }
 
 // leafPaths lists the paths of v's leaves, written as config.FieldPaths
