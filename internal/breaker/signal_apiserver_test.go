@@ -340,7 +340,7 @@ func TestState_minOpenDoublesPerReopeningUntilTheApiserverIsHealthy(t *testing.T
 		}
 		return out
 	}())
-	s.ObserveAPIServer(tgt.Key(), breakertest.HealthyResult(), 0, 0, false)
+	s.ObserveAPIServer(tgt.Key(), breakertest.HealthyResult(), time.Time{}, 0, 0, false)
 	assert.Equal(t, time.Second, minOpenNow(), "a healthy apiserver observation ends the backoff")
 }
 
@@ -465,7 +465,7 @@ func TestProbeRunner_aURLWebhookGetsNoPathProbeAndASharedNameIsFound(t *testing.
 	require.NoError(t, r.Reader.(client.Client).Create(context.Background(), other))
 	paths := &stubPathProber{result: breakertest.HealthyResult()}
 	r.PathProber = paths
-	r.State.ObserveAPIServer(tgt.Key(), probe.Result{Outcome: probe.OutcomeFailed, Reason: decide.ReasonAPIServerCalls, Err: errors.New("failing")}, 0, 0, false)
+	r.State.ObserveAPIServer(tgt.Key(), probe.Result{Outcome: probe.OutcomeFailed, Reason: decide.ReasonAPIServerCalls, Err: errors.New("failing")}, time.Time{}, 0, 0, false)
 	r.ProbeOnce(context.Background(), tgt)
 	assert.Zero(t, paths.calls)
 	st, _ := r.State.Get(tgt.Key())

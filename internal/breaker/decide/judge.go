@@ -1,6 +1,8 @@
 package decide
 
 import (
+	"time"
+
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 	"github.com/webhook-guard/webhook-guard/internal/probe"
@@ -19,6 +21,19 @@ type Counts struct {
 	LastUnknown *probe.Result
 	// Unknowns is the number of consecutive Unknown results.
 	Unknowns int
+	// Slow says that every failure of the current run was only slow
+	// (probe.Result.Slow). It means nothing while Failures is 0.
+	Slow bool
+	// FailingSince is when the first probe of the current run of failures
+	// was sent (ObserveSince); zero when that is not known.
+	FailingSince time.Time
+	// SucceedingSince is, for the apiserver signal, when the window of
+	// its last observation began, if kube-apiserver made calls to the
+	// webhook in it and none failed (neither calling_webhook_error nor
+	// fail-open: a Healthy observation may hold failures below
+	// failureRatio); zero otherwise. The caller sets it with each
+	// observation.
+	SucceedingSince time.Time
 }
 
 // Observe adds one probe result. Unknown moves no counter: a probe that
@@ -29,9 +44,15 @@ func (c *Counts) Observe(r probe.Result) {
 	case probe.OutcomeHealthy:
 		c.Successes++
 		c.Failures = 0
+		c.Slow, c.FailingSince = false, time.Time{}
 	case probe.OutcomeFailed:
 		c.Failures++
 		c.Successes = 0
+		if c.Failures == 1 {
+			c.Slow, c.FailingSince = r.Slow, time.Time{}
+		} else {
+			c.Slow = c.Slow && r.Slow
+		}
 	default:
 		c.LastUnknown = &r
 		c.Unknowns++
@@ -40,6 +61,15 @@ func (c *Counts) Observe(r probe.Result) {
 	c.Last = r
 	c.LastUnknown = nil
 	c.Unknowns = 0
+}
+
+// ObserveSince is Observe of a probe sent at sent: a result that begins a
+// run of failures also sets FailingSince.
+func (c *Counts) ObserveSince(r probe.Result, sent time.Time) {
+	c.Observe(r)
+	if r.Outcome == probe.OutcomeFailed && c.Failures == 1 {
+		c.FailingSince = sent
+	}
 }
 
 // ExpireFailures forgets c's failures once after consecutive Unknown

@@ -3,6 +3,7 @@ package decide_test
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -127,6 +128,39 @@ func TestCounts_Observe_lastBookkeeping(t *testing.T) {
 	assert.Equal(t, 1, c.Successes)
 	assert.Equal(t, probe.OutcomeHealthy, c.Last.Outcome)
 	assert.Empty(t, c.Last.Reason)
+}
+
+// TestCounts_ObserveSince_aRunOfSlowFailures: Slow holds while every
+// failure of the run was only slow, and FailingSince is when the run's
+// first probe was sent; an Unknown continues the run, and both start over
+// with the next run.
+func TestCounts_ObserveSince_aRunOfSlowFailures(t *testing.T) {
+	slow := breakertest.FailedResult(probe.ReasonTimeout)
+	slow.Slow = true
+	at := func(s int) time.Time { return breakertest.Now.Add(time.Duration(s) * time.Second) }
+	var c decide.Counts
+	c.ObserveSince(slow, at(0))
+	c.ObserveSince(breakertest.UnknownResult(), at(1))
+	c.ObserveSince(slow, at(2))
+	assert.True(t, c.Slow)
+	assert.Equal(t, at(0), c.FailingSince)
+
+	c.ObserveSince(breakertest.FailedResult(probe.ReasonRefused), at(3))
+	c.ObserveSince(slow, at(4))
+	assert.False(t, c.Slow, "one failure that is not slow makes the run more than slow")
+	assert.Equal(t, at(0), c.FailingSince)
+
+	c.ObserveSince(breakertest.HealthyResult(), at(5))
+	assert.Zero(t, c.FailingSince)
+	c.ObserveSince(slow, at(6))
+	assert.True(t, c.Slow, "a new run starts over")
+	assert.Equal(t, at(6), c.FailingSince)
+
+	c.Observe(slow)
+	assert.Equal(t, at(6), c.FailingSince, "a result without its time continues the run")
+	c.Failures = 0 // as State.Reset does after a transition
+	c.Observe(slow)
+	assert.Zero(t, c.FailingSince, "a run begun without its time has none")
 }
 
 // An unknown outcome the breaker does not know by name (for example the
