@@ -206,18 +206,39 @@ func RoadBroken(path Path, openAfter int) bool {
 	return path.Road == RoadService && path.Last.Outcome == probe.OutcomeFailed && path.Failures >= max(openAfter, 1)
 }
 
+// SlowVetoed reports whether kube-apiserver's own calls veto an opening on
+// the direct probe's failures (probeCounts): every failure of the run was
+// only slow (probe.Result.Slow: the probe gave up at its own timeout while
+// kube-apiserver would still have waited), and the apiserver signal's last
+// observation (apiserver) saw the webhook's calls made, none failed, in a
+// window that began no earlier than the run's first probe was sent. Such
+// a webhook answers kube-apiserver, only later than the probe waits.
+//
+// The window must lie within the run: calls that succeeded before the
+// webhook became slow say nothing about it since. A webhook that hangs
+// gives no such window: the calls made after it hung end only at their
+// timeoutSeconds, and fail. No observation since the run began, an
+// Unknown one (no traffic, fewer calls than minRequests) or a failed call
+// in it vetoes nothing.
+func SlowVetoed(probeCounts, apiserver Counts) bool {
+	return probeCounts.Failures > 0 && probeCounts.Slow && !probeCounts.FailingSince.IsZero() &&
+		apiserver.LastUnknown == nil && apiserver.Last.Outcome == probe.OutcomeHealthy &&
+		!apiserver.SucceedingSince.IsZero() && !apiserver.SucceedingSince.Before(probeCounts.FailingSince)
+}
+
 // JudgeTarget is Judge over all of t's evidence: the direct probe's
 // counts, the apiserver signal's, and the path probe's.
 //
 // A closed circuit opens when the direct probe has openAfter consecutive
-// failures (SignalProbe), or when the apiserver's calls failed for
-// openAfter intervals and PathBroken confirms it with openAfter failed
-// path probes (SignalAPIServer; SignalBoth when both), or when the path
-// probe alone has openAfter failures in a row on a service road
-// (SignalRoad): kube-apiserver cannot connect to the webhook's server,
-// which no tenant can cause. The apiserver's calls alone cannot tell a
-// broken road from requests that fail because of what they carry, which
-// any tenant can send, so they open nothing without that confirmation.
+// failures (SignalProbe) that kube-apiserver's own calls do not veto
+// (SlowVetoed), or when the apiserver's calls failed for openAfter
+// intervals and PathBroken confirms it with openAfter failed path probes
+// (SignalAPIServer; SignalBoth when both), or when the path probe alone
+// has openAfter failures in a row on a service road (SignalRoad):
+// kube-apiserver cannot connect to the webhook's server, which no tenant
+// can cause. The apiserver's calls alone cannot tell a broken road from
+// requests that fail because of what they carry, which any tenant can
+// send, so they open nothing without that confirmation.
 //
 // An open circuit the apiserver signal or the road opened on a service
 // road closes on the path probe: closeAfter healthy path probes (and
@@ -241,7 +262,7 @@ func JudgeTarget(open bool, entry circuit.Entry, probeCounts, apiserver Counts, 
 		apiserver, path = Counts{}, Path{}
 	}
 	if !open {
-		byProbe := Judge(false, probeCounts, t.OpenAfter, t.CloseAfter) == Open
+		byProbe := Judge(false, probeCounts, t.OpenAfter, t.CloseAfter) == Open && !SlowVetoed(probeCounts, apiserver)
 		byAPIServer := Judge(false, apiserver, t.OpenAfter, t.CloseAfter) == Open && PathBroken(path, t, t.OpenAfter)
 		switch {
 		case byProbe && byAPIServer:
