@@ -374,7 +374,7 @@ func disagreementMessage(t config.Target, st TargetStatus) string {
 			t.Webhook, st.APIServer.Last.Err, st.DisagreeFor, decide.PathSays(t, st.Path))
 	}
 	if decide.SlowVetoed(st.Counts, st.APIServer) {
-		return fmt.Sprintf("%s: the direct probe gives up at its timeout (%s: %v) but the apiserver's own calls succeed, for %d intervals: "+
+		return circuit.EventNote("%s: the direct probe gives up at its timeout (%s: %v) but the apiserver's own calls succeed, for %d intervals: "+
 			"the webhook answers within its timeoutSeconds, later than the probe waits (or the guard's own path to it is slow); "+
 			"no circuit opens on these probes while the calls keep succeeding; if such answers are normal for this webhook, raise probe.timeout",
 			t.Webhook, st.Counts.Last.Reason, st.Counts.Last.Err, st.DisagreeFor)
