@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 
@@ -48,16 +49,16 @@ func TestState_ObserveAPIServer_oldFailuresExpire(t *testing.T) {
 	s.Configure([]config.Target{tgt})
 	s.Register(tgt.Key())
 	failed := probe.Result{Outcome: probe.OutcomeFailed, Reason: decide.ReasonAPIServerCalls, Err: errors.New("calls failed")}
-	s.ObserveAPIServer(tgt.Key(), failed, 0, 0, false)
-	s.ObserveAPIServer(tgt.Key(), failed, 0, 0, false)
+	s.ObserveAPIServer(tgt.Key(), failed, time.Time{}, 0, 0, false)
+	s.ObserveAPIServer(tgt.Key(), failed, time.Time{}, 0, 0, false)
 	for range 3 {
-		s.ObserveAPIServer(tgt.Key(), breakertest.UnknownResult(), 0, 0, false)
+		s.ObserveAPIServer(tgt.Key(), breakertest.UnknownResult(), time.Time{}, 0, 0, false)
 	}
-	st := s.ObserveAPIServer(tgt.Key(), failed, 0, 0, false)
+	st := s.ObserveAPIServer(tgt.Key(), failed, time.Time{}, 0, 0, false)
 	assert.Equal(t, 1, st.APIServer.Failures, "two failures %d scrapes old do not complete a run with a third", tgt.OpenAfter)
 
-	s.ObserveAPIServer(tgt.Key(), failed, 0, 0, false)
-	s.ObserveAPIServer(tgt.Key(), breakertest.UnknownResult(), 0, 0, false)
-	st = s.ObserveAPIServer(tgt.Key(), failed, 0, 0, false)
+	s.ObserveAPIServer(tgt.Key(), failed, time.Time{}, 0, 0, false)
+	s.ObserveAPIServer(tgt.Key(), breakertest.UnknownResult(), time.Time{}, 0, 0, false)
+	st = s.ObserveAPIServer(tgt.Key(), failed, time.Time{}, 0, 0, false)
 	assert.Equal(t, 3, st.APIServer.Failures, "one Unknown between failures still counts them")
 }

@@ -183,16 +183,28 @@ func (r *ProbeRunner) ScrapeOnce(ctx context.Context, s *apiserverSignal) {
 	names := r.webhookNames(ctx)
 	for _, t := range s.targets {
 		res := results[metricsWebhook(t)]
+		// kube-apiserver counts every webhook of a name as one: another
+		// configuration's calls would stand in for this one's.
+		alone := names.alone(t)
 		if t.APIServerSignal.TrafficAsProbe {
-			// kube-apiserver counts every webhook of a name as one: another
-			// configuration's calls would stand in for this one's probe.
-			healthy := res.Traffic.Healthy() && names.alone(t)
+			healthy := res.Traffic.Healthy() && alone
 			if was := r.State.ObserveTraffic(t.Key(), healthy, start); was && !healthy {
 				r.kick(t.Key())
 			}
 		}
-		r.observeAPIServer(ctx, t, res)
+		r.observeAPIServer(ctx, t, res, succeedingSince(res, start, alone))
 	}
+}
+
+// succeedingSince is when the window of res, observed at at, began, if
+// kube-apiserver made calls to the webhook in it and none failed, and no
+// other configuration has a webhook of its name (alone); zero otherwise
+// (decide.Counts.SucceedingSince).
+func succeedingSince(res apimetrics.Result, at time.Time, alone bool) time.Time {
+	if res.Verdict != apimetrics.Healthy || res.Calls == 0 || res.Failed > 0 || !alone {
+		return time.Time{}
+	}
+	return at.Add(-res.Window)
 }
 
 // sharedKey is a webhook name of one kind of configuration.
@@ -252,8 +264,9 @@ func (r *ProbeRunner) webhookNames(ctx context.Context) nameIndex {
 	return idx
 }
 
-// observeAPIServer records one apiserver observation of t.
-func (r *ProbeRunner) observeAPIServer(ctx context.Context, t config.Target, res apimetrics.Result) {
+// observeAPIServer records one apiserver observation of t, with its
+// decide.Counts.SucceedingSince.
+func (r *ProbeRunner) observeAPIServer(ctx context.Context, t config.Target, res apimetrics.Result, succeeding time.Time) {
 	log := logf.FromContext(ctx)
 	labels := []string{string(t.Kind), t.Configuration, t.Webhook}
 	target := []any{"kind", t.Kind, "configuration", t.Configuration, "webhook", t.Webhook}
@@ -289,7 +302,7 @@ func (r *ProbeRunner) observeAPIServer(ctx context.Context, t config.Target, res
 	if open && res.Admitted > 0 {
 		r.Metrics.AdmittedWithout.WithLabelValues(labels...).Add(res.Admitted)
 	}
-	st := r.State.ObserveAPIServer(t.Key(), pr, res.Admitted, res.Marked, open)
+	st := r.State.ObserveAPIServer(t.Key(), pr, succeeding, res.Admitted, res.Marked, open)
 	if log.V(1).Enabled() {
 		log.V(1).Info("Apiserver signal observed", append(target, "verdict", res.Verdict, "observation", res.String())...)
 	}
@@ -359,6 +372,12 @@ func disagreementMessage(t config.Target, st TargetStatus) string {
 	if st.Disagree == decide.SignalAPIServer {
 		return circuit.EventNote("%s: the direct probe is healthy but the apiserver's own calls fail (%v) for %d intervals%s",
 			t.Webhook, st.APIServer.Last.Err, st.DisagreeFor, decide.PathSays(t, st.Path))
+	}
+	if decide.SlowVetoed(st.Counts, st.APIServer) {
+		return circuit.EventNote("%s: the direct probe gives up at its timeout (%s: %v) but the apiserver's own calls succeed, for %d intervals: "+
+			"the webhook answers within its timeoutSeconds, later than the probe waits (or the guard's own path to it is slow); "+
+			"no circuit opens on these probes while the calls keep succeeding; if such answers are normal for this webhook, raise probe.timeout",
+			t.Webhook, st.Counts.Last.Reason, st.Counts.Last.Err, st.DisagreeFor)
 	}
 	return fmt.Sprintf("%s: the direct probe fails (%s: %v) but the apiserver's own calls succeed, for %d intervals: the guard's path to the webhook is broken, not the webhook; check the guard's NetworkPolicy egress, DNS and its node",
 		t.Webhook, st.Counts.Last.Reason, st.Counts.Last.Err, st.DisagreeFor)

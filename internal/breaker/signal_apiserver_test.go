@@ -340,7 +340,7 @@ func TestState_minOpenDoublesPerReopeningUntilTheApiserverIsHealthy(t *testing.T
 		}
 		return out
 	}())
-	s.ObserveAPIServer(tgt.Key(), breakertest.HealthyResult(), 0, 0, false)
+	s.ObserveAPIServer(tgt.Key(), breakertest.HealthyResult(), time.Time{}, 0, 0, false)
 	assert.Equal(t, time.Second, minOpenNow(), "a healthy apiserver observation ends the backoff")
 }
 
@@ -425,6 +425,61 @@ func TestState_SetRoadForgetsThePathProbesCountsWhenNotNeeded(t *testing.T) {
 	assert.Equal(t, decide.RoadService, st.Path.Road)
 }
 
+// A webhook slower than the probe's timeout but within its timeoutSeconds
+// fails every probe while kube-apiserver uses its answers. While the
+// apiserver signal sees its calls made and none failed, in windows that
+// began after the first slow probe was sent, nothing wakes the
+// reconciler: no marking is armed ahead and nothing opens, and the
+// disagreement Event says why. A window with no calls, or with one failed
+// call, lifts the veto, and the next slow probe wakes it to open.
+func TestProbeRunner_slowProbesOpenNothingWhileTheApiserversCallsSucceed(t *testing.T) {
+	slow := breakertest.FailedResult(probe.ReasonTimeout)
+	slow.Slow, slow.Duration = true, 4*time.Second
+	for name, next := range map[string]apimetrics.Sample{
+		"a window without calls lifts the veto": sample(30, 0),
+		"a window with a failed call lifts it":  sample(50, 1),
+	} {
+		t.Run(name, func(t *testing.T) {
+			tgt := breakertest.WithSignal(breakertest.Target(breakertest.WhA, config.ModeBypass, 3, 2))
+			r, trigger := runnerFor(t, breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail)), tgt, slow)
+			clock := r.Clock.(*clocktesting.FakeClock)
+			r.Scraper = &fakeScraper{samples: []apimetrics.Sample{sample(0, 0), sample(10, 0), sample(20, 0), sample(30, 0), next}}
+			s := newAPIServerSignal(r.Targets, 0)
+			require.NotNil(t, s)
+			ctx := context.Background()
+			woke := func() bool {
+				w := len(trigger) > 0
+				for len(trigger) > 0 {
+					<-trigger
+				}
+				return w
+			}
+
+			r.ProbeOnce(ctx, r.Targets[0]) // sent 4 s ago, as the scrapes' baseline is read
+			r.ScrapeOnce(ctx, s)
+			for i := range DisagreeAfter {
+				clock.Step(time.Second)
+				r.ScrapeOnce(ctx, s) // 10 calls since the last read, none failed
+				r.ProbeOnce(ctx, r.Targets[0])
+				assert.False(t, woke(), "slow probe %d woke the reconciler while the apiserver's calls succeed", i+2)
+			}
+			st, _ := r.State.Get(tgt.Key())
+			assert.Equal(t, DisagreeAfter+1, st.Failures)
+			assert.True(t, st.Slow)
+			evs := drainEvents(r)
+			require.Len(t, evs, 1, "%v", evs)
+			assert.Contains(t, evs[0], "SignalsDisagree")
+			assert.Contains(t, evs[0], "the webhook answers within its timeoutSeconds, later than the probe waits")
+			assert.Contains(t, evs[0], "no circuit opens on these probes while the calls keep succeeding")
+
+			clock.Step(time.Second)
+			r.ScrapeOnce(ctx, s)
+			r.ProbeOnce(ctx, r.Targets[0])
+			assert.True(t, woke(), "the next slow probe did not wake the reconciler to open")
+		})
+	}
+}
+
 // Metrics without process_start_time_seconds cannot tell one apiserver
 // from another: the signal is Unknown, reported once, and opens nothing.
 func TestProbeRunner_ScrapeOnce_withoutAProcessStartTimeIsUnknownReportedOnce(t *testing.T) {
@@ -465,7 +520,7 @@ func TestProbeRunner_aURLWebhookGetsNoPathProbeAndASharedNameIsFound(t *testing.
 	require.NoError(t, r.Reader.(client.Client).Create(context.Background(), other))
 	paths := &stubPathProber{result: breakertest.HealthyResult()}
 	r.PathProber = paths
-	r.State.ObserveAPIServer(tgt.Key(), probe.Result{Outcome: probe.OutcomeFailed, Reason: decide.ReasonAPIServerCalls, Err: errors.New("failing")}, 0, 0, false)
+	r.State.ObserveAPIServer(tgt.Key(), probe.Result{Outcome: probe.OutcomeFailed, Reason: decide.ReasonAPIServerCalls, Err: errors.New("failing")}, time.Time{}, 0, 0, false)
 	r.ProbeOnce(context.Background(), tgt)
 	assert.Zero(t, paths.calls)
 	st, _ := r.State.Get(tgt.Key())

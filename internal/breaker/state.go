@@ -105,12 +105,13 @@ func Generation(obj interface{ GetGeneration() int64 }) string {
 	return strconv.FormatInt(obj.GetGeneration(), 10)
 }
 
-// Observe records a probe result for key and returns the new counts.
+// Observe records a probe result for key, which finished at at, and
+// returns the new counts.
 func (s *State) Observe(key string, r probe.Result, at time.Time) decide.Counts {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.targets[key]
-	st.Observe(r)
+	st.ObserveSince(r, at.Add(-r.Duration))
 	st.LastProbe = at
 	st.Problem, st.Unprobeable = "", false
 	s.targets[key] = st
@@ -162,14 +163,16 @@ func (s *State) SetRoad(key string, road decide.Road, shared string, run bool) {
 
 // ObserveAPIServer records an apiserver signal observation for key (an
 // Unknown moves no counter, but openAfter Unknowns in a row forget the
-// failures before them: Counts.ExpireFailures), adds the requests admitted without the
-// webhook while its circuit is open, and tracks whether the two signals
-// disagree. It returns the new status.
-func (s *State) ObserveAPIServer(key string, r probe.Result, admitted, marked float64, open bool) TargetStatus {
+// failures before them: Counts.ExpireFailures) and its SucceedingSince,
+// adds the requests admitted without the webhook while its circuit is
+// open, and tracks whether the two signals disagree. It returns the new
+// status.
+func (s *State) ObserveAPIServer(key string, r probe.Result, succeedingSince time.Time, admitted, marked float64, open bool) TargetStatus {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.targets[key]
 	st.APIServer.Observe(r)
+	st.APIServer.SucceedingSince = succeedingSince
 	st.APIServer.ExpireFailures(s.known[key].openAfter)
 	if r.Outcome == probe.OutcomeHealthy {
 		st.APIServerOpenings = 0

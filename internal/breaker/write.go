@@ -152,7 +152,8 @@ func changeEvents(changes []decide.Change) []changeEvent {
 	for _, k := range kinds {
 		cs := byKind[k]
 		if len(cs) == 1 {
-			events = append(events, changeEvent{kind: k, note: cs[0].Message})
+			// An opening quotes the probe's error, whose URL has no bound.
+			events = append(events, changeEvent{kind: k, note: circuit.EventNote("%s", cs[0].Message)})
 			continue
 		}
 		names, messages := make([]string, len(cs)), make([]string, len(cs))

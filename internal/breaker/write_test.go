@@ -174,4 +174,11 @@ func TestChangeEvents_oneEventPerKindOfChange(t *testing.T) {
 	for _, c := range many {
 		assert.Contains(t, events[0].note, c.Webhook, "every webhook named before the messages are cut")
 	}
+
+	long := opened("a.example.com")
+	long.Message += " (last: timeout: Post \"https://" + strings.Repeat("a", 2000) + ".example.com/mutate\": context deadline exceeded)"
+	events = changeEvents([]decide.Change{long})
+	require.Len(t, events, 1)
+	assert.LessOrEqual(t, len(events[0].note), circuit.EventNoteLimit, "kube-apiserver refuses a longer Event")
+	assert.True(t, strings.HasPrefix(events[0].note, opened("a.example.com").Message))
 }

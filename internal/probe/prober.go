@@ -148,6 +148,7 @@ func (p *Prober) Probe(ctx context.Context, wh admissionregistrationv1.MutatingW
 					stalled.Round(time.Millisecond), res.Duration.Round(time.Millisecond), res.Err)}
 			}
 		}
+		res.Slow = res.Outcome == OutcomeFailed && res.Reason == ReasonTimeout && probeTimeout(wh, spec) < webhookTimeout(wh)
 	}()
 
 	kind := spec.Kind

@@ -701,6 +701,41 @@ func TestProbeObject_realistic(t *testing.T) {
 	assert.Equal(t, "default", generic["metadata"].(map[string]any)["namespace"])
 }
 
+// TestProber_Probe_aTimeoutShortOfTimeoutSecondsIsSlow: a probe that gives
+// up at its own timeout while kube-apiserver would still be waiting is a
+// timeout marked slow; one that waited as long as kube-apiserver does, and
+// any other failure, is not.
+func TestProber_Probe_aTimeoutShortOfTimeoutSecondsIsSlow(t *testing.T) {
+	tests := map[string]struct {
+		hangs          bool // no answer at all; else HTTP 500 at once
+		timeoutSeconds int32
+		spec           Spec
+		reason         FailureReason
+		slow           bool
+	}{
+		"cut at the probe's timeout, below timeoutSeconds": {hangs: true, timeoutSeconds: 2, spec: Spec{Timeout: 100 * time.Millisecond}, reason: ReasonTimeout, slow: true},
+		"cut at timeoutSeconds itself":                     {hangs: true, timeoutSeconds: 1, reason: ReasonTimeout},
+		"an HTTP error before the probe's timeout":         {timeoutSeconds: 2, spec: Spec{Timeout: 100 * time.Millisecond}, reason: ReasonHTTPStatus},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			release := make(chan struct{})
+			wh, _ := localWebhook(t, func(w http.ResponseWriter, r *http.Request) {
+				if tc.hangs {
+					<-release
+				}
+				w.WriteHeader(http.StatusInternalServerError)
+			})
+			t.Cleanup(func() { close(release) }) // before the server closes
+			wh.TimeoutSeconds = ptr.To(tc.timeoutSeconds)
+			res := (&Prober{Discovery: testDiscovery()}).Probe(t.Context(), wh, tc.spec)
+			assert.Equal(t, OutcomeFailed, res.Outcome, "err: %v", res.Err)
+			assert.Equal(t, tc.reason, res.Reason)
+			assert.Equal(t, tc.slow, res.Slow)
+		})
+	}
+}
+
 func TestProbeTimeout_cappedAtTimeoutSeconds(t *testing.T) {
 	wh := admissionregistrationv1.MutatingWebhook{TimeoutSeconds: ptr.To[int32](2)}
 	assert.Equal(t, 2*time.Second, probeTimeout(wh, Spec{Timeout: 5 * time.Second}), "the apiserver gives up after timeoutSeconds")

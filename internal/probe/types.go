@@ -89,6 +89,12 @@ type Result struct {
 	Duration time.Duration
 	// HTTPStatus is the HTTP status code received, when a response arrived.
 	HTTPStatus int
+	// Slow is set on a timeout failure when the probe gave up at its own
+	// timeout, shorter than the webhook's timeoutSeconds: kube-apiserver
+	// would still have been waiting, and would have used an answer that
+	// came in time. It is not set when the probe waited as long as
+	// kube-apiserver does, and never on any other failure.
+	Slow bool
 }
 
 // Spec says how to probe one webhook.

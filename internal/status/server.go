@@ -91,6 +91,10 @@ func (s *Server) Start(ctx context.Context) error {
 	return nil
 }
 
+// SlowVetoedNote ends a row's last result while kube-apiserver's own calls
+// veto an opening on the probe's slow failures (decide.SlowVetoed).
+const SlowVetoedNote = "only slow, and kube-apiserver's own calls to the webhook succeed since the first: nothing opens on these probes"
+
 // probeRow is t's row from the breaker's state.
 func probeRow(t config.Target, state *breaker.State) Row {
 	row := Row{Kind: string(t.Kind), Configuration: t.Configuration, Webhook: t.Webhook}
@@ -151,6 +155,9 @@ func probeRow(t config.Target, state *breaker.State) Row {
 	case st.Last.Outcome == "":
 	case st.Last.Err != nil:
 		row.LastResult = fmt.Sprintf("%s (%s, %s): %v", st.Last.Outcome, st.Last.Reason, st.Last.Duration.Round(time.Millisecond), st.Last.Err)
+		if t.APIServerSignal.Enabled && decide.SlowVetoed(st.Counts, st.APIServer) {
+			row.LastResult += "; " + SlowVetoedNote
+		}
 	default:
 		row.LastResult = fmt.Sprintf("%s (%s)", st.Last.Outcome, st.Last.Duration.Round(time.Millisecond))
 	}

@@ -1,6 +1,8 @@
 package status
 
 import (
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -66,4 +68,25 @@ func TestProbeRow_showsTheFlapDamping(t *testing.T) {
 	row = probeRow(tgt, state)
 	assert.Equal(t, 2, row.Reopenings)
 	assert.Equal(t, "20s", row.DampedFor)
+}
+
+// While kube-apiserver's own calls veto an opening on the probe's slow
+// failures, the leader's row says so after the last result; a failure
+// that is not slow says nothing of the kind.
+func TestProbeRow_saysWhenTheApiserversCallsVetoSlowProbes(t *testing.T) {
+	tgt := config.Target{Kind: circuit.KindMutating, Configuration: "c", Webhook: "w.example.com", Mode: config.ModeBypass, OpenAfter: 3, CloseAfter: 5}
+	tgt.APIServerSignal.Enabled = true
+	at := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	for name, slow := range map[string]bool{"slow": true, "at timeoutSeconds": false} {
+		t.Run(name, func(t *testing.T) {
+			state := breaker.NewState()
+			failed := probe.Result{Outcome: probe.OutcomeFailed, Reason: probe.ReasonTimeout, Err: errors.New("context deadline exceeded"), Duration: 4 * time.Second, Slow: slow}
+			for i := range 3 {
+				state.Observe(tgt.Key(), failed, at.Add(time.Duration(i)*time.Second))
+			}
+			state.ObserveAPIServer(tgt.Key(), probe.Result{Outcome: probe.OutcomeHealthy}, at.Add(time.Second), 0, 0, false)
+			row := probeRow(tgt, state)
+			assert.Equal(t, slow, strings.HasSuffix(row.LastResult, "; "+SlowVetoedNote), row.LastResult)
+		})
+	}
 }

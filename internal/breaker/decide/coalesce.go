@@ -16,11 +16,11 @@ import (
 //
 // So when a transition is due while a sibling in the same configuration
 // is one probe from the same transition (openAfter-1 consecutive
-// failures before an opening, closeAfter-1 consecutive successes before a
-// closing), the step waits, without holding a worker, until that sibling
-// crosses too (the probe runner wakes the reconciler then) or one probe
-// interval has passed since it first waited, whichever comes first
-// (coalesce). A coalescing never outlasts one interval of the transitions
+// failures that kube-apiserver's calls do not veto before an opening,
+// closeAfter-1 consecutive successes before a closing), the step waits,
+// without holding a worker, until that sibling crosses too (the probe
+// runner wakes the reconciler then) or one probe interval has passed
+// since it first waited, whichever comes first (coalesce). A coalescing never outlasts one interval of the transitions
 // it holds back, and a sibling further away is not waited for.
 
 // coalesce reports whether the write of changes waits for a sibling one
@@ -87,7 +87,8 @@ func dueSiblings(s Snapshot, in Inputs, changes []Change) (time.Duration, bool) 
 		}
 		entry, open := s.Record[t.Webhook]
 		switch {
-		case opening && !open && !in.HoldOpen && t.OpenAfter >= 2 && c.Failures == t.OpenAfter-1 && Opens(wh, t.Mode):
+		case opening && !open && !in.HoldOpen && t.OpenAfter >= 2 && c.Failures == t.OpenAfter-1 && Opens(wh, t.Mode) &&
+			!(t.APIServerSignal.Enabled && SlowVetoed(c, ev.APIServer)):
 			return bound, true
 		case closing && open && entry.Mine(in.Signer) && entry.UID == s.View.UID && t.CloseAfter >= 2 && c.Successes == t.CloseAfter-1:
 			return bound, true

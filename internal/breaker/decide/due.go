@@ -20,15 +20,18 @@ func ArmAheadAt(t config.Target) int {
 
 // ArmsAhead reports whether a step on s, given in, would arm marking ahead
 // of an opening: a target of a mutating configuration has ArmAheadAt
-// consecutive failures, fewer than openAfter, its circuit is closed and
-// its marking is not armed.
+// consecutive failures, fewer than openAfter, that kube-apiserver's calls
+// do not veto (SlowVetoed), its circuit is closed and its marking is not
+// armed.
 func ArmsAhead(s Snapshot, in Inputs) bool {
 	if in.HoldOpen || s.RecordErr != nil || s.View.Annotations[circuit.OverrideAnnotation] != "" {
 		return false
 	}
 	for _, t := range in.Targets {
-		c := in.Evidence[t.Webhook].Probe
-		if t.Kind != circuit.KindMutating || t.Observes() || c.Failures < ArmAheadAt(t) || c.Failures >= t.OpenAfter {
+		ev := in.Evidence[t.Webhook]
+		c := ev.Probe
+		if t.Kind != circuit.KindMutating || t.Observes() || c.Failures < ArmAheadAt(t) || c.Failures >= t.OpenAfter ||
+			t.APIServerSignal.Enabled && SlowVetoed(c, ev.APIServer) {
 			continue
 		}
 		wh := circuit.FindWebhook(s.View, t.Webhook)

@@ -1,6 +1,8 @@
 package decide
 
 import (
+	"time"
+
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 	"github.com/webhook-guard/webhook-guard/internal/probe"
@@ -19,6 +21,19 @@ type Counts struct {
 	LastUnknown *probe.Result
 	// Unknowns is the number of consecutive Unknown results.
 	Unknowns int
+	// Slow says that every failure of the current run was only slow
+	// (probe.Result.Slow). It means nothing while Failures is 0.
+	Slow bool
+	// FailingSince is when the first probe of the current run of failures
+	// was sent (ObserveSince); zero when that is not known.
+	FailingSince time.Time
+	// SucceedingSince is, for the apiserver signal, when the window of
+	// its last observation began, if kube-apiserver made calls to the
+	// webhook in it and none failed (neither calling_webhook_error nor
+	// fail-open: a Healthy observation may hold failures below
+	// failureRatio); zero otherwise. The caller sets it with each
+	// observation.
+	SucceedingSince time.Time
 }
 
 // Observe adds one probe result. Unknown moves no counter: a probe that
@@ -29,9 +44,15 @@ func (c *Counts) Observe(r probe.Result) {
 	case probe.OutcomeHealthy:
 		c.Successes++
 		c.Failures = 0
+		c.Slow, c.FailingSince = false, time.Time{}
 	case probe.OutcomeFailed:
 		c.Failures++
 		c.Successes = 0
+		if c.Failures == 1 {
+			c.Slow, c.FailingSince = r.Slow, time.Time{}
+		} else {
+			c.Slow = c.Slow && r.Slow
+		}
 	default:
 		c.LastUnknown = &r
 		c.Unknowns++
@@ -40,6 +61,15 @@ func (c *Counts) Observe(r probe.Result) {
 	c.Last = r
 	c.LastUnknown = nil
 	c.Unknowns = 0
+}
+
+// ObserveSince is Observe of a probe sent at sent: a result that begins a
+// run of failures also sets FailingSince.
+func (c *Counts) ObserveSince(r probe.Result, sent time.Time) {
+	c.Observe(r)
+	if r.Outcome == probe.OutcomeFailed && c.Failures == 1 {
+		c.FailingSince = sent
+	}
 }
 
 // ExpireFailures forgets c's failures once after consecutive Unknown
@@ -176,18 +206,39 @@ func RoadBroken(path Path, openAfter int) bool {
 	return path.Road == RoadService && path.Last.Outcome == probe.OutcomeFailed && path.Failures >= max(openAfter, 1)
 }
 
+// SlowVetoed reports whether kube-apiserver's own calls veto an opening on
+// the direct probe's failures (probeCounts): every failure of the run was
+// only slow (probe.Result.Slow: the probe gave up at its own timeout while
+// kube-apiserver would still have waited), and the apiserver signal's last
+// observation (apiserver) saw the webhook's calls made, none failed, in a
+// window that began no earlier than the run's first probe was sent. Such
+// a webhook answers kube-apiserver, only later than the probe waits.
+//
+// The window must lie within the run: calls that succeeded before the
+// webhook became slow say nothing about it since. A webhook that hangs
+// gives no such window: the calls made after it hung end only at their
+// timeoutSeconds, and fail. No observation since the run began, an
+// Unknown one (no traffic, fewer calls than minRequests) or a failed call
+// in it vetoes nothing.
+func SlowVetoed(probeCounts, apiserver Counts) bool {
+	return probeCounts.Failures > 0 && probeCounts.Slow && !probeCounts.FailingSince.IsZero() &&
+		apiserver.LastUnknown == nil && apiserver.Last.Outcome == probe.OutcomeHealthy &&
+		!apiserver.SucceedingSince.IsZero() && !apiserver.SucceedingSince.Before(probeCounts.FailingSince)
+}
+
 // JudgeTarget is Judge over all of t's evidence: the direct probe's
 // counts, the apiserver signal's, and the path probe's.
 //
 // A closed circuit opens when the direct probe has openAfter consecutive
-// failures (SignalProbe), or when the apiserver's calls failed for
-// openAfter intervals and PathBroken confirms it with openAfter failed
-// path probes (SignalAPIServer; SignalBoth when both), or when the path
-// probe alone has openAfter failures in a row on a service road
-// (SignalRoad): kube-apiserver cannot connect to the webhook's server,
-// which no tenant can cause. The apiserver's calls alone cannot tell a
-// broken road from requests that fail because of what they carry, which
-// any tenant can send, so they open nothing without that confirmation.
+// failures (SignalProbe) that kube-apiserver's own calls do not veto
+// (SlowVetoed), or when the apiserver's calls failed for openAfter
+// intervals and PathBroken confirms it with openAfter failed path probes
+// (SignalAPIServer; SignalBoth when both), or when the path probe alone
+// has openAfter failures in a row on a service road (SignalRoad):
+// kube-apiserver cannot connect to the webhook's server, which no tenant
+// can cause. The apiserver's calls alone cannot tell a broken road from
+// requests that fail because of what they carry, which any tenant can
+// send, so they open nothing without that confirmation.
 //
 // An open circuit the apiserver signal or the road opened on a service
 // road closes on the path probe: closeAfter healthy path probes (and
@@ -211,7 +262,7 @@ func JudgeTarget(open bool, entry circuit.Entry, probeCounts, apiserver Counts, 
 		apiserver, path = Counts{}, Path{}
 	}
 	if !open {
-		byProbe := Judge(false, probeCounts, t.OpenAfter, t.CloseAfter) == Open
+		byProbe := Judge(false, probeCounts, t.OpenAfter, t.CloseAfter) == Open && !SlowVetoed(probeCounts, apiserver)
 		byAPIServer := Judge(false, apiserver, t.OpenAfter, t.CloseAfter) == Open && PathBroken(path, t, t.OpenAfter)
 		switch {
 		case byProbe && byAPIServer:

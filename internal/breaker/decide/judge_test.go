@@ -3,6 +3,7 @@ package decide_test
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -129,6 +130,39 @@ func TestCounts_Observe_lastBookkeeping(t *testing.T) {
 	assert.Empty(t, c.Last.Reason)
 }
 
+// TestCounts_ObserveSince_aRunOfSlowFailures: Slow holds while every
+// failure of the run was only slow, and FailingSince is when the run's
+// first probe was sent; an Unknown continues the run, and both start over
+// with the next run.
+func TestCounts_ObserveSince_aRunOfSlowFailures(t *testing.T) {
+	slow := breakertest.FailedResult(probe.ReasonTimeout)
+	slow.Slow = true
+	at := func(s int) time.Time { return breakertest.Now.Add(time.Duration(s) * time.Second) }
+	var c decide.Counts
+	c.ObserveSince(slow, at(0))
+	c.ObserveSince(breakertest.UnknownResult(), at(1))
+	c.ObserveSince(slow, at(2))
+	assert.True(t, c.Slow)
+	assert.Equal(t, at(0), c.FailingSince)
+
+	c.ObserveSince(breakertest.FailedResult(probe.ReasonRefused), at(3))
+	c.ObserveSince(slow, at(4))
+	assert.False(t, c.Slow, "one failure that is not slow makes the run more than slow")
+	assert.Equal(t, at(0), c.FailingSince)
+
+	c.ObserveSince(breakertest.HealthyResult(), at(5))
+	assert.Zero(t, c.FailingSince)
+	c.ObserveSince(slow, at(6))
+	assert.True(t, c.Slow, "a new run starts over")
+	assert.Equal(t, at(6), c.FailingSince)
+
+	c.Observe(slow)
+	assert.Equal(t, at(6), c.FailingSince, "a result without its time continues the run")
+	c.Failures = 0 // as State.Reset does after a transition
+	c.Observe(slow)
+	assert.Zero(t, c.FailingSince, "a run begun without its time has none")
+}
+
 // An unknown outcome the breaker does not know by name (for example the
 // zero value) must be treated as Unknown too.
 func TestCounts_Observe_unrecognisedOutcomeMovesNothing(t *testing.T) {
@@ -210,6 +244,31 @@ func TestJudgeTarget(t *testing.T) {
 	byBoth := circuit.Entry{Signal: decide.SignalBoth}
 	byProbe := circuit.Entry{Signal: decide.SignalProbe}
 	byRoad := circuit.Entry{Signal: decide.SignalRoad}
+	// A run of probes that gave up at their own timeout, below the
+	// webhook's timeoutSeconds (slow), or at timeoutSeconds (hangs), one a
+	// second from t0; the apiserver's last observation saw the webhook's
+	// calls made, none failed, in a window from since.
+	t0 := breakertest.Now
+	run := func(n int, slowOnly bool) decide.Counts {
+		var c decide.Counts
+		for i := range n {
+			r := breakertest.FailedResult(probe.ReasonTimeout)
+			r.Slow = slowOnly
+			c.ObserveSince(r, t0.Add(time.Duration(i)*time.Second))
+		}
+		return c
+	}
+	slow := func(n int) decide.Counts { return run(n, true) }
+	hangs := func(n int) decide.Counts { return run(n, false) }
+	slowThenRefused := slow(2)
+	slowThenRefused.ObserveSince(breakertest.FailedResult(probe.ReasonRefused), t0.Add(2*time.Second))
+	callsSince := func(since time.Time) decide.Counts {
+		c := healthy(1)
+		c.SucceedingSince = since
+		return c
+	}
+	callsThenUnknown := callsSince(t0.Add(time.Second))
+	callsThenUnknown.Observe(probe.Result{Outcome: probe.OutcomeUnknown, Err: errors.New("no calls")})
 	ignore, bypass := config.ModeIgnore, config.ModeBypass
 	opens, closes, stays := decide.Open, decide.Close, decide.Stay
 	sAPI, sBoth, sProbe := decide.SignalAPIServer, decide.SignalBoth, decide.SignalProbe
@@ -263,6 +322,25 @@ func TestJudgeTarget(t *testing.T) {
 			probe: healthy(9), path: pathFailing(9), disabled: true, want: stays},
 		"a url road has no path probe to open alone": {
 			probe: healthy(9), path: url, want: stays},
+
+		"slow probes open nothing while the apiserver's calls succeed in a window since the first": {
+			probe: slow(3), api: callsSince(t0.Add(time.Second)), want: stays},
+		"slow probes open nothing while the calls succeed in a window from the first one's sending": {
+			probe: slow(3), api: callsSince(t0), want: stays},
+		"slow probes open once the apiserver sees no calls (Unknown)": {
+			probe: slow(3), api: callsThenUnknown, want: opens, wantSignal: sProbe},
+		"slow probes open while the apiserver's calls fail": {
+			probe: slow(3), api: apiFailing(1), want: opens, wantSignal: sProbe},
+		"slow probes open when a call failed in the window, below failureRatio": {
+			probe: slow(3), api: healthy(1), want: opens, wantSignal: sProbe},
+		"slow probes open when the calls succeeded before the first slow probe": {
+			probe: slow(3), api: callsSince(t0.Add(-time.Second)), want: opens, wantSignal: sProbe},
+		"slow probes open when the apiserver signal is disabled": {
+			probe: slow(3), api: callsSince(t0.Add(time.Second)), disabled: true, want: opens, wantSignal: sProbe},
+		"a run with one failure that is not slow opens, whatever the calls": {
+			probe: slowThenRefused, api: callsSince(t0.Add(time.Second)), want: opens, wantSignal: sProbe},
+		"timeouts at timeoutSeconds open, whatever the calls": {
+			probe: hangs(3), api: callsSince(t0.Add(time.Second)), want: opens, wantSignal: sProbe},
 
 		"Bypass closes on the probe alone (no traffic while open)": {
 			open: true, entry: byProbe, mode: bypass, probe: healthy(2), api: apiFailing(4), want: closes},

@@ -38,7 +38,11 @@ func UnknownErr(c Counts) error {
 // an opening by signal.
 func OpenedBecause(signal string, probeCounts, apiserver Counts) (string, string) {
 	probeSays := func() string {
-		return fmt.Sprintf("after %d consecutive failed probes (last: %s: %v)", probeCounts.Failures, probeCounts.Last.Reason, probeCounts.Last.Err)
+		why := fmt.Sprintf("after %d consecutive failed probes (last: %s: %v)", probeCounts.Failures, probeCounts.Last.Reason, probeCounts.Last.Err)
+		if probeCounts.Slow {
+			why += slowNote
+		}
+		return why
 	}
 	apiserverSays := func() string {
 		return fmt.Sprintf("after %d consecutive failing intervals of the apiserver's own calls (last: %v)", apiserver.Failures, apiserver.Last.Err)
@@ -64,6 +68,12 @@ func OpenedBecause(signal string, probeCounts, apiserver Counts) (string, string
 	}
 	return string(probeCounts.Last.Reason), probeSays()
 }
+
+// slowNote ends the explanation of an opening on a run of slow probes
+// (Counts.Slow): kube-apiserver would still have waited for each answer,
+// so the Event says what the veto (SlowVetoed) did not see.
+const slowNote = ", each cut at the probe's timeout, shorter than the webhook's timeoutSeconds, " +
+	"while kube-apiserver's own calls were not seen succeeding since the first of them"
 
 // openedByAPIServer reports whether the apiserver signal opened entry's
 // circuit.

@@ -52,6 +52,36 @@ func TestPlan_open_ignoreMode(t *testing.T) {
 	assert.Equal(t, admissionregistrationv1.Fail, *e.OriginalFailurePolicy)
 }
 
+// An opening on slow probes alone, which kube-apiserver's calls did not
+// veto, says so in its Event; a run with another failure does not.
+func TestPlan_open_onSlowProbesSaysTheCallsWereNotSeenSucceeding(t *testing.T) {
+	slow := breakertest.FailedResult(probe.ReasonTimeout)
+	slow.Slow = true
+	slowRun, mixed := decide.Counts{}, breakertest.Failing(1, probe.ReasonRefused)
+	for range 3 {
+		slowRun.Observe(slow)
+		mixed.Observe(slow)
+	}
+	const note = "each cut at the probe's timeout, shorter than the webhook's timeoutSeconds, while kube-apiserver's own calls were not seen succeeding"
+	for name, tc := range map[string]struct {
+		probe decide.Counts
+		says  bool
+	}{
+		"slow probes alone": {probe: slowRun, says: true},
+		"a refused one too": {probe: mixed},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, changes := breakertest.Plan(t, breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail)), decide.Inputs{
+				Targets:  []config.Target{breakertest.WithSignal(breakertest.Target(breakertest.WhA, config.ModeBypass, 3, 5))},
+				Evidence: map[string]decide.Evidence{breakertest.WhA: {Probe: tc.probe}},
+			})
+			require.Len(t, changes, 1)
+			assert.Equal(t, decide.Opened, changes[0].Kind)
+			assert.Equal(t, tc.says, strings.Contains(changes[0].Message, note), changes[0].Message)
+		})
+	}
+}
+
 func TestPlan_open_bypassThenClose_restoresExactly(t *testing.T) {
 	cases := map[string]struct {
 		policy *admissionregistrationv1.FailurePolicyType
