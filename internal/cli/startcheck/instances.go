@@ -57,7 +57,9 @@ func checkOtherInstances(ctx context.Context, c client.Client, cs kubernetes.Int
 // command that deletes the policy of one that does not.
 func checkOtherPolicies(ctx context.Context, c client.Reader, cfg *config.Configuration, opts admission.Options) error {
 	policies := &admissionregistrationv1.ValidatingAdmissionPolicyList{}
-	if err := c.List(ctx, policies, client.MatchingLabels{"app.kubernetes.io/managed-by": "webhook-guard"}); err != nil {
+	// By name, not by managed-by: Helm sets managed-by to Helm on the guard
+	// policies the chart installs.
+	if err := c.List(ctx, policies, client.MatchingLabels{"app.kubernetes.io/name": "webhook-guard"}); err != nil {
 		return fmt.Errorf("listing other installations' guard policies: %w", err)
 	}
 	var clashes, remedies []string
