@@ -89,19 +89,32 @@ func (r *PolicyChecker) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Res
 	if !changed {
 		return ctrl.Result{}, nil
 	}
-	policy, _ := RenderPolicy(r.Options)
-	regarding := &admissionregistrationv1.ValidatingAdmissionPolicy{TypeMeta: policy.TypeMeta, ObjectMeta: metav1.ObjectMeta{Name: policy.Name}}
+	policy, binding := RenderPolicy(r.Options)
+	var regarding client.Object = &admissionregistrationv1.ValidatingAdmissionPolicy{TypeMeta: policy.TypeMeta, ObjectMeta: metav1.ObjectMeta{Name: policy.Name}}
+	action := "Check"
 	log := logf.FromContext(ctx)
 	if len(problems) == 0 {
 		log.Info("The guard policy is in force", "name", policy.Name)
-		r.Recorder.Eventf(regarding, nil, corev1.EventTypeNormal, ReasonPolicyInForce, "Check", "%s", circuit.EventNote(
+		r.Recorder.Eventf(regarding, nil, corev1.EventTypeNormal, ReasonPolicyInForce, action, "%s", circuit.EventNote(
 			"webhook-guard's ValidatingAdmissionPolicy %s and its binding are the rule it renders (%s, breaker: %s)",
 			policy.Name, r.Options.summary(), r.Options.Breaker()))
 		return ctrl.Result{}, nil
 	}
 	log.Info("The guard policy is not in force: writes by others to the fields the breaker owns are not refused; the breaker goes on",
 		"name", policy.Name, "problems", problems)
-	r.Recorder.Eventf(regarding, nil, corev1.EventTypeWarning, ReasonPolicyNotInForce, "Check", "%s", circuit.EventNote(
+	// Events of one object, reason and action within minutes are one
+	// series that keeps its first note (client-go's events API), so the
+	// Event is about the object of the first problem, and its action says
+	// whether that object is missing or changed: a binding loosened, then
+	// the policy deleted, are two Events.
+	if strings.HasPrefix(problems[0], binding.Kind+" ") {
+		regarding = &admissionregistrationv1.ValidatingAdmissionPolicyBinding{TypeMeta: binding.TypeMeta, ObjectMeta: metav1.ObjectMeta{Name: binding.Name}}
+	}
+	action = "Changed"
+	if strings.HasSuffix(problems[0], " is missing") {
+		action = "Missing"
+	}
+	r.Recorder.Eventf(regarding, nil, corev1.EventTypeWarning, ReasonPolicyNotInForce, action, "%s", circuit.EventNote(
 		"webhook-guard's guard policy is not in force, so writes by others to the fields the breaker owns are not refused (the breaker goes on): %s. "+
 			"Apply the installation's manifests again (helm upgrade, or kustomize build ... | kubectl apply -f -; guard manifests policy renders them)",
 		strings.Join(problems, "; ")))

@@ -332,9 +332,9 @@ func (e *Env) InstallPolicy(ctx context.Context, bin, configPath, breaker string
 	return e.ApplyManifests(ctx, out)
 }
 
-// ApplyManifests applies every object of a YAML or JSON stream with
-// server-side apply, as an administrator (field manager e2e-installer,
-// taking over fields others hold).
+// ApplyManifests puts every object of a YAML or JSON stream in place as an
+// administrator: created, or replaced whole (an update), so that what
+// anyone else changed on it is gone, as after a helm upgrade.
 func (e *Env) ApplyManifests(ctx context.Context, manifests []byte) error {
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(manifests), 4096)
 	for {
@@ -348,8 +348,17 @@ func (e *Env) ApplyManifests(ctx context.Context, manifests []byte) error {
 		if len(obj.Object) == 0 {
 			continue
 		}
-		obj.SetResourceVersion("")
-		if err := e.Client.Patch(ctx, obj, client.Apply, client.ForceOwnership, client.FieldOwner("e2e-installer")); err != nil {
+		live := &unstructured.Unstructured{}
+		live.SetGroupVersionKind(obj.GroupVersionKind())
+		err := e.Client.Get(ctx, client.ObjectKeyFromObject(obj), live)
+		switch {
+		case apierrors.IsNotFound(err):
+			err = e.Client.Create(ctx, obj)
+		case err == nil:
+			obj.SetResourceVersion(live.GetResourceVersion())
+			err = e.Client.Update(ctx, obj)
+		}
+		if err != nil {
 			return fmt.Errorf("applying %s %s: %w", obj.GetKind(), obj.GetName(), err)
 		}
 	}
