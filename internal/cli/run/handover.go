@@ -26,12 +26,12 @@ import (
 
 // handoverLock is the leader-election lock of a guard whose Lease is not
 // in its ServiceAccount's namespace (the shipped manifests keep it in
-// kube-system since issue 31; earlier releases kept it in the guard's
-// namespace). It does not take its Lease while the Lease of the same name
-// in the ServiceAccount's namespace (legacy) is held and not expired:
-// during a rollout from such a release the old leader still leads, and two
-// leaders would both probe and write. Once it has taken its Lease it no
-// longer looks.
+// kube-system; earlier releases kept it in the guard's namespace). It does
+// not take its Lease while the Lease of the same name in the
+// ServiceAccount's namespace (legacy) is held and not expired: during a
+// rollout from such a release the old leader still leads, and two leaders
+// would both probe and write. Once it has taken its Lease it no longer
+// looks.
 //
 // It gives way at once when the legacy Lease is missing, released,
 // expired, or cannot be read, so the wait lasts only as long as an earlier
@@ -46,6 +46,17 @@ type handoverLock struct {
 	// taken is set once this lock has taken its Lease; waiting is set
 	// while it waits, so that the wait is logged once.
 	taken, waiting atomic.Bool
+}
+
+// newHandoverLock returns inner, the lock of the Lease lease, wrapped in a
+// handoverLock when identity is a ServiceAccount whose namespace is not
+// the Lease's; else inner itself.
+func newHandoverLock(inner resourcelock.Interface, cs kubernetes.Interface, identity string, lease client.ObjectKey) resourcelock.Interface {
+	ns, ok := startcheck.ServiceAccountNamespace(identity)
+	if !ok || ns == lease.Namespace {
+		return inner
+	}
+	return &handoverLock{Interface: inner, legacy: client.ObjectKey{Namespace: ns, Name: lease.Name}, leases: cs.CoordinationV1(), now: time.Now}
 }
 
 // Create takes the Lease when it does not exist yet, unless the legacy
@@ -91,9 +102,8 @@ func (l *handoverLock) legacyHolder(ctx context.Context) (string, bool) {
 }
 
 // newLeaseLock builds the leader-election lock controller-runtime would
-// build (on rc, the Lease's own connection: leaseConfig), wrapped in a
-// handoverLock when the Lease is not in the ServiceAccount's namespace of
-// identity. stop ends the recorder of leader election's "became leader"
+// build (on rc, the Lease's own connection: leaseConfig), wrapped by
+// newHandoverLock. stop ends the recorder of leader election's "became leader"
 // Event.
 func newLeaseLock(rc *rest.Config, cs kubernetes.Interface, identity string, o leaderelection.Options) (lock resourcelock.Interface, stop func(), err error) {
 	events, err := typedcorev1.NewForConfig(rc)
@@ -107,9 +117,7 @@ func newLeaseLock(rc *rest.Config, cs kubernetes.Interface, identity string, o l
 		broadcaster.Shutdown()
 		return nil, nil, err
 	}
-	if ns, ok := startcheck.ServiceAccountNamespace(identity); ok && ns != o.LeaderElectionNamespace {
-		lock = &handoverLock{Interface: lock, legacy: client.ObjectKey{Namespace: ns, Name: o.LeaderElectionID}, leases: cs.CoordinationV1(), now: time.Now}
-	}
+	lock = newHandoverLock(lock, cs, identity, client.ObjectKey{Namespace: o.LeaderElectionNamespace, Name: o.LeaderElectionID})
 	return lock, broadcaster.Shutdown, nil
 }
 
