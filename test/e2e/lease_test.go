@@ -50,7 +50,7 @@ func TestLease_anUpgradeLeadsOnlyAfterTheEarlierReleasesLeaderStops(t *testing.T
 
 	this := s.startGuardWith("this-release", cfg, append(timings, "--leader-election-namespace", metav1.NamespaceSystem)...)
 	require.Eventually(t, func() bool {
-		return strings.Contains(this.Logs(), "Waiting to lead: an earlier release's leader still holds its Lease")
+		return strings.Contains(this.Logs(), "Waiting to lead: another revision's leader holds a Lease of this name")
 	}, transition, 50*time.Millisecond, "this release never tried to take its Lease, or took it")
 	assert.Empty(t, holder(metav1.NamespaceSystem), "this release took its Lease while the earlier release's leader led")
 	assert.Equal(t, earlierHolder, holder(s.ns), "the earlier release's leader lost its Lease")

@@ -3,13 +3,13 @@ package run
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -24,59 +24,69 @@ import (
 	"github.com/webhook-guard/webhook-guard/internal/cli/startcheck"
 )
 
-// handoverLock is the leader-election lock of a guard whose Lease is not
-// in its ServiceAccount's namespace (the shipped manifests keep it in
-// kube-system; earlier releases kept it in the guard's namespace). It does
-// not take its Lease while the Lease of the same name in the
-// ServiceAccount's namespace (legacy) is held and not expired: during a
-// rollout from such a release the old leader still leads, and two leaders
-// would both probe and write. Once it has taken its Lease it no longer
-// looks.
+// handoverLock is the leader-election lock of a guard that runs as a
+// ServiceAccount. Before it first leads, it does not take its Lease while
+// a Lease of the same name in another namespace where a rollout can have
+// left it (elsewhere) is held and not expired: a rollout that moves the
+// Lease (an upgrade from a release before the move to kube-system, a
+// rollback, a changed leaseNamespace) runs the pods of both revisions for
+// a while, each revision on its own Lease, and two leaders would both
+// probe and write. Once it has taken its Lease it no longer looks.
 //
-// It gives way at once when the legacy Lease is missing, released,
-// expired, or cannot be read, so the wait lasts only as long as an earlier
-// release's leader renews, and that leader opens and closes circuits
-// meanwhile. Expiry is judged by the legacy Lease's renewTime on this
+// It gives way at once when every such Lease is missing, released,
+// expired, or cannot be read, so the wait lasts only as long as the other
+// revision's leader renews, and that leader opens and closes circuits
+// meanwhile. Expiry is judged by the other Lease's renewTime on this
 // clock: a skewed clock shortens or lengthens the wait by the skew.
 type handoverLock struct {
 	resourcelock.Interface
-	legacy client.ObjectKey
-	leases coordinationv1client.LeasesGetter
-	now    func() time.Time
+	// lease is this guard's Lease; home is its ServiceAccount's
+	// namespace, where its pods and their ReplicaSets are.
+	lease client.ObjectKey
+	home  string
+	cs    kubernetes.Interface
+	now   func() time.Time
 	// taken is set once this lock has taken its Lease; waiting is set
-	// while it waits, so that the wait is logged once.
-	taken, waiting atomic.Bool
+	// while it waits, so that the wait is logged once; unlisted once the
+	// ReplicaSets could not be listed, so that is logged once.
+	taken, waiting, unlisted atomic.Bool
 }
 
 // newHandoverLock returns inner, the lock of the Lease lease, wrapped in a
-// handoverLock when identity is a ServiceAccount whose namespace is not
-// the Lease's; else inner itself.
+// handoverLock when identity is a ServiceAccount; else inner itself: a
+// guard run by hand as a person has no namespace of its own, nor
+// ReplicaSets. A Lease without a namespace is in the ServiceAccount's, as
+// controller-runtime puts it in the pod's.
 func newHandoverLock(inner resourcelock.Interface, cs kubernetes.Interface, identity string, lease client.ObjectKey) resourcelock.Interface {
-	ns, ok := startcheck.ServiceAccountNamespace(identity)
-	if !ok || ns == lease.Namespace {
+	home, ok := startcheck.ServiceAccountNamespace(identity)
+	if !ok {
 		return inner
 	}
-	return &handoverLock{Interface: inner, legacy: client.ObjectKey{Namespace: ns, Name: lease.Name}, leases: cs.CoordinationV1(), now: time.Now}
+	if lease.Namespace == "" {
+		lease.Namespace = home
+	}
+	return &handoverLock{Interface: inner, lease: lease, home: home, cs: cs, now: time.Now}
 }
 
-// Create takes the Lease when it does not exist yet, unless the legacy
-// Lease is still held.
+// Create takes the Lease when it does not exist yet, unless a Lease of
+// its name elsewhere is held.
 func (l *handoverLock) Create(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
 	return l.take(ctx, func() error { return l.Interface.Create(ctx, ler) })
 }
 
-// Update takes or renews the Lease; taking waits for the legacy Lease.
+// Update takes or renews the Lease; taking waits for the Leases of its
+// name elsewhere.
 func (l *handoverLock) Update(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
 	return l.take(ctx, func() error { return l.Interface.Update(ctx, ler) })
 }
 
 func (l *handoverLock) take(ctx context.Context, write func() error) error {
 	if !l.taken.Load() {
-		if holder, held := l.legacyHolder(ctx); held {
+		if other, holder, held := l.heldElsewhere(ctx); held {
 			if !l.waiting.Swap(true) {
-				logf.FromContext(ctx).Info("Waiting to lead: an earlier release's leader still holds its Lease", "lease", l.legacy.String(), "holder", holder)
+				logf.FromContext(ctx).Info("Waiting to lead: another revision's leader holds a Lease of this name", "lease", other.String(), "holder", holder)
 			}
-			return fmt.Errorf("waiting to lead: Lease %s is held by %s, the leader of an earlier release, until it is released or expires", l.legacy, holder)
+			return fmt.Errorf("waiting to lead: Lease %s is held by %s, the leader of another revision, until it is released or expires", other, holder)
 		}
 	}
 	if err := write(); err != nil {
@@ -86,19 +96,55 @@ func (l *handoverLock) take(ctx context.Context, write func() error) error {
 	return nil
 }
 
-// legacyHolder returns the holder of the legacy Lease and whether it still
-// holds it.
-func (l *handoverLock) legacyHolder(ctx context.Context) (string, bool) {
-	lease, err := l.leases.Leases(l.legacy.Namespace).Get(ctx, l.legacy.Name, metav1.GetOptions{})
-	if err != nil {
-		return "", false
+// heldElsewhere returns the first Lease of this lock's name elsewhere that
+// is held and not expired, and its holder.
+func (l *handoverLock) heldElsewhere(ctx context.Context) (client.ObjectKey, string, bool) {
+	for _, ns := range l.elsewhere(ctx) {
+		key := client.ObjectKey{Namespace: ns, Name: l.lease.Name}
+		lease, err := l.cs.CoordinationV1().Leases(ns).Get(ctx, key.Name, metav1.GetOptions{})
+		if err != nil {
+			continue
+		}
+		holder := ptr.Deref(lease.Spec.HolderIdentity, "")
+		if holder == "" || lease.Spec.RenewTime == nil || lease.Spec.LeaseDurationSeconds == nil {
+			continue
+		}
+		expires := lease.Spec.RenewTime.Add(time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second)
+		if l.now().Before(expires) {
+			return key, holder, true
+		}
 	}
-	holder := ptr.Deref(lease.Spec.HolderIdentity, "")
-	if holder == "" || lease.Spec.RenewTime == nil || lease.Spec.LeaseDurationSeconds == nil {
-		return holder, false
+	return client.ObjectKey{}, "", false
+}
+
+// elsewhere returns the namespaces, other than its own Lease's, where a
+// rollout can have left a Lease of this lock's name: its ServiceAccount's
+// namespace (releases before the move to kube-system, and the chart's
+// leaseNamespace ""), kube-system (the shipped manifests), and the
+// --leader-election-namespace of every ReplicaSet's pods in its
+// ServiceAccount's namespace. A Deployment keeps the ReplicaSet of each
+// recent revision, and the one of the revision a rollout replaces until
+// its pods are gone, so a custom leaseNamespace on either side of an
+// upgrade or a rollback is found there. When the ReplicaSets cannot be
+// listed it says so once and looks in the first two.
+func (l *handoverLock) elsewhere(ctx context.Context) []string {
+	namespaces := []string{l.home, metav1.NamespaceSystem}
+	sets, err := l.cs.AppsV1().ReplicaSets(l.home).List(ctx, metav1.ListOptions{})
+	switch {
+	case err != nil:
+		if !l.unlisted.Swap(true) {
+			logf.FromContext(ctx).Info("Cannot list the ReplicaSets in its namespace: before it leads, it waits only for a Lease of its name there and in kube-system",
+				"namespace", l.home, "error", err.Error())
+		}
+	default:
+		for _, rs := range sets.Items {
+			if ns, ok := factory.LeaseNamespaceOfTemplate(rs.Namespace, &rs.Spec.Template); ok {
+				namespaces = append(namespaces, ns)
+			}
+		}
 	}
-	expires := lease.Spec.RenewTime.Add(time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second)
-	return holder, l.now().Before(expires)
+	slices.Sort(namespaces)
+	return slices.DeleteFunc(slices.Compact(namespaces), func(ns string) bool { return ns == l.lease.Namespace })
 }
 
 // newLeaseLock builds the leader-election lock controller-runtime would
