@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -31,13 +32,17 @@ import (
 // Lease (an upgrade from a release before the move to kube-system, a
 // rollback, a changed leaseNamespace) runs the pods of both revisions for
 // a while, each revision on its own Lease, and two leaders would both
-// probe and write. Once it has taken its Lease it no longer looks.
+// probe and write. Nor while such a Lease was released or expired less
+// than settle ago: a follower of that revision which the rollout has not
+// stopped yet takes it at its next try, and would then lead beside this
+// one. Once it has taken its Lease it no longer looks.
 //
-// It gives way at once when every such Lease is missing, released,
-// expired, or cannot be read, so the wait lasts only as long as the other
-// revision's leader renews, and that leader opens and closes circuits
-// meanwhile. Expiry is judged by the other Lease's renewTime on this
-// clock: a skewed clock shortens or lengthens the wait by the skew.
+// It gives way when every such Lease is missing, cannot be read, or was
+// given up more than settle ago, so the wait lasts as long as the other
+// revision's pods renew or take their Lease, plus settle; that revision's
+// leader opens and closes circuits meanwhile. Expiry is judged by the
+// other Lease's renewTime on this clock: a skewed clock shortens or
+// lengthens the wait by the skew.
 type handoverLock struct {
 	resourcelock.Interface
 	// lease is this guard's Lease; home is its ServiceAccount's
@@ -45,19 +50,29 @@ type handoverLock struct {
 	lease client.ObjectKey
 	home  string
 	cs    kubernetes.Interface
-	now   func() time.Time
+	// settle is how long a Lease elsewhere that was given up still
+	// counts (settleTime).
+	settle time.Duration
+	now    func() time.Time
 	// taken is set once this lock has taken its Lease; waiting is set
 	// while it waits, so that the wait is logged once; unlisted once the
 	// ReplicaSets could not be listed, so that is logged once.
 	taken, waiting, unlisted atomic.Bool
 }
 
+// settleTime is the handoverLock's settle for leader election that tries
+// every retryPeriod: client-go's candidates try every retryPeriod to 2.2
+// retryPeriods (its JitterFactor, 1.2), so three leave a follower of the
+// other revision its next try and the request it makes.
+func settleTime(retryPeriod time.Duration) time.Duration { return 3 * retryPeriod }
+
 // newHandoverLock returns inner, the lock of the Lease lease, wrapped in a
-// handoverLock when identity is a ServiceAccount; else inner itself: a
+// handoverLock that waits settle after another revision's Lease is given
+// up, when identity is a ServiceAccount; else inner itself: a
 // guard run by hand as a person has no namespace of its own, nor
 // ReplicaSets. A Lease without a namespace is in the ServiceAccount's, as
 // controller-runtime puts it in the pod's.
-func newHandoverLock(inner resourcelock.Interface, cs kubernetes.Interface, identity string, lease client.ObjectKey) resourcelock.Interface {
+func newHandoverLock(inner resourcelock.Interface, cs kubernetes.Interface, identity string, lease client.ObjectKey, settle time.Duration) resourcelock.Interface {
 	home, ok := startcheck.ServiceAccountNamespace(identity)
 	if !ok {
 		return inner
@@ -65,7 +80,7 @@ func newHandoverLock(inner resourcelock.Interface, cs kubernetes.Interface, iden
 	if lease.Namespace == "" {
 		lease.Namespace = home
 	}
-	return &handoverLock{Interface: inner, lease: lease, home: home, cs: cs, now: time.Now}
+	return &handoverLock{Interface: inner, lease: lease, home: home, cs: cs, settle: settle, now: time.Now}
 }
 
 // Create takes the Lease when it does not exist yet, unless a Lease of
@@ -82,11 +97,11 @@ func (l *handoverLock) Update(ctx context.Context, ler resourcelock.LeaderElecti
 
 func (l *handoverLock) take(ctx context.Context, write func() error) error {
 	if !l.taken.Load() {
-		if other, holder, held := l.heldElsewhere(ctx); held {
+		if other, why, blocked := l.blockedBy(ctx); blocked {
 			if !l.waiting.Swap(true) {
-				logf.FromContext(ctx).Info("Waiting to lead: another revision's leader holds a Lease of this name", "lease", other.String(), "holder", holder)
+				logf.FromContext(ctx).Info("Waiting to lead: another revision's leader holds a Lease of this name", "lease", other.String(), "state", why)
 			}
-			return fmt.Errorf("waiting to lead: Lease %s is held by %s, the leader of another revision, until it is released or expires", other, holder)
+			return fmt.Errorf("waiting to lead: Lease %s %s", other, why)
 		}
 	}
 	if err := write(); err != nil {
@@ -96,25 +111,43 @@ func (l *handoverLock) take(ctx context.Context, write func() error) error {
 	return nil
 }
 
-// heldElsewhere returns the first Lease of this lock's name elsewhere that
-// is held and not expired, and its holder.
-func (l *handoverLock) heldElsewhere(ctx context.Context) (client.ObjectKey, string, bool) {
+// blockedBy returns the first Lease of this lock's name elsewhere that
+// keeps it from taking its own, and why (blocks).
+func (l *handoverLock) blockedBy(ctx context.Context) (client.ObjectKey, string, bool) {
 	for _, ns := range l.elsewhere(ctx) {
 		key := client.ObjectKey{Namespace: ns, Name: l.lease.Name}
 		lease, err := l.cs.CoordinationV1().Leases(ns).Get(ctx, key.Name, metav1.GetOptions{})
 		if err != nil {
 			continue
 		}
-		holder := ptr.Deref(lease.Spec.HolderIdentity, "")
-		if holder == "" || lease.Spec.RenewTime == nil || lease.Spec.LeaseDurationSeconds == nil {
-			continue
-		}
-		expires := lease.Spec.RenewTime.Add(time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second)
-		if l.now().Before(expires) {
-			return key, holder, true
+		if why, blocks := l.blocks(lease); blocks {
+			return key, why, true
 		}
 	}
 	return client.ObjectKey{}, "", false
+}
+
+// blocks says whether lease, of this lock's name elsewhere, keeps it from
+// taking its own, and why: it is held and not expired, or it was released
+// or expired less than settle ago. A Lease without a renewTime, or held
+// without a duration, does not: leader election writes both.
+func (l *handoverLock) blocks(lease *coordinationv1.Lease) (string, bool) {
+	holder := ptr.Deref(lease.Spec.HolderIdentity, "")
+	if lease.Spec.RenewTime == nil || holder != "" && lease.Spec.LeaseDurationSeconds == nil {
+		return "", false
+	}
+	now, free := l.now(), lease.Spec.RenewTime.Time // released when it was last written
+	if holder != "" {
+		free = free.Add(time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second)
+		if now.Before(free) {
+			return fmt.Sprintf("is held by %s, the leader of another revision, until it is released or expires", holder), true
+		}
+	}
+	if until := free.Add(l.settle); now.Before(until) {
+		return fmt.Sprintf("was given up at %s; a follower of its revision may still take it until %s",
+			free.UTC().Format(time.RFC3339), until.UTC().Format(time.RFC3339)), true
+	}
+	return "", false
 }
 
 // elsewhere returns the namespaces, other than its own Lease's, where a
@@ -149,9 +182,9 @@ func (l *handoverLock) elsewhere(ctx context.Context) []string {
 
 // newLeaseLock builds the leader-election lock controller-runtime would
 // build (on rc, the Lease's own connection: leaseConfig), wrapped by
-// newHandoverLock. stop ends the recorder of leader election's "became leader"
+// newHandoverLock with settle. stop ends the recorder of leader election's "became leader"
 // Event.
-func newLeaseLock(rc *rest.Config, cs kubernetes.Interface, identity string, o leaderelection.Options) (lock resourcelock.Interface, stop func(), err error) {
+func newLeaseLock(rc *rest.Config, cs kubernetes.Interface, identity string, o leaderelection.Options, settle time.Duration) (lock resourcelock.Interface, stop func(), err error) {
 	events, err := typedcorev1.NewForConfig(rc)
 	if err != nil {
 		return nil, nil, err
@@ -163,7 +196,7 @@ func newLeaseLock(rc *rest.Config, cs kubernetes.Interface, identity string, o l
 		broadcaster.Shutdown()
 		return nil, nil, err
 	}
-	lock = newHandoverLock(lock, cs, identity, client.ObjectKey{Namespace: o.LeaderElectionNamespace, Name: o.LeaderElectionID})
+	lock = newHandoverLock(lock, cs, identity, client.ObjectKey{Namespace: o.LeaderElectionNamespace, Name: o.LeaderElectionID}, settle)
 	return lock, broadcaster.Shutdown, nil
 }
 

@@ -109,7 +109,7 @@ func TestHandoverLock_renewsWithoutLooking(t *testing.T) {
 func TestNewLeaseLock_waitsWhereverTheLeaseIs(t *testing.T) {
 	rc := &rest.Config{Host: "https://127.0.0.1:1"}
 	opts := leaderelection.Options{LeaderElection: true, LeaderElectionNamespace: "kube-system", LeaderElectionID: "webhook-guard.webhook-guard.io", RenewDeadline: 10 * time.Second}
-	lock, stop, err := newLeaseLock(rc, fake.NewClientset(), "system:serviceaccount:guard:webhook-guard", opts)
+	lock, stop, err := newLeaseLock(rc, fake.NewClientset(), "system:serviceaccount:guard:webhook-guard", opts, 6*time.Second)
 	require.NoError(t, err)
 	defer stop()
 	h, ok := lock.(*handoverLock)
@@ -119,14 +119,14 @@ func TestNewLeaseLock_waitsWhereverTheLeaseIs(t *testing.T) {
 	assert.Equal(t, "kube-system/webhook-guard.webhook-guard.io", lock.Describe())
 
 	opts.LeaderElectionNamespace = "guard"
-	lock, stop2, err := newLeaseLock(rc, fake.NewClientset(), "system:serviceaccount:guard:webhook-guard", opts)
+	lock, stop2, err := newLeaseLock(rc, fake.NewClientset(), "system:serviceaccount:guard:webhook-guard", opts, 6*time.Second)
 	require.NoError(t, err)
 	defer stop2()
 	_, ok = lock.(*handoverLock)
 	assert.True(t, ok, "the Lease in the guard's namespace: a rollback from kube-system waits too")
 
 	opts.LeaderElectionNamespace = "kube-system"
-	lock, stop3, err := newLeaseLock(rc, fake.NewClientset(), "alice@example.com", opts)
+	lock, stop3, err := newLeaseLock(rc, fake.NewClientset(), "alice@example.com", opts, 6*time.Second)
 	require.NoError(t, err)
 	defer stop3()
 	_, ok = lock.(*handoverLock)
@@ -185,7 +185,7 @@ func TestHandoverLock_waitsWhicheverWayTheLeaseMoves(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			inner := &writesLock{}
-			l := newHandoverLock(inner, fake.NewClientset(tc.objs...), sa, client.ObjectKey{Namespace: tc.own, Name: "webhook-guard.webhook-guard.io"})
+			l := newHandoverLock(inner, fake.NewClientset(tc.objs...), sa, client.ObjectKey{Namespace: tc.own, Name: "webhook-guard.webhook-guard.io"}, 6*time.Second)
 			if h, ok := l.(*handoverLock); ok {
 				h.now = func() time.Time { return handoverNow }
 			}
@@ -213,7 +213,7 @@ func TestHandoverLock_looksOnlyWhereARolloutCanHaveLeftTheLease(t *testing.T) {
 	own := client.ObjectKey{Namespace: "kube-system", Name: "webhook-guard.webhook-guard.io"}
 
 	inner := &writesLock{}
-	l := newHandoverLock(inner, fake.NewClientset(leaseIn("leases", "other-pod_1", held)), sa, own)
+	l := newHandoverLock(inner, fake.NewClientset(leaseIn("leases", "other-pod_1", held)), sa, own, 6*time.Second)
 	require.NoError(t, l.Create(t.Context(), resourcelock.LeaderElectionRecord{}), "no ReplicaSet names namespace leases")
 
 	cs := fake.NewClientset(leaseIn("guard", "old-pod_1", held), leaseIn("leases", "old-pod_1", held), guardReplicaSet("guard", "webhook-guard-1", "leases"))
@@ -221,9 +221,40 @@ func TestHandoverLock_looksOnlyWhereARolloutCanHaveLeftTheLease(t *testing.T) {
 		return true, nil, apierrors.NewForbidden(appsv1.Resource("replicasets"), "", errors.New("no RBAC"))
 	})
 	inner = &writesLock{}
-	l = newHandoverLock(inner, cs, sa, own)
+	l = newHandoverLock(inner, cs, sa, own, 6*time.Second)
 	l.(*handoverLock).now = func() time.Time { return handoverNow }
 	assert.ErrorContains(t, l.Create(t.Context(), resourcelock.LeaderElectionRecord{}), "Lease guard/webhook-guard.webhook-guard.io is held by old-pod_1",
 		"the ReplicaSets cannot be listed: it still looks in its ServiceAccount's namespace")
 	assert.Zero(t, inner.creates)
+}
+
+// A Lease elsewhere that its leader released, or let expire, a moment ago
+// may be taken by another pod of that revision at its next try (a
+// follower of the old release, while the rollout has not stopped it yet):
+// the guard waits settle for that before it leads beside it.
+func TestHandoverLock_waitsForAFollowerOfTheOtherRevision(t *testing.T) {
+	for name, tc := range map[string]struct {
+		lease *coordinationv1.Lease
+		waits bool
+	}{
+		"released 1 s ago: a follower may still take it":          {leaseIn("guard", "", handoverNow.Add(-time.Second)), true},
+		"expired 2 s ago: a follower may still take it":           {leaseIn("guard", "old-pod_1", handoverNow.Add(-17*time.Second)), true},
+		"released 7 s ago: no follower took it, it takes its own": {leaseIn("guard", "", handoverNow.Add(-7*time.Second)), false},
+		"expired 7 s ago: no follower took it, it takes its own":  {leaseIn("guard", "old-pod_1", handoverNow.Add(-22*time.Second)), false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			inner := &writesLock{}
+			l := &handoverLock{Interface: inner, lease: client.ObjectKey{Namespace: "kube-system", Name: "webhook-guard.webhook-guard.io"}, home: "guard",
+				cs: fake.NewClientset(tc.lease), now: func() time.Time { return handoverNow }}
+			l.settle = 6 * time.Second
+			err := l.Create(t.Context(), resourcelock.LeaderElectionRecord{HolderIdentity: "new-pod_2"})
+			if tc.waits {
+				assert.ErrorContains(t, err, "waiting to lead: Lease guard/webhook-guard.webhook-guard.io")
+				assert.Zero(t, inner.creates, "it took its Lease while a follower of the other revision could take the other")
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, 1, inner.creates)
+		})
+	}
 }
