@@ -84,43 +84,59 @@ func newHandoverLock(inner resourcelock.Interface, cs kubernetes.Interface, iden
 }
 
 // Create takes the Lease when it does not exist yet, unless a Lease of
-// its name elsewhere is held.
+// its name elsewhere blocks it.
 func (l *handoverLock) Create(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
-	return l.take(ctx, func() error { return l.Interface.Create(ctx, ler) })
+	return l.take(ctx, ler, func() error { return l.Interface.Create(ctx, ler) })
 }
 
 // Update takes or renews the Lease; taking waits for the Leases of its
 // name elsewhere.
 func (l *handoverLock) Update(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
-	return l.take(ctx, func() error { return l.Interface.Update(ctx, ler) })
+	return l.take(ctx, ler, func() error { return l.Interface.Update(ctx, ler) })
 }
 
-func (l *handoverLock) take(ctx context.Context, write func() error) error {
-	if !l.taken.Load() {
-		if other, why, blocked := l.blockedBy(ctx); blocked {
-			if !l.waiting.Swap(true) {
-				logf.FromContext(ctx).Info("Waiting to lead: another revision's leader holds a Lease of this name", "lease", other.String(), "state", why)
-			}
-			return fmt.Errorf("waiting to lead: Lease %s %s", other, why)
+// take writes ler with write, first checking, until it has taken its
+// Lease, that no Lease elsewhere blocks it. After the write that takes
+// its Lease it looks again: a guard of the other revision may have looked
+// at this one's Lease at the same moment and taken its own. Of two guards
+// that each write and then read, at least one reads after the other's
+// write, so at least one of them finds the other's Lease held; that one
+// gives its own back (as leader election releases it) and leads later.
+func (l *handoverLock) take(ctx context.Context, ler resourcelock.LeaderElectionRecord, write func() error) error {
+	if l.taken.Load() {
+		return write()
+	}
+	if other, why, blocked := l.blockedBy(ctx, l.settle); blocked {
+		if !l.waiting.Swap(true) {
+			logf.FromContext(ctx).Info("Waiting to lead: another revision's leader holds a Lease of this name", "lease", other.String(), "state", why)
 		}
+		return fmt.Errorf("waiting to lead: Lease %s %s", other, why)
 	}
 	if err := write(); err != nil {
 		return err
+	}
+	if other, why, blocked := l.blockedBy(ctx, 0); blocked {
+		now := metav1.NewTime(l.now())
+		release := resourcelock.LeaderElectionRecord{LeaderTransitions: ler.LeaderTransitions, LeaseDurationSeconds: 1, RenewTime: now, AcquireTime: now}
+		if err := l.Interface.Update(ctx, release); err != nil {
+			return fmt.Errorf("giving back Lease %s, as Lease %s was taken at the same moment: %w", l.lease, other, err)
+		}
+		return fmt.Errorf("waiting to lead: Lease %s %s; it was taken at the same moment as this one", other, why)
 	}
 	l.taken.Store(true)
 	return nil
 }
 
 // blockedBy returns the first Lease of this lock's name elsewhere that
-// keeps it from taking its own, and why (blocks).
-func (l *handoverLock) blockedBy(ctx context.Context) (client.ObjectKey, string, bool) {
+// keeps it from taking its own, with settle, and why (blocks).
+func (l *handoverLock) blockedBy(ctx context.Context, settle time.Duration) (client.ObjectKey, string, bool) {
 	for _, ns := range l.elsewhere(ctx) {
 		key := client.ObjectKey{Namespace: ns, Name: l.lease.Name}
 		lease, err := l.cs.CoordinationV1().Leases(ns).Get(ctx, key.Name, metav1.GetOptions{})
 		if err != nil {
 			continue
 		}
-		if why, blocks := l.blocks(lease); blocks {
+		if why, blocks := l.blocks(lease, settle); blocks {
 			return key, why, true
 		}
 	}
@@ -131,7 +147,7 @@ func (l *handoverLock) blockedBy(ctx context.Context) (client.ObjectKey, string,
 // taking its own, and why: it is held and not expired, or it was released
 // or expired less than settle ago. A Lease without a renewTime, or held
 // without a duration, does not: leader election writes both.
-func (l *handoverLock) blocks(lease *coordinationv1.Lease) (string, bool) {
+func (l *handoverLock) blocks(lease *coordinationv1.Lease, settle time.Duration) (string, bool) {
 	holder := ptr.Deref(lease.Spec.HolderIdentity, "")
 	if lease.Spec.RenewTime == nil || holder != "" && lease.Spec.LeaseDurationSeconds == nil {
 		return "", false
@@ -143,7 +159,7 @@ func (l *handoverLock) blocks(lease *coordinationv1.Lease) (string, bool) {
 			return fmt.Sprintf("is held by %s, the leader of another revision, until it is released or expires", holder), true
 		}
 	}
-	if until := free.Add(l.settle); now.Before(until) {
+	if until := free.Add(settle); now.Before(until) {
 		return fmt.Sprintf("was given up at %s; a follower of its revision may still take it until %s",
 			free.UTC().Format(time.RFC3339), until.UTC().Format(time.RFC3339)), true
 	}

@@ -24,20 +24,32 @@ import (
 )
 
 // writesLock is a resourcelock.Interface that counts the writes it is
-// asked for.
+// asked for, keeps the last record written, and calls written (when set)
+// after each.
 type writesLock struct {
 	resourcelock.Interface
 	creates, updates int
+	last             resourcelock.LeaderElectionRecord
+	written          func()
 }
 
-func (l *writesLock) Create(context.Context, resourcelock.LeaderElectionRecord) error {
+func (l *writesLock) Create(_ context.Context, ler resourcelock.LeaderElectionRecord) error {
 	l.creates++
+	l.wrote(ler)
 	return nil
 }
 
-func (l *writesLock) Update(context.Context, resourcelock.LeaderElectionRecord) error {
+func (l *writesLock) Update(_ context.Context, ler resourcelock.LeaderElectionRecord) error {
 	l.updates++
+	l.wrote(ler)
 	return nil
+}
+
+func (l *writesLock) wrote(ler resourcelock.LeaderElectionRecord) {
+	l.last = ler
+	if l.written != nil {
+		l.written()
+	}
 }
 
 var handoverNow = time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
@@ -94,7 +106,8 @@ func TestHandoverLock_renewsWithoutLooking(t *testing.T) {
 	inner := &writesLock{}
 	l := &handoverLock{Interface: inner, lease: client.ObjectKey{Namespace: "kube-system", Name: "webhook-guard.webhook-guard.io"}, home: "guard", cs: cs, now: func() time.Time { return handoverNow }}
 	require.NoError(t, l.Create(t.Context(), resourcelock.LeaderElectionRecord{}))
-	require.Equal(t, 1, gets)
+	require.NotZero(t, gets)
+	taking := gets
 	// An earlier release's leader appears (a rollback): this one leads
 	// already and keeps its Lease.
 	_, err := cs.CoordinationV1().Leases("guard").Create(t.Context(), legacyLease("old-pod_1", handoverNow), metav1.CreateOptions{})
@@ -102,7 +115,7 @@ func TestHandoverLock_renewsWithoutLooking(t *testing.T) {
 	for range 3 {
 		require.NoError(t, l.Update(t.Context(), resourcelock.LeaderElectionRecord{}))
 	}
-	assert.Equal(t, 1, gets, "a renewal read the legacy Lease")
+	assert.Equal(t, taking, gets, "a renewal read the legacy Lease")
 	assert.Equal(t, 3, inner.updates)
 }
 
@@ -257,4 +270,32 @@ func TestHandoverLock_waitsForAFollowerOfTheOtherRevision(t *testing.T) {
 			assert.Equal(t, 1, inner.creates)
 		})
 	}
+}
+
+// Two guards of two revisions may each look at the other's Lease at the
+// same moment, find it free, and take their own. Each looks again after
+// its write; of two such reads, at least one follows the other guard's
+// write, and that guard gives its Lease back before it leads.
+func TestHandoverLock_givesItsLeaseBackWhenTheOtherRevisionTookItsAtTheSameMoment(t *testing.T) {
+	cs := fake.NewClientset()
+	inner := &writesLock{}
+	inner.written = func() {
+		inner.written = nil
+		_, err := cs.CoordinationV1().Leases("guard").Create(t.Context(), leaseIn("guard", "old-pod_2", handoverNow), metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	l := &handoverLock{Interface: inner, lease: client.ObjectKey{Namespace: "kube-system", Name: "webhook-guard.webhook-guard.io"}, home: "guard",
+		cs: cs, settle: 6 * time.Second, now: func() time.Time { return handoverNow }}
+	err := l.Create(t.Context(), resourcelock.LeaderElectionRecord{HolderIdentity: "new-pod_1", LeaderTransitions: 3})
+	assert.ErrorContains(t, err, "waiting to lead: Lease guard/webhook-guard.webhook-guard.io is held by old-pod_2")
+	assert.Equal(t, 1, inner.creates)
+	require.Equal(t, 1, inner.updates, "it did not give its Lease back")
+	assert.Empty(t, inner.last.HolderIdentity, "it gave its Lease back with a holder")
+	assert.Equal(t, 3, inner.last.LeaderTransitions)
+	assert.Equal(t, 1, inner.last.LeaseDurationSeconds)
+	assert.False(t, l.taken.Load())
+
+	// The other one leads; this one keeps waiting without writing.
+	assert.Error(t, l.Update(t.Context(), resourcelock.LeaderElectionRecord{HolderIdentity: "new-pod_1"}))
+	assert.Equal(t, 1, inner.updates)
 }
