@@ -124,6 +124,12 @@ func TestRBAC_isLeastPrivilegeOnPaper(t *testing.T) {
 					assert.True(t, strings.HasPrefix(name, "https:"), "%s rule %d: %q is not the name RBAC sees, https:<service>:<port>", where, i, name)
 				}
 			}
+			if slices.Contains(rule.Resources, "deployments") && role.Kind == "ClusterRole" {
+				// Another installation's Deployment says where its
+				// Lease is: by the shipped name, get only.
+				assert.Equal(t, []string{"get"}, rule.Verbs, "%s rule %d: Deployments are only read", where, i)
+				assert.Equal(t, []string{factory.DefaultDeployment}, rule.ResourceNames, "%s rule %d: the guard's Deployment only", where, i)
+			}
 			if slices.Contains(rule.Resources, "replicasets") {
 				// Before it first leads, the guard reads where each
 				// revision of its Deployment keeps its Lease (the

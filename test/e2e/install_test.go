@@ -264,6 +264,12 @@ func TestInstall_RBACIsLeastPrivilege(t *testing.T) {
 		"not list ReplicaSets elsewhere":    {[]string{"list", "replicasets.apps", "-n", "default"}, false},
 		"not update ReplicaSets":            {[]string{"update", "replicasets.apps", "-n", installNamespace}, false},
 		"not list Pods in its namespace":    {[]string{"list", "pods", "-n", installNamespace}, false},
+		// Whether another installation runs: its Deployment says where
+		// its Lease is.
+		"get another installation's Deployment by its name": {[]string{"get", "deployments.apps/webhook-guard", "-n", "anywhere"}, true},
+		"not get another Deployment":                        {[]string{"get", "deployments.apps/other", "-n", installNamespace}, false},
+		"not list Deployments":                              {[]string{"list", "deployments.apps", "-A"}, false},
+		"not update its own Deployment":                     {[]string{"update", "deployments.apps/webhook-guard", "-n", installNamespace}, false},
 		// Events about cluster-scoped objects in kube-system, out of
 		// reach of policy engines' */* webhooks (issue 31).
 		"create events.k8s.io Events in kube-system":               {[]string{"create", "events.events.k8s.io", "-n", "kube-system"}, true},
