@@ -54,7 +54,7 @@ func TestLease_anUpgradeLeadsOnlyAfterTheEarlierReleasesLeaderStops(t *testing.T
 
 	this := s.startGuardWith("this-release", cfg, append(timings, "--leader-election-namespace", metav1.NamespaceSystem)...)
 	require.Eventually(t, func() bool {
-		return strings.Contains(this.Logs(), "Waiting to lead: another revision's leader holds a Lease of this name")
+		return strings.Contains(this.Logs(), "Waiting to lead: another revision keeps a Lease of this name")
 	}, transition, 50*time.Millisecond, "this release never tried to take its Lease, or took it")
 	assert.Empty(t, holder(metav1.NamespaceSystem), "this release took its Lease while the earlier release's leader led")
 	assert.Equal(t, earlierHolder, holder(s.ns), "the earlier release's leader lost its Lease")
@@ -114,7 +114,7 @@ func TestLease_oneLeaderInAnUpgradeAndARollbackWhicheverWayTheLeaseMoves(t *test
 			waits := func(g interface{ Logs() string }, who, namespace string) {
 				t.Helper()
 				assert.Eventually(t, func() bool {
-					return strings.Contains(g.Logs(), "Waiting to lead: another revision's leader holds a Lease of this name")
+					return strings.Contains(g.Logs(), "Waiting to lead: another revision keeps a Lease of this name")
 				}, transition, 50*time.Millisecond, "%s never waited for the other revision's leader", who)
 				assert.Contains(t, g.Logs(), namespace+"/"+name, "%s waited for another Lease", who)
 			}

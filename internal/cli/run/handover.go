@@ -35,7 +35,8 @@ import (
 // probe and write. Nor while such a Lease was released or expired less
 // than settle ago: a follower of that revision which the rollout has not
 // stopped yet takes it at its next try, and would then lead beside this
-// one. Once it has taken its Lease it no longer looks.
+// one. After the write that takes its Lease it looks once more (take);
+// once it has taken its Lease it no longer looks.
 //
 // It gives way when every such Lease is missing, cannot be read, or was
 // given up more than settle ago, so the wait lasts as long as the other
@@ -68,10 +69,10 @@ func settleTime(retryPeriod time.Duration) time.Duration { return 3 * retryPerio
 
 // newHandoverLock returns inner, the lock of the Lease lease, wrapped in a
 // handoverLock that waits settle after another revision's Lease is given
-// up, when identity is a ServiceAccount; else inner itself: a
-// guard run by hand as a person has no namespace of its own, nor
-// ReplicaSets. A Lease without a namespace is in the ServiceAccount's, as
-// controller-runtime puts it in the pod's.
+// up, when identity is a ServiceAccount; else inner itself: a guard run by
+// hand as a person has no namespace of its own, nor ReplicaSets. A Lease
+// without a namespace is in the ServiceAccount's, as controller-runtime
+// puts it in the pod's.
 func newHandoverLock(inner resourcelock.Interface, cs kubernetes.Interface, identity string, lease client.ObjectKey, settle time.Duration) resourcelock.Interface {
 	home, ok := startcheck.ServiceAccountNamespace(identity)
 	if !ok {
@@ -108,7 +109,7 @@ func (l *handoverLock) take(ctx context.Context, ler resourcelock.LeaderElection
 	}
 	if other, why, blocked := l.blockedBy(ctx, l.settle); blocked {
 		if !l.waiting.Swap(true) {
-			logf.FromContext(ctx).Info("Waiting to lead: another revision's leader holds a Lease of this name", "lease", other.String(), "state", why)
+			logf.FromContext(ctx).Info("Waiting to lead: another revision keeps a Lease of this name", "lease", other.String(), "state", why)
 		}
 		return fmt.Errorf("waiting to lead: Lease %s %s", other, why)
 	}
@@ -198,8 +199,8 @@ func (l *handoverLock) elsewhere(ctx context.Context) []string {
 
 // newLeaseLock builds the leader-election lock controller-runtime would
 // build (on rc, the Lease's own connection: leaseConfig), wrapped by
-// newHandoverLock with settle. stop ends the recorder of leader election's "became leader"
-// Event.
+// newHandoverLock with settle. stop ends the recorder of leader
+// election's "became leader" Event.
 func newLeaseLock(rc *rest.Config, cs kubernetes.Interface, identity string, o leaderelection.Options, settle time.Duration) (lock resourcelock.Interface, stop func(), err error) {
 	events, err := typedcorev1.NewForConfig(rc)
 	if err != nil {
