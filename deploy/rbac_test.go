@@ -124,6 +124,20 @@ func TestRBAC_isLeastPrivilegeOnPaper(t *testing.T) {
 					assert.True(t, strings.HasPrefix(name, "https:"), "%s rule %d: %q is not the name RBAC sees, https:<service>:<port>", where, i, name)
 				}
 			}
+			if slices.Contains(rule.Resources, "deployments") && role.Kind == "ClusterRole" {
+				// Another installation's Deployment says where its
+				// Lease is: by the shipped name, get only.
+				assert.Equal(t, []string{"get"}, rule.Verbs, "%s rule %d: Deployments are only read", where, i)
+				assert.Equal(t, []string{factory.DefaultDeployment}, rule.ResourceNames, "%s rule %d: the guard's Deployment only", where, i)
+			}
+			if slices.Contains(rule.Resources, "replicasets") {
+				// Before it first leads, the guard reads where each
+				// revision of its Deployment keeps its Lease (the
+				// handover): its own ReplicaSets, listed, nothing else.
+				assert.Equal(t, "Role", role.Kind, "%s rule %d: ReplicaSets only in the guard's namespace", where, i)
+				assert.Equal(t, []string{"list"}, rule.Verbs, "%s rule %d: the handover only lists ReplicaSets", where, i)
+				assert.Equal(t, []string{"replicasets"}, rule.Resources, "%s rule %d: ReplicaSets alone", where, i)
+			}
 			for _, res := range []string{"endpoints", "endpointslices", "pods"} {
 				if role.Name == "webhook-guard-status-user" && res == "pods" {
 					continue // get on its own pods, to proxy to /status
@@ -132,7 +146,7 @@ func TestRBAC_isLeastPrivilegeOnPaper(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"ClusterRole/webhook-guard", "ClusterRole/webhook-guard-targets", "Role/webhook-guard-leader-election", "Role/webhook-guard-events", "Role/webhook-guard-canary"} {
+	for _, want := range []string{"ClusterRole/webhook-guard", "ClusterRole/webhook-guard-targets", "Role/webhook-guard-leader-election", "Role/webhook-guard-events", "Role/webhook-guard-canary", "Role/webhook-guard-rollout"} {
 		assert.True(t, names[want], "%s is missing from deploy/kustomize", want)
 	}
 	for where, role := range all {

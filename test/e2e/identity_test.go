@@ -9,7 +9,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -60,6 +62,48 @@ func TestIdentity_aSecondDefaultInstallationRefusesToStart(t *testing.T) {
 	after := &admissionregistrationv1.ValidatingAdmissionPolicy{}
 	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Name: admission.PolicyName}, after))
 	assert.Equal(t, before.ResourceVersion, after.ResourceVersion, "the refused installation wrote the policy")
+	first.waitPolicyEnforced()
+}
+
+// An installation whose Lease is in a namespace of its own choosing
+// (the chart's leaseNamespace) runs, and a second installation finds its
+// Lease there, where its Deployment's --leader-election-namespace puts
+// it: it refuses to start instead of taking the first one for gone and
+// its policy over. (The Deployment is created as the installer would;
+// no controller runs it, the guard runs as a process.)
+func TestIdentity_aRunningInstallationIsFoundWhereItsDeploymentKeepsItsLease(t *testing.T) {
+	ctx := context.Background()
+	first := newBreakerSetup(t, setupOptions{mode: "Bypass"})
+	second := newBreakerSetup(t, setupOptions{mode: "Bypass"})
+	leases := testNamespace(t)
+	labels := map[string]string{"app.kubernetes.io/name": "webhook-guard"}
+	require.NoError(t, env.Client.Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: first.ns, Name: "webhook-guard"},
+		Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{Containers: []corev1.Container{{
+				Name: "manager", Image: "webhook-guard:e2e", Args: []string{"run", "--leader-elect", "--leader-election-namespace=" + leases},
+			}}}},
+		},
+	}))
+	t.Cleanup(func() {
+		_ = env.Client.Delete(context.Background(), &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: leases, Name: "webhook-guard.webhook-guard.io"}})
+	})
+	first.startGuard("first", "--leader-election-namespace", leases)
+	first.waitPolicyEnforced()
+	require.Eventually(t, func() bool {
+		l := &coordinationv1.Lease{}
+		return env.Client.Get(ctx, client.ObjectKey{Namespace: leases, Name: "webhook-guard.webhook-guard.io"}, l) == nil &&
+			l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != ""
+	}, transition, 50*time.Millisecond, "the first installation never held its Lease in %s", leases)
+
+	g := second.startGuard("second")
+	code, err := g.Wait(transition)
+	require.NoError(t, err, "the second installation started: it took the first one, which runs, for gone")
+	assert.NotZero(t, code)
+	t.Logf("second installation:\n%s", lastLine(g.Logs()))
+	assert.Contains(t, g.Logs(), "the guard policy ValidatingAdmissionPolicy webhook-guard belongs to another webhook-guard installation, "+first.guardID.Username+
+		" (its Lease "+leases+"/webhook-guard.webhook-guard.io is held by ")
 	first.waitPolicyEnforced()
 }
 

@@ -272,6 +272,18 @@ func TestInstall_RBACIsLeastPrivilege(t *testing.T) {
 		"get its Lease's name in its namespace (the handover)": {[]string{"get", "leases.coordination.k8s.io/" + installLeaseName, "-n", installNamespace}, true},
 		"not get another Lease in its namespace":               {[]string{"get", "leases.coordination.k8s.io/other", "-n", installNamespace}, false},
 		"not create Leases in default":                         {[]string{"create", "leases.coordination.k8s.io", "-n", "default"}, false},
+		// Before it first leads, where the other revision of a rollout
+		// keeps its Lease (the handover).
+		"list ReplicaSets in its namespace": {[]string{"list", "replicasets.apps", "-n", installNamespace}, true},
+		"not list ReplicaSets elsewhere":    {[]string{"list", "replicasets.apps", "-n", "default"}, false},
+		"not update ReplicaSets":            {[]string{"update", "replicasets.apps", "-n", installNamespace}, false},
+		"not list Pods in its namespace":    {[]string{"list", "pods", "-n", installNamespace}, false},
+		// Whether another installation runs: its Deployment says where
+		// its Lease is.
+		"get another installation's Deployment by its name": {[]string{"get", "deployments.apps/webhook-guard", "-n", "anywhere"}, true},
+		"not get another Deployment":                        {[]string{"get", "deployments.apps/other", "-n", installNamespace}, false},
+		"not list Deployments":                              {[]string{"list", "deployments.apps", "-A"}, false},
+		"not update its own Deployment":                     {[]string{"update", "deployments.apps/webhook-guard", "-n", installNamespace}, false},
 		// Events about cluster-scoped objects in kube-system, out of
 		// reach of policy engines' */* webhooks (issue 31).
 		"create events.k8s.io Events in kube-system":               {[]string{"create", "events.events.k8s.io", "-n", "kube-system"}, true},

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -44,12 +45,19 @@ func (f *Factory) noteLeaseNamespace(d *appsv1.Deployment) {
 	}
 }
 
-// LeaseNamespaceOf returns the --leader-election-namespace of the first
-// container in d that has the flag (the one that runs "guard run"), with $(VAR) expanded as the kubelet expands it
+// LeaseNamespaceOf returns the --leader-election-namespace of d's pods
+// (LeaseNamespaceOfTemplate).
+func LeaseNamespaceOf(d *appsv1.Deployment) (string, bool) {
+	return LeaseNamespaceOfTemplate(d.Namespace, &d.Spec.Template)
+}
+
+// LeaseNamespaceOfTemplate returns the --leader-election-namespace of the
+// first container in t that has the flag (the one that runs "guard run"),
+// for pods in namespace, with $(VAR) expanded as the kubelet expands it
 // from the container's env (a value, or the field metadata.namespace). It
 // reports false when no container says, or the value cannot be expanded.
-func LeaseNamespaceOf(d *appsv1.Deployment) (string, bool) {
-	for _, c := range d.Spec.Template.Spec.Containers {
+func LeaseNamespaceOfTemplate(namespace string, t *corev1.PodTemplateSpec) (string, bool) {
+	for _, c := range t.Spec.Containers {
 		var value string
 		found := false
 		for i, a := range c.Args {
@@ -76,7 +84,7 @@ func LeaseNamespaceOf(d *appsv1.Deployment) (string, bool) {
 			}
 			switch {
 			case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace":
-				return d.Namespace, d.Namespace != ""
+				return namespace, namespace != ""
 			case e.ValueFrom == nil:
 				return e.Value, e.Value != ""
 			}

@@ -145,7 +145,7 @@ func (o *Options) Run(ctx context.Context) error {
 		lock, stopLeaseEvents, err = newLeaseLock(leaseConfig(rc), o.KubeClient, identity, leaderelection.Options{
 			LeaderElection: true, LeaderElectionNamespace: o.LeaderElectionNamespace,
 			LeaderElectionID: status.LeaseName(cfg.Instance), RenewDeadline: o.RenewDeadline,
-		})
+		}, settleTime(o.RetryPeriod))
 		if err != nil {
 			return fmt.Errorf("building the leader-election lock: %w", err)
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -24,6 +25,7 @@ import (
 	"github.com/webhook-guard/webhook-guard/internal/admission"
 	"github.com/webhook-guard/webhook-guard/internal/breaker/decide"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
+	"github.com/webhook-guard/webhook-guard/internal/cli/factory"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 	"github.com/webhook-guard/webhook-guard/internal/status"
 )
@@ -224,25 +226,37 @@ const (
 
 // installationLiveness reads the leader-election Leases of the
 // installation of identity and instance, where an installation keeps
-// them: named status.LeaseName(instance), in its ServiceAccount's
-// namespace (releases before issue 31, and a guard started with
-// --leader-election-namespace there) and in kube-system (the shipped
-// manifests since). It is alive when either Lease is; unknown when none
-// is and one cannot be read; gone when every one it found was released or
-// has expired, or it found none. A Lease in kube-system is named by the
-// instance alone, so it is alive when any installation of that instance
-// name leads, which is the one a second installation of that name would
-// fight. It says what it found, for messages. An installation started
-// without --leader-elect holds no Lease and is taken for gone.
+// them: named status.LeaseName(instance), in the namespace its
+// Deployment's --leader-election-namespace names (its Deployment is the
+// shipped one's name, factory.DefaultDeployment, in its ServiceAccount's
+// namespace; the chart's leaseNamespace, or an overlay's), in its
+// ServiceAccount's namespace (releases before the move to kube-system,
+// and a guard started with --leader-election-namespace there) and in
+// kube-system (the shipped manifests since). A Deployment that cannot be
+// read leaves the last two. It is alive when any Lease is; unknown when
+// none is and one cannot be read; gone when every one it found was
+// released or has expired, or it found none. A Lease in kube-system is
+// named by the instance alone, so it is alive when any installation of
+// that instance name leads, which is the one a second installation of
+// that name would fight. It says what it found, for messages. An
+// installation started without --leader-elect holds no Lease and is taken
+// for gone.
 func installationLiveness(ctx context.Context, c client.Reader, identity, instance string, now time.Time) (liveness, string) {
 	ns, ok := ServiceAccountNamespace(identity)
 	if !ok {
 		return unknown, "it is not a ServiceAccount, so webhook-guard cannot find its Lease"
 	}
 	name := status.LeaseName(instance)
+	namespaces := slices.Compact([]string{ns, metav1.NamespaceSystem})
+	d := &appsv1.Deployment{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: factory.DefaultDeployment}, d); err == nil {
+		if where, ok := factory.LeaseNamespaceOf(d); ok && !slices.Contains(namespaces, where) {
+			namespaces = append([]string{where}, namespaces...)
+		}
+	}
 	var missing []string
 	result, why := gone, ""
-	for _, where := range slices.Compact([]string{ns, metav1.NamespaceSystem}) {
+	for _, where := range namespaces {
 		state, says := leaseLiveness(ctx, c, client.ObjectKey{Namespace: where, Name: name}, now)
 		switch {
 		case state == alive:

@@ -9,7 +9,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
@@ -18,6 +20,7 @@ import (
 	"github.com/webhook-guard/webhook-guard/internal/admission"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/cli/clitest"
+	"github.com/webhook-guard/webhook-guard/internal/cli/factory"
 	"github.com/webhook-guard/webhook-guard/internal/config"
 	"github.com/webhook-guard/webhook-guard/internal/status"
 )
@@ -87,6 +90,48 @@ func TestInstallationLiveness_readsTheLease(t *testing.T) {
 			assert.Contains(t, says, tc.says)
 		})
 	}
+}
+
+// guardDeployment is the Deployment of the installation in namespace,
+// named as shipped, whose pods keep their Lease in leaseNamespace.
+func guardDeployment(namespace, leaseNamespace string) *appsv1.Deployment {
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: factory.DefaultDeployment},
+		Spec: appsv1.DeploymentSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "manager", Args: []string{"run", "--leader-elect", "--leader-election-namespace=" + leaseNamespace},
+		}}}}},
+	}
+}
+
+// An installation with a custom leaseNamespace keeps its Lease neither in
+// its ServiceAccount's namespace nor in kube-system: its Deployment says
+// where, and the Lease is read there.
+func TestInstallationLiveness_findsTheLeaseWhereItsDeploymentPutsIt(t *testing.T) {
+	renewed := clitest.Clock.Add(-5 * time.Second)
+	for name, tc := range map[string]struct {
+		objs []client.Object
+		want liveness
+		says string
+	}{
+		"a live Lease in the namespace its Deployment names": {[]client.Object{guardDeployment("other", "leases"), lease("leases", "pod-1_x", renewed)},
+			alive, "leases/" + status.LeaderElectionID + " is held by pod-1_x"},
+		"an expired Lease there": {[]client.Object{guardDeployment("other", "leases"), lease("leases", "pod-1_x", clitest.Clock.Add(-time.Minute))},
+			gone, "expired at"},
+		"no Lease there nor anywhere": {[]client.Object{guardDeployment("other", "leases")},
+			gone, "holds no Lease leases/" + status.LeaderElectionID + " nor other/" + status.LeaderElectionID + " nor kube-system/" + status.LeaderElectionID},
+		"a Lease in a namespace its Deployment does not name is not found": {[]client.Object{guardDeployment("other", "kube-system"), lease("leases", "pod-1_x", renewed)},
+			gone, "holds no Lease"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, says := installationLiveness(context.Background(), clitest.FakeReader(tc.objs...), clitest.SAOther, "", clitest.Clock)
+			assert.Equal(t, tc.want, got)
+			assert.Contains(t, says, tc.says)
+		})
+	}
+	err := checkPolicyOwner(context.Background(), clitest.FakeReader(guardPolicy(clitest.SAOther, ""), guardDeployment("other", "leases"), lease("leases", "pod-1_x", renewed)),
+		admission.Options{BreakerUsername: clitest.SAMain}, clitest.Clock)
+	require.Error(t, err, "a running installation with a custom leaseNamespace was taken for gone")
+	assert.Contains(t, err.Error(), "its Lease leases/"+status.LeaderElectionID+" is held by pod-1_x")
 }
 
 func TestCheckPolicyOwner_refusesAnotherRunningOwner(t *testing.T) {

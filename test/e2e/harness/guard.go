@@ -286,6 +286,8 @@ func GuardRules(names []string) map[string]rbacv1.PolicyRule {
 		"services":            {APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"get", "list", "watch"}},
 		"apiserver-metrics":   {NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}},
 		"leases":              {APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+		"replicasets":         {APIGroups: []string{"apps"}, Resources: []string{"replicasets"}, Verbs: []string{"list"}},
+		"deployments":         {APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"get"}, ResourceNames: []string{"webhook-guard"}},
 	}
 	return rules
 }
