@@ -148,8 +148,10 @@ func TestObjectRow_believesOnlyTheGuardsHandedOffEventForThisUID(t *testing.T) {
 // error's. --wait looks again until all is well, and with nothing that
 // gets better, fails with the last look.
 func TestRun_exitCode(t *testing.T) {
-	policy, binding := admission.RenderPolicy(admission.Options{BreakerUsername: "system:serviceaccount:" + circuit.DefaultNamespace + ":" + circuit.DefaultServiceAccount})
-	other, _ := admission.RenderPolicy(admission.Options{BreakerUsername: "system:serviceaccount:elsewhere:guard"})
+	targets := map[string][]string{clitest.Conf: {clitest.Hook}}
+	policy, binding := admission.RenderPolicy(admission.Options{BreakerUsername: "system:serviceaccount:" + circuit.DefaultNamespace + ":" + circuit.DefaultServiceAccount, Managed: targets})
+	other, _ := admission.RenderPolicy(admission.Options{BreakerUsername: "system:serviceaccount:elsewhere:guard", Managed: targets})
+	fewer, _ := admission.RenderPolicy(admission.Options{BreakerUsername: "system:serviceaccount:" + circuit.DefaultNamespace + ":" + circuit.DefaultServiceAccount})
 	weakened := policy.DeepCopy()
 	weakened.Spec.Validations = weakened.Spec.Validations[:1]
 	open := func(t *testing.T) client.Object {
@@ -178,6 +180,7 @@ func TestRun_exitCode(t *testing.T) {
 		"a missing guard policy exits 5, over no leader":           {object: open, policy: &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "unrelated", Namespace: "x"}}, exitCode: true, want: ExitPolicyNotEnforced},
 		"a policy rendered for another breaker is enforced for it": {object: closed, endpoint: answering.URL, policy: other, exitCode: true},
 		"a weakened guard policy exits 5":                          {object: closed, endpoint: answering.URL, policy: weakened, exitCode: true, want: ExitPolicyNotEnforced},
+		"a policy without the installed targets exits 5":           {object: closed, endpoint: answering.URL, policy: fewer, exitCode: true, want: ExitPolicyNotEnforced},
 		"--wait with all well returns the first look":              {object: closed, endpoint: answering.URL, exitCode: true, wait: time.Hour},
 		"--wait without --exit-code fails with the last look":      {object: open, endpoint: answering.URL, wait: time.Millisecond, wantErr: "after 1ms: 1 of 1 circuits open"},
 		"--wait with --exit-code exits with the last look's code":  {object: open, endpoint: answering.URL, exitCode: true, wait: time.Millisecond, want: ExitCircuitOpen},
