@@ -32,7 +32,9 @@
 // may create no managed configuration, and on an UPDATE change nothing but
 // what a release changes: the owned fields, a managed webhook's
 // failurePolicy only back to the originalFailurePolicy of its entry in the
-// stored record, the arming entries and the override annotation. Like the
+// stored record, the circuit record only by removing entries (so every
+// original it restores is one it did not write), the arming entries and
+// the override annotation. Like the
 // breaker, and even with the override, it may not change the bypass
 // matchCondition or the failurePolicy of a webhook that is not managed.
 //

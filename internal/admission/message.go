@@ -81,7 +81,7 @@ func breakerDenialCEL(breaker string) string {
 // releaserOwns lists, in a denial of the release identity, what it may
 // change: what "guard release" changes.
 const releaserOwns = "the failurePolicy of managed webhooks, only back to the originalFailurePolicy of their circuit record entry, " +
-	"the bypass matchCondition of managed webhooks, and no metadata but the circuit record (" + circuitPath + "), " +
+	"the bypass matchCondition of managed webhooks, and no metadata but the circuit record (" + circuitPath + "), only removing entries, " +
 	"the arming annotation (metadata.annotations[" + circuit.ArmingAnnotation + "]) " +
 	"and the override annotation (metadata.annotations[" + circuit.OverrideAnnotation + "])"
 

@@ -559,7 +559,9 @@ func policyVariables(opts Options) []admissionregistrationv1.Variable {
 		{"releaserAnnotationsChanged", releaserAnnotationsChangedCEL},
 		{"releaserUnownedChanges", releaserUnownedChangesCEL},
 		{"unrestoredPolicies", unrestoredPoliciesCEL()},
-		{"releaserChanges", `variables.releaserUnownedChanges + variables.unapprovedChanges + variables.unrestoredPolicies`},
+		{"releaserRecord", releaserRecordCEL()},
+		{"releaserChanges", `variables.releaserUnownedChanges + variables.unapprovedChanges + variables.unrestoredPolicies
+  + variables.releaserRecord`},
 	}
 	out := make([]admissionregistrationv1.Variable, 0, len(vars))
 	for _, v := range vars {
@@ -586,6 +588,18 @@ func unrestoredPoliciesCEL() string {
         .exists(p, ` + now + ` == p || p == variables.unsetPolicy && ` + now + ` == ` + circuit.QuoteCEL(string(admissionregistrationv1.Fail)) + `)))
   .map(o, 'webhooks[name=' + o.name + '].failurePolicy (' + ` + was + `
     + ' -> ' + ` + now + ` + ', ' + ` + circuit.QuoteCEL(notRestored) + ` + ')')`
+}
+
+// releaserRecordCEL renders recordBeyondRemoval in CEL: the circuit
+// record, when the new object carries one that is neither the stored one
+// nor the stored one with entries removed, as circuit.OnlyEntriesOfCEL
+// finds them (circuit's grammar, shared with the Go rule).
+func releaserRecordCEL() string {
+	return `size(variables.circuit) == 0 || variables.circuit == variables.oldCircuit
+  || size(variables.oldCircuit) > 0 && (` + circuit.OnlyEntriesOfCEL("variables.circuit[0]", "variables.oldRecord") + `)
+  ? []
+  : ['metadata.annotations[' + variables.recordKey + '] ('
+    + (size(variables.oldCircuit) == 0 ? 'added' : 'changed') + ', ' + ` + circuit.QuoteCEL(onlyRemovesEntries) + ` + ')']`
 }
 
 // metadataChangeCEL is one breakerMetadata field's change, as

@@ -45,10 +45,11 @@ const (
 	// identity (Options.Releaser) creates a managed configuration, or
 	// updates one beyond what a release changes: the owned fields (a
 	// managed webhook's failurePolicy only back to its record's
-	// originalFailurePolicy), the arming annotation and the override
-	// annotation. Its token may repoint no webhook, add or remove none,
-	// switch off none that is not an approved target, and change no
-	// other metadata.
+	// originalFailurePolicy; the circuit record only by removing
+	// entries), the arming annotation and the override annotation. Its
+	// token may repoint no webhook, add or remove none, switch off none
+	// that is not an approved target, write no original into the record,
+	// and change no other metadata.
 	ReasonReleaserOutsideOwnedFields = "ReleaserOutsideOwnedFields"
 )
 
@@ -93,10 +94,11 @@ type Decision struct {
 // no managed configuration, and its UPDATE is denied, with the override
 // or without, when it changes anything else but the override annotation
 // too, changes the failurePolicy or the bypass matchCondition of a webhook
-// that is not managed, or changes a managed webhook's failurePolicy to
+// that is not managed, changes a managed webhook's failurePolicy to
 // anything but the originalFailurePolicy of the webhook's entry in the
-// stored record (releaserChanges); its owned-field changes still need the
-// override. Everything else is allowed.
+// stored record, or writes a circuit record that is not the stored one
+// with entries removed (releaserChanges); its owned-field changes still
+// need the override. Everything else is allowed.
 func Decide(req Request, opts Options) Decision {
 	switch req.Operation {
 	case admissionv1.Create, admissionv1.Update:
@@ -317,11 +319,34 @@ func unapprovedChanges(old, new *admissionregistrationv1.MutatingWebhookConfigur
 // releaserChanges lists what an UPDATE by the release identity changes
 // beyond what a release changes, in the order the CEL rendering lists
 // them: unownedChanges with the override annotation allowed too, then
-// unapprovedChanges and unrestoredPolicies.
+// unapprovedChanges, unrestoredPolicies and recordBeyondRemoval.
 func releaserChanges(old, new *admissionregistrationv1.MutatingWebhookConfiguration, managedHooks []string) []string {
 	out := unownedChanges(old, new, circuit.OverrideAnnotation)
 	out = append(out, unapprovedChanges(old, new, managedHooks)...)
-	return append(out, unrestoredPolicies(old, new, managedHooks)...)
+	out = append(out, unrestoredPolicies(old, new, managedHooks)...)
+	return append(out, recordBeyondRemoval(old, new)...)
+}
+
+// onlyRemovesEntries ends, in a denial of the release identity, a circuit
+// record it adds, or changes other than by removing entries.
+const onlyRemovesEntries = "a release only removes entries of the stored record"
+
+// recordBeyondRemoval lists the circuit record, as
+// "metadata.annotations[record] (added or changed, onlyRemovesEntries)",
+// when an UPDATE adds it, or changes it to anything but the stored record
+// with entries removed (circuit.OnlyEntriesOf). The release identity may
+// restore a failurePolicy to the original the stored record holds
+// (unrestoredPolicies); a record it could write would name an original
+// that its next write then "restores", Ignore on a healthy webhook say.
+// So every original it restores is one the breaker, or an administrator,
+// wrote.
+func recordBeyondRemoval(old, new *admissionregistrationv1.MutatingWebhookConfiguration) []string {
+	ov, ook := annotation(old, circuit.Annotation)
+	nv, nok := annotation(new, circuit.Annotation)
+	if !nok || ook && (nv == ov || circuit.OnlyEntriesOf(nv, ov)) {
+		return nil
+	}
+	return []string{fmt.Sprintf("%s (%s, %s)", circuitPath, changeVerb(ook, nok), onlyRemovesEntries)}
 }
 
 // notRestored ends, in a denial of the release identity, each managed

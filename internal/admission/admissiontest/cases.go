@@ -434,6 +434,14 @@ const (
 	OtherIgnoreSet = "webhooks[name=" + OtherWebhook + "].failurePolicy (Fail -> Ignore, " + NotApproved + ")"
 )
 
+// OnlyRemovesEntries is what the denial of the release identity says of
+// a circuit record it adds or changes other than by removing entries.
+const OnlyRemovesEntries = "a release only removes entries of the stored record"
+
+// GoneWebhook is a webhook that is no longer in the configuration, with
+// an entry left in TwoOpen's record.
+const GoneWebhook = "gone.mutator.webhook-guard.io"
+
 // OtherBypassed is Healthy with the bypass marker on OtherWebhook, which
 // is not a managed webhook: as an administrator with the override leaves
 // it.
@@ -441,6 +449,58 @@ func OtherBypassed(name string) *admissionregistrationv1.MutatingWebhookConfigur
 	obj := Healthy(name)
 	addOtherMarker(obj)
 	return obj
+}
+
+// ForgedOriginal is Healthy with a record entry on ManagedWebhook whose
+// originalFailurePolicy is Ignore while the webhook holds Fail: what the
+// first write of a forged original would leave, and what the breaker
+// leaves when a webhook that was Ignore opens in Bypass mode and an
+// administrator then sets Fail with the override.
+func ForgedOriginal(name string) *admissionregistrationv1.MutatingWebhookConfiguration {
+	obj := Healthy(name)
+	setAnnotation(obj, circuit.Annotation, recordText(circuit.Record{ManagedWebhook: entry(circuit.ModeIgnore, OpenedAt, admissionregistrationv1.Ignore)}))
+	return obj
+}
+
+// TwoOpen is IgnoreOpen with a second record entry, for GoneWebhook.
+func TwoOpen(name string) *admissionregistrationv1.MutatingWebhookConfiguration {
+	obj := IgnoreOpen(name)
+	setAnnotation(obj, circuit.Annotation, twoEntries())
+	return obj
+}
+
+func twoEntries() string {
+	return recordText(circuit.Record{
+		ManagedWebhook: entry(circuit.ModeIgnore, OpenedAt, admissionregistrationv1.Fail),
+		GoneWebhook:    entry(circuit.ModeIgnore, OpenedAt, admissionregistrationv1.Fail),
+	})
+}
+
+// addEntry adds GoneWebhook's entry to the record of an Ignore circuit.
+func addEntry(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
+	setAnnotation(obj, circuit.Annotation, twoEntries())
+}
+
+// releaseManagedOnly restores ManagedWebhook from TwoOpen and removes its
+// entry, as "guard release" of that webhook alone writes it: the other
+// entry stays, byte for byte.
+func releaseManagedOnly(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
+	findHook(obj, ManagedWebhook).FailurePolicy = policy(admissionregistrationv1.Fail)
+	setAnnotation(obj, circuit.Annotation, recordText(circuit.Record{GoneWebhook: entry(circuit.ModeIgnore, OpenedAt, admissionregistrationv1.Fail)}))
+}
+
+// forgeOriginal writes a record whose entry says ManagedWebhook's
+// originalFailurePolicy was Ignore.
+func forgeOriginal(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
+	setAnnotation(obj, circuit.Annotation, ForgedOriginal(obj.Name).Annotations[circuit.Annotation])
+}
+
+// forgeSpacedOriginal writes forgeOriginal's record with a space before
+// the entry's colon: JSON reads it as the breaker would, while an entry
+// pattern does not find it.
+func forgeSpacedOriginal(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
+	forgeOriginal(obj)
+	obj.Annotations[circuit.Annotation] = strings.Replace(obj.Annotations[circuit.Annotation], `":{`, `" :{`, 1)
 }
 
 func removeOtherMarker(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
@@ -660,6 +720,8 @@ var validatingCases = map[string]bool{
 	"the breaker adds a bypass marker to a webhook that is not an approved target":                           true,
 	"the release identity adds a bypass marker to a webhook that is not an approved target with an override": true,
 	"an admin adds a bypass marker to a webhook that is not an approved target with an override":             true,
+	"the release identity changes a record entry's original with an override":                                true,
+	"the release identity restores one webhook and keeps the other record entry":                             true,
 }
 
 func mutatingCases() []Case {
@@ -782,6 +844,19 @@ func mutatingCases() []Case {
 		{Name: "an admin adds a bypass marker to a webhook that is not an approved target with an override", Actor: Admin, Managed: true, Old: Healthy, Edit: addOtherMarker, Override: OverridePresent, WantAllowed: true},
 		{Name: "another service account removes the bypass marker from a webhook that is not an approved target with an override", Actor: OtherSA, Managed: true, Old: OtherBypassed, Edit: removeOtherMarker, Override: OverridePresent, WantAllowed: true},
 		{Name: "an admin removes the bypass marker from a webhook that is not an approved target", Actor: Admin, Managed: true, Old: OtherBypassed, Edit: removeOtherMarker, Override: OverrideAbsent, WantAllowed: false, WantMessageContains: want(OtherMarkerRemoved)},
+
+		// The release identity and the circuit record: it removes entries
+		// and never adds or changes one, so the original a later write
+		// restores is one the breaker (or an administrator) wrote.
+		{Name: "the release identity writes a record on a healthy configuration with an override", Actor: Releaser, Managed: true, Old: Healthy, Edit: forgeOriginal, Override: OverridePresent, WantAllowed: false, WantMessageContains: []string{ReleaserOverreach, CircuitPath + " (added, " + OnlyRemovesEntries + ")"}},
+		{Name: "the release identity changes a record entry's original with an override", Actor: Releaser, Managed: true, Old: ClosedWithRecord, Edit: forgeOriginal, Override: OverridePresent, WantAllowed: false, WantMessageContains: []string{ReleaserOverreach, CircuitPath + " (changed, " + OnlyRemovesEntries + ")"}},
+		{Name: "the release identity changes a record entry's original, spaced so that no entry pattern finds it", Actor: Releaser, Managed: true, Old: ClosedWithRecord, Edit: forgeSpacedOriginal, Override: OverridePresent, WantAllowed: false, WantMessageContains: []string{ReleaserOverreach, CircuitPath + " (changed, " + OnlyRemovesEntries + ")"}},
+		{Name: "the release identity adds a record entry beside the stored one", Actor: Releaser, Managed: true, Old: IgnoreOpen, Edit: addEntry, Override: OverridePresent, WantAllowed: false, WantMessageContains: []string{ReleaserOverreach, CircuitPath + " (changed, " + OnlyRemovesEntries + ")"}},
+		{Name: "the release identity restores one webhook and keeps the other record entry", Actor: Releaser, Managed: true, Old: TwoOpen, Edit: releaseManagedOnly, Override: OverridePresent, WantAllowed: true},
+		// The second write of a forged original: admitted, for the rule
+		// cannot tell this record from one the breaker wrote; the first
+		// write, which would have written it, is refused above.
+		{Name: "the release identity puts back Ignore, the original its stored record holds", Actor: Releaser, Managed: true, Old: ForgedOriginal, Edit: setPolicy(ManagedWebhook, admissionregistrationv1.Ignore), Override: OverridePresent, WantAllowed: true},
 
 		// Unmanaged configurations.
 		{Name: "an admin changes the failurePolicy of an unmanaged configuration", Actor: Admin, Managed: false, Old: Healthy, Edit: setPolicy(ManagedWebhook, admissionregistrationv1.Ignore), Override: OverrideAbsent, WantAllowed: true},
