@@ -287,10 +287,10 @@ func unownedChanges(old, new *admissionregistrationv1.MutatingWebhookConfigurati
 // the configuration's managed webhooks.
 const notApproved = "not an approved target of webhook-guard"
 
-// unapprovedChanges lists the owned fields of webhooks that are not
-// approved targets (not in managedHooks) that an UPDATE changes, for the
-// webhooks present on both sides, in the order the CEL rendering lists
-// them: their failurePolicy changes, then their bypass marker changes,
+// unapprovedChanges lists what an UPDATE changes of the failurePolicy and
+// the bypass marker of webhooks that are not approved targets (not in
+// managedHooks), present on both sides, in the order the CEL rendering
+// lists them: the failurePolicy changes, then the bypass marker changes,
 // each in new order. The breaker and the release identity may change
 // neither: the bypass marker on such a webhook would switch it off with
 // no record entry and no Event, and an approval names the webhooks the
