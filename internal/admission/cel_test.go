@@ -208,6 +208,14 @@ func TestPolicy_CEL_agreesWithGo_beyondTheTable(t *testing.T) {
 		url := "https://127.0.0.1:2/elsewhere"
 		repointed.Webhooks[1].ClientConfig.URL = &url
 		reqs[fmt.Sprintf("record %d released and the other webhook repointed", i)] = req{admissionv1.Update, old, repointed}
+		// The release identity may keep a record or remove entries from
+		// it, never write one of its own.
+		kept := old.DeepCopy()
+		kept.Annotations[circuit.OverrideAnnotation] = "guard release"
+		reqs[fmt.Sprintf("record %d kept with the override", i)] = req{admissionv1.Update, old, kept}
+		forged := kept.DeepCopy()
+		forged.Annotations[circuit.Annotation] = `{"slow.mutator.webhook-guard.io":{"originalFailurePolicy":"Ignore"}}`
+		reqs[fmt.Sprintf("record %d replaced by a forged original", i)] = req{admissionv1.Update, old, forged}
 		healthy := admissiontest.Healthy("cfg")
 		healthy.Annotations = map[string]string{circuit.Annotation: record}
 		ignored := healthy.DeepCopy()

@@ -18,7 +18,11 @@
 // the owned fields, so no other webhook field and no metadata but the
 // circuit annotation and the marking's arming entries (no label, other
 // annotation, owner reference or finalizer; kube-apiserver keeps the rest
-// of the metadata itself).
+// of the metadata itself). Nor may it change the bypass matchCondition or
+// the failurePolicy of a webhook that is not managed, not an approved
+// target: the marker there would switch off a webhook nobody approved,
+// with no record entry and no Event. That is left to administrators, with
+// the override for the marker.
 //
 // The release identity ([Options.Releaser], by default the breaker's
 // ServiceAccount name plus [circuit.ReleaseSuffix] in its namespace: the
@@ -28,7 +32,11 @@
 // may create no managed configuration, and on an UPDATE change nothing but
 // what a release changes: the owned fields, a managed webhook's
 // failurePolicy only back to the originalFailurePolicy of its entry in the
-// stored record, the arming entries and the override annotation.
+// stored record, the circuit record only by removing entries (so every
+// original it restores is one it did not write), the arming entries and
+// the override annotation. Like the
+// breaker, and even with the override, it may not change the bypass
+// matchCondition or the failurePolicy of a webhook that is not managed.
 //
 // The package provides:
 //

@@ -3,12 +3,14 @@ package admission_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 	ctrladmission "sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/webhook-guard/webhook-guard/internal/admission"
@@ -42,7 +44,8 @@ func FuzzHandler(f *testing.F) {
 }
 
 // FuzzRule_CELAgreesWithGo builds an old and a new configuration from the
-// input (owned and unowned fields, metadata, records of any text, actors,
+// input (owned and unowned fields, the bypass marker and the failurePolicy
+// of a webhook that is not managed, metadata, records of any text, actors,
 // kinds) and
 // requires the rendered policy, compiled offline as kube-apiserver compiles
 // it, to decide exactly as the Go rule and to say the same words.
@@ -51,6 +54,15 @@ func FuzzRule_CELAgreesWithGo(f *testing.F) {
 	f.Add(uint8(3), uint8(7), uint8(1), `{"slow.mutator.webhook-guard.io":{"mode":"Ignore"}}`, "true")
 	f.Add(uint8(255), uint8(2), uint8(2), `{garbage`, "")
 	f.Add(uint8(4), uint8(5), uint8(8+16+32), admissiontest.CircuitRecord(circuit.ModeIgnore, admissiontest.OpenedAt), "generated-")
+	// The breaker (65%5 is 0) and the release identity (69%5 is 4) switch
+	// off the webhook that is not managed, the second with the override.
+	f.Add(uint8(0), uint8(64), uint8(65), "", "false")
+	f.Add(uint8(0), uint8(64+8), uint8(69), "", "handed over")
+	// The release identity removes one entry of two (129 is 128+1, %5 is 4),
+	// or changes an original.
+	two := `{"gone.mutator.webhook-guard.io":{"mode":"Ignore"},"slow.mutator.webhook-guard.io":{"mode":"Ignore","originalFailurePolicy":"Fail"}}`
+	f.Add(uint8(4+1), uint8(4+8), uint8(129), two, `"gone.mutator.webhook-guard.io":{"mode":"Ignore"},`)
+	f.Add(uint8(4+1), uint8(4+8+1), uint8(129), two, `Fail`)
 	hooks := map[string][]string{"cfg": {admissiontest.ManagedWebhook}}
 	opts := admission.Options{BreakerUsername: breaker, Managed: hooks, ManagedValidating: hooks}
 	compiled := map[bool]compiledPolicy{}
@@ -104,6 +116,16 @@ func FuzzRule_CELAgreesWithGo(f *testing.F) {
 		}
 		if who&32 != 0 {
 			new.GenerateName = expression
+		}
+		// The failurePolicy of the webhook that is not managed, on the new
+		// object only.
+		if who&64 != 0 && len(new.Webhooks) > 1 {
+			new.Webhooks[1].FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
+		}
+		// A new record that is the old one less a part of it: an entry, or
+		// any other text.
+		if _, ok := new.Annotations[circuit.Annotation]; ok && who&128 != 0 {
+			new.Annotations[circuit.Annotation] = strings.Replace(record, expression, "", 1)
 		}
 		kind := circuit.KindMutating
 		if who&4 != 0 {

@@ -62,11 +62,11 @@ func messageCEL(breaker string) string {
 
 // breakerOwns lists, in a denial of the breaker's identity, what it may
 // change.
-const breakerOwns = "the failurePolicy of managed webhooks, the bypass matchCondition, and no metadata but its record (" + circuitPath + ")"
+const breakerOwns = "the failurePolicy and the bypass matchCondition of managed webhooks (its approved targets), and no metadata but its record (" + circuitPath + ")"
 
 // breakerDenial is the message for the breaker's identity changing more
 // than it owns; other lists what else the request changes, as
-// unownedChanges does.
+// breakerChanges does.
 func breakerDenial(kind circuit.Kind, name, breaker string, other []string) string {
 	return oneLine(fmt.Sprintf(`%s "%s": webhook-guard's own identity (%s) may change only the fields it owns: %s; this request also changes %s.`,
 		kind.Singular(), name, breaker, breakerOwns, strings.Join(other, ", ")))
@@ -75,13 +75,13 @@ func breakerDenial(kind circuit.Kind, name, breaker string, other []string) stri
 // breakerDenialCEL is breakerDenial in CEL, from the policy's variables.
 func breakerDenialCEL(breaker string) string {
 	return oneLineCEL(`variables.kindName + ' "' + object.metadata.name + '": webhook-guard\'s own identity (' + ` + circuit.QuoteCEL(breaker) +
-		` + ') may change only the fields it owns: ' + ` + circuit.QuoteCEL(breakerOwns) + ` + '; this request also changes ' + variables.unownedChanges.join(', ') + '.'`)
+		` + ') may change only the fields it owns: ' + ` + circuit.QuoteCEL(breakerOwns) + ` + '; this request also changes ' + variables.breakerChanges.join(', ') + '.'`)
 }
 
 // releaserOwns lists, in a denial of the release identity, what it may
 // change: what "guard release" changes.
 const releaserOwns = "the failurePolicy of managed webhooks, only back to the originalFailurePolicy of their circuit record entry, " +
-	"the bypass matchCondition, and no metadata but the circuit record (" + circuitPath + "), " +
+	"the bypass matchCondition of managed webhooks, and no metadata but the circuit record (" + circuitPath + "), only removing entries, " +
 	"the arming annotation (metadata.annotations[" + circuit.ArmingAnnotation + "]) " +
 	"and the override annotation (metadata.annotations[" + circuit.OverrideAnnotation + "])"
 

@@ -74,7 +74,7 @@ func TestDecide_breakerKeepsWhatTheAPIServerKeeps(t *testing.T) {
 		require.False(t, d.Allowed)
 		assert.Equal(t, admission.ReasonBreakerOutsideOwnedFields, d.Reason)
 		assert.Equal(t, kind.Singular()+` "cfg": webhook-guard's own identity (`+breaker+`) may change only the fields it owns: `+
-			`the failurePolicy of managed webhooks, the bypass matchCondition, and no metadata but its record (metadata.annotations[webhook-guard.io/circuit]); `+
+			`the failurePolicy and the bypass matchCondition of managed webhooks (its approved targets), and no metadata but its record (metadata.annotations[webhook-guard.io/circuit]); `+
 			`this request also changes metadata.ownerReferences (the garbage collector deletes a configuration whose owners are gone).`, d.Message)
 		allowed, message = p.decide(t, kind, admissionv1.Update, old, owned, user)
 		require.False(t, allowed)

@@ -20,11 +20,12 @@ type Options struct {
 	// "guard release" runs as in the Helm chart's pre-delete hook. Its
 	// UPDATEs of a managed configuration may change only what a release
 	// changes (the owned fields, a managed failurePolicy only back to its
-	// record's originalFailurePolicy, the arming annotation and the
-	// override annotation), and it may create none. Empty means
-	// circuit.ReleaseUsername of the breaker: the ServiceAccount
-	// <breaker's name>-release in the breaker's namespace, which is how
-	// the chart names the hook's ServiceAccount beside the breaker's.
+	// record's originalFailurePolicy, the record only by removing entries,
+	// the arming annotation and the override annotation), and it may
+	// create none. Empty means circuit.ReleaseUsername of the breaker:
+	// the ServiceAccount <breaker's name>-release in the breaker's
+	// namespace, which is how the chart names the hook's ServiceAccount
+	// beside the breaker's.
 	// Equal to the breaker's username, it is ignored: the breaker is the
 	// breaker.
 	ReleaserUsername string

@@ -245,11 +245,12 @@ const validationExpression = `!variables.isManaged
   || size(variables.ownedChanges) == 0`
 
 // breakerValidationExpression admits the request unless the breaker's own
-// identity updates more than the owned fields of a managed configuration.
+// identity updates more than the owned fields of a managed configuration
+// (breakerChanges).
 const breakerValidationExpression = `!variables.isManaged
   || !variables.isBreaker
   || oldObject == null
-  || size(variables.unownedChanges) == 0`
+  || size(variables.breakerChanges) == 0`
 
 // releaserValidationExpression admits the request unless the release
 // identity creates a managed configuration, or updates one beyond what a
@@ -367,9 +368,10 @@ const failurePolicyChangesCEL = `variables.sameOwned ? [] : variables.oldWebhook
     + ' -> ' + variables.newPolicies[variables.newNames.indexOf(o.name)] + ')')`
 
 // bypassChangesCEL: webhooks (new ones in order, then removed ones) whose
-// bypass marker was added, removed or altered, as ownedChanges names them.
-// Each side's marker of the webhook named n is that of the first one so
-// named, [] when there is none.
+// bypass marker was added, removed or altered, as ownedChanges names them,
+// with notApproved for a webhook that is not managed. Each side's marker
+// of the webhook named n is that of the first one so named, [] when there
+// is none.
 const bypassChangesCEL = `variables.sameOwned ? [] : (variables.newNames + variables.oldNames.filter(n, !(n in variables.newNames)))
   .filter(n,
     (n in variables.newNames ? variables.newMarkers[variables.newNames.indexOf(n)] : [])
@@ -378,6 +380,7 @@ const bypassChangesCEL = `variables.sameOwned ? [] : (variables.newNames + varia
     + (size(n in variables.oldNames ? variables.oldMarkers[variables.oldNames.indexOf(n)] : []) == 0 ? 'added'
       : size(n in variables.newNames ? variables.newMarkers[variables.newNames.indexOf(n)] : []) == 0 ? 'removed'
       : 'changed')
+    + (n in variables.managed ? '' : ', ' + variables.notApproved)
     + ')')`
 
 // circuitCEL and oldCircuitCEL: each side's circuit record, as a list of
@@ -428,8 +431,9 @@ const webhookSetChangedCEL = `!variables.webhooksKept && variables.oldNames != v
 // webhooksChangedCEL: each new webhook whose unowned fields differ from
 // those of the first old one of its name (o, bound by a comprehension over
 // one element). A field is the same when both lack it or both hold equal
-// values. The owned fields are left out: a managed webhook's
-// failurePolicy, and the bypass marker of any webhook.
+// values. The failurePolicy and the bypass marker of every webhook are
+// left out: the breaker owns them on a managed webhook, and
+// unapprovedChangesCEL decides them on any other.
 const webhooksChangedCEL = `variables.webhooksKept ? [] : variables.newWebhooks
   .filter(w, w.name in variables.oldNames
     && [variables.oldWebhooks[variables.oldNames.indexOf(w.name)]].exists(o, !(o == w
@@ -442,12 +446,30 @@ const webhooksChangedCEL = `variables.webhooksKept ? [] : variables.newWebhooks
       && has(o.sideEffects) == has(w.sideEffects) && (!has(o.sideEffects) || o.sideEffects == w.sideEffects)
       && has(o.admissionReviewVersions) == has(w.admissionReviewVersions) && (!has(o.admissionReviewVersions) || o.admissionReviewVersions == w.admissionReviewVersions)
       && has(o.reinvocationPolicy) == has(w.reinvocationPolicy) && (!has(o.reinvocationPolicy) || o.reinvocationPolicy == w.reinvocationPolicy)
-      // a managed webhook's failurePolicy is owned
-      && (w.name in variables.managed || (has(o.failurePolicy) == has(w.failurePolicy) && (!has(o.failurePolicy) || o.failurePolicy == w.failurePolicy)))
-      // the bypass marker is owned
+      // the other matchConditions: the bypass marker is left to ownedChanges and unapprovedChanges
       && (has(o.matchConditions) ? o.matchConditions.filter(c, c.name != variables.bypassName) : [])
         == (has(w.matchConditions) ? w.matchConditions.filter(c, c.name != variables.bypassName) : []))))
   .map(w, 'webhooks[name=' + w.name + ']')`
+
+// unapprovedPoliciesCEL and unapprovedMarkersCEL: the webhooks that are
+// not managed, present on both sides, in new order, whose failurePolicy
+// (or bypass marker) changes, as unapprovedChanges names them in Go. Each
+// side's value of the webhook named n is that of the first one so named.
+const (
+	unapprovedPoliciesCEL = `variables.sameOwned ? [] : variables.newNames
+  .filter(n, !(n in variables.managed) && n in variables.oldNames
+    && variables.newPolicies[variables.newNames.indexOf(n)] != variables.oldPolicies[variables.oldNames.indexOf(n)])
+  .map(n, 'webhooks[name=' + n + '].failurePolicy (' + variables.oldPolicies[variables.oldNames.indexOf(n)]
+    + ' -> ' + variables.newPolicies[variables.newNames.indexOf(n)] + ', ' + variables.notApproved + ')')`
+	unapprovedMarkersCEL = `variables.sameOwned ? [] : variables.newNames
+  .filter(n, !(n in variables.managed) && n in variables.oldNames
+    && variables.newMarkers[variables.newNames.indexOf(n)] != variables.oldMarkers[variables.oldNames.indexOf(n)])
+  .map(n, 'webhooks[name=' + n + '].matchConditions[name=' + variables.bypassName + '] ('
+    + (size(variables.oldMarkers[variables.oldNames.indexOf(n)]) == 0 ? 'added'
+      : size(variables.newMarkers[variables.newNames.indexOf(n)]) == 0 ? 'removed'
+      : 'changed')
+    + ', ' + variables.notApproved + ')')`
+)
 
 // unownedChangesCEL: what else changes, as unownedChanges lists it in Go.
 const unownedChangesCEL = `(variables.labelsChanged ? ['metadata.labels'] : [])
@@ -470,8 +492,8 @@ const oldRecordCEL = `size(variables.oldCircuit) == 0
   : variables.oldCircuit[0]`
 
 // policyVariables renders the policy's variables; each may use the ones
-// before it. They compute what ownedChanges, unownedChanges and openNotes
-// compute in Go.
+// before it. They compute what ownedChanges, unownedChanges,
+// unapprovedChanges, releaserChanges and openNotes compute in Go.
 func policyVariables(opts Options) []admissionregistrationv1.Variable {
 	vars := []struct{ name, expr string }{
 		// The names the rule reads, bound once.
@@ -480,6 +502,7 @@ func policyVariables(opts Options) []admissionregistrationv1.Variable {
 		{"overrideKey", circuit.QuoteCEL(circuit.OverrideAnnotation)},
 		{"bypassName", circuit.QuoteCEL(circuit.BypassCondition)},
 		{"unsetPolicy", circuit.QuoteCEL(circuit.Unset)},
+		{"notApproved", circuit.QuoteCEL(notApproved)},
 		// managed webhook names by resource and configuration name, rendered from Options.
 		{managedVariable, celManagedMap(opts)},
 		{"managedByConfig", managedByConfigCEL},
@@ -516,6 +539,12 @@ func policyVariables(opts Options) []admissionregistrationv1.Variable {
 		{"webhookSetChanged", webhookSetChangedCEL},
 		{"webhooksChanged", webhooksChangedCEL},
 		{"unownedChanges", unownedChangesCEL},
+		// the owned fields of webhooks that are not managed, which
+		// neither the breaker nor the release identity may change, as
+		// unapprovedChanges lists them in Go; and what the breaker
+		// changes beyond what it owns, as breakerChanges does.
+		{"unapprovedChanges", "(" + unapprovedPoliciesCEL + ")\n+ (" + unapprovedMarkersCEL + ")"},
+		{"breakerChanges", `variables.unownedChanges + variables.unapprovedChanges`},
 		// the open circuits of managed webhooks, read from the stored record
 		// in the grammar circuit renders: [name, entry text] of each managed
 		// webhook with an entry, then each one's note.
@@ -530,7 +559,9 @@ func policyVariables(opts Options) []admissionregistrationv1.Variable {
 		{"releaserAnnotationsChanged", releaserAnnotationsChangedCEL},
 		{"releaserUnownedChanges", releaserUnownedChangesCEL},
 		{"unrestoredPolicies", unrestoredPoliciesCEL()},
-		{"releaserChanges", `variables.releaserUnownedChanges + variables.unrestoredPolicies`},
+		{"releaserRecord", releaserRecordCEL()},
+		{"releaserChanges", `variables.releaserUnownedChanges + variables.unapprovedChanges + variables.unrestoredPolicies
+  + variables.releaserRecord`},
 	}
 	out := make([]admissionregistrationv1.Variable, 0, len(vars))
 	for _, v := range vars {
@@ -557,6 +588,18 @@ func unrestoredPoliciesCEL() string {
         .exists(p, ` + now + ` == p || p == variables.unsetPolicy && ` + now + ` == ` + circuit.QuoteCEL(string(admissionregistrationv1.Fail)) + `)))
   .map(o, 'webhooks[name=' + o.name + '].failurePolicy (' + ` + was + `
     + ' -> ' + ` + now + ` + ', ' + ` + circuit.QuoteCEL(notRestored) + ` + ')')`
+}
+
+// releaserRecordCEL renders recordBeyondRemoval in CEL: the circuit
+// record, when the new object carries one that is neither the stored one
+// nor the stored one with entries removed, as circuit.OnlyEntriesOfCEL
+// finds them (circuit's grammar, shared with the Go rule).
+func releaserRecordCEL() string {
+	return `size(variables.circuit) == 0 || variables.circuit == variables.oldCircuit
+  || size(variables.oldCircuit) > 0 && (` + circuit.OnlyEntriesOfCEL("variables.circuit[0]", "variables.oldRecord") + `)
+  ? []
+  : ['metadata.annotations[' + variables.recordKey + '] ('
+    + (size(variables.oldCircuit) == 0 ? 'added' : 'changed') + ', ' + ` + circuit.QuoteCEL(onlyRemovesEntries) + ` + ')']`
 }
 
 // metadataChangeCEL is one breakerMetadata field's change, as

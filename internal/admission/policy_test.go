@@ -93,7 +93,7 @@ func TestRenderPolicy_failurePolicyAndBinding(t *testing.T) {
 func TestRenderPolicy_validations(t *testing.T) {
 	p, _ := admission.RenderPolicy(admission.Options{BreakerUsername: "system:serviceaccount:ns:breaker", Managed: map[string][]string{"cfg": {"w.example.com"}}})
 	require.Len(t, p.Spec.Validations, 3)
-	assert.Contains(t, p.Spec.Validations[0].Expression, "variables.unownedChanges", "the breaker's own limit comes first")
+	assert.Contains(t, p.Spec.Validations[0].Expression, "variables.breakerChanges", "the breaker's own limit comes first")
 	r := p.Spec.Validations[1]
 	assert.Contains(t, r.Expression, "variables.releaserChanges", "then the release identity's")
 	assert.Contains(t, r.MessageExpression, "release identity (' + 'system:serviceaccount:ns:breaker-release' + ')")

@@ -36,16 +36,19 @@ const (
 	ReasonInvalidRequest = "InvalidRequest"
 	// ReasonBreakerOutsideOwnedFields is reported when the breaker's own
 	// identity changes anything but the owned fields of a managed
-	// configuration: its token may repoint no webhook, and change no
-	// metadata but its record (no label, other annotation, owner reference
-	// or finalizer).
+	// configuration: its token may repoint no webhook, switch off none
+	// that is not an approved target (its failurePolicy or bypass
+	// matchCondition), and change no metadata but its record (no label,
+	// other annotation, owner reference or finalizer).
 	ReasonBreakerOutsideOwnedFields = "BreakerOutsideOwnedFields"
 	// ReasonReleaserOutsideOwnedFields is reported when the release
 	// identity (Options.Releaser) creates a managed configuration, or
 	// updates one beyond what a release changes: the owned fields (a
 	// managed webhook's failurePolicy only back to its record's
-	// originalFailurePolicy), the arming annotation and the override
-	// annotation. Its token may repoint no webhook, add or remove none,
+	// originalFailurePolicy; the circuit record only by removing
+	// entries), the arming annotation and the override annotation. Its
+	// token may repoint no webhook, add or remove none, switch off none
+	// that is not an approved target, write no original into the record,
 	// and change no other metadata.
 	ReasonReleaserOutsideOwnedFields = "ReleaserOutsideOwnedFields"
 )
@@ -85,13 +88,17 @@ type Decision struct {
 // or the new object carries a non-empty override annotation. An UPDATE by
 // the breaker is denied when it changes anything else (unownedChanges): any
 // other webhook field, and any metadata but the circuit annotation and the
-// arming annotation. The release identity (opts.Releaser(), when it is not
-// the breaker) may create no managed configuration, and its UPDATE is
-// denied when it changes anything else but the override annotation too, or
-// changes a managed webhook's failurePolicy to anything but the
-// originalFailurePolicy of the webhook's entry in the stored record
-// (releaserChanges); its owned-field changes still need the override.
-// Everything else is allowed.
+// arming annotation; or when it changes the failurePolicy or the bypass
+// matchCondition of a webhook that is not managed (unapprovedChanges). The
+// release identity (opts.Releaser(), when it is not the breaker) may create
+// no managed configuration, and its UPDATE is denied, with the override
+// or without, when it changes anything else but the override annotation
+// too, changes the failurePolicy or the bypass matchCondition of a webhook
+// that is not managed, changes a managed webhook's failurePolicy to
+// anything but the originalFailurePolicy of the webhook's entry in the
+// stored record, or writes a circuit record that is not the stored one
+// with entries removed (releaserChanges); its owned-field changes still
+// need the override. Everything else is allowed.
 func Decide(req Request, opts Options) Decision {
 	switch req.Operation {
 	case admissionv1.Create, admissionv1.Update:
@@ -121,7 +128,7 @@ func Decide(req Request, opts Options) Decision {
 	isBreaker := req.User.Username == opts.Breaker()
 	isReleaser := !isBreaker && req.User.Username == opts.Releaser()
 	if isBreaker && old != nil {
-		if other := unownedChanges(old, req.New, managedHooks); len(other) > 0 {
+		if other := breakerChanges(old, req.New, managedHooks); len(other) > 0 {
 			return Decision{
 				Reason:  ReasonBreakerOutsideOwnedFields,
 				Message: breakerDenial(kind, name, opts.Breaker(), other),
@@ -166,7 +173,8 @@ func Decide(req Request, opts Options) Decision {
 // ownedChanges lists the owned fields that differ between old (nil on
 // CREATE) and new, each as "path (what happened)", in the order the CEL
 // rendering lists them: managed failurePolicies in old order, bypass markers
-// (new webhooks in order, then removed ones), then the circuit annotation.
+// (new webhooks in order, then removed ones; the marker of a webhook that
+// is not managed with notApproved), then the circuit annotation.
 func ownedChanges(old, new *admissionregistrationv1.MutatingWebhookConfiguration, managedHooks []string) []string {
 	var oldHooks []admissionregistrationv1.MutatingWebhook
 	if old != nil {
@@ -201,7 +209,11 @@ func ownedChanges(old, new *admissionregistrationv1.MutatingWebhookConfiguration
 		if ook == nok && oe == ne {
 			continue
 		}
-		changes = append(changes, fmt.Sprintf("%s (%s)", bypassPath(hook), changeVerb(ook, nok)))
+		change := changeVerb(ook, nok)
+		if !contains(managedHooks, hook) {
+			change += ", " + notApproved
+		}
+		changes = append(changes, fmt.Sprintf("%s (%s)", bypassPath(hook), change))
 	}
 
 	ov, ook := annotation(old, circuit.Annotation)
@@ -212,14 +224,23 @@ func ownedChanges(old, new *admissionregistrationv1.MutatingWebhookConfiguration
 	return changes
 }
 
-// unownedChanges lists what an UPDATE changes besides the owned fields, in
-// the order the CEL rendering lists them: the labels, the annotations other
-// than the circuit record, the arming entries and the keys of alsoAllowed,
-// the other metadata the breaker may not change (breakerMetadata), the
-// webhooks' names and order, then each webhook (in new order) whose other
-// fields differ. Fields are compared as the apiserver stores them (JSON, an
-// absent field differs from a present one), which is how CEL sees them.
-func unownedChanges(old, new *admissionregistrationv1.MutatingWebhookConfiguration, managedHooks []string, alsoAllowed ...string) []string {
+// breakerChanges lists what an UPDATE by the breaker changes beyond what
+// it owns, in the order the CEL rendering lists them: unownedChanges, then
+// unapprovedChanges.
+func breakerChanges(old, new *admissionregistrationv1.MutatingWebhookConfiguration, managedHooks []string) []string {
+	return append(unownedChanges(old, new), unapprovedChanges(old, new, managedHooks)...)
+}
+
+// unownedChanges lists what an UPDATE changes besides the owned fields and
+// the failurePolicy and bypass marker of any webhook, in the order the CEL
+// rendering lists them: the labels, the annotations other than the circuit
+// record, the arming entries and the keys of alsoAllowed, the other
+// metadata the breaker may not change (breakerMetadata), the webhooks'
+// names and order, then each webhook (in new order) whose other fields
+// differ (unowned). Fields are compared as the apiserver stores them
+// (JSON, an absent field differs from a present one), which is how CEL
+// sees them.
+func unownedChanges(old, new *admissionregistrationv1.MutatingWebhookConfiguration, alsoAllowed ...string) []string {
 	var out []string
 	if !jsonEqual(old.Labels, new.Labels) {
 		out = append(out, "metadata.labels")
@@ -254,19 +275,78 @@ func unownedChanges(old, new *admissionregistrationv1.MutatingWebhookConfigurati
 	for i := range new.Webhooks {
 		n := &new.Webhooks[i]
 		o := findHook(old.Webhooks, n.Name)
-		if o != nil && !jsonEqual(unowned(o, contains(managedHooks, n.Name)), unowned(n, contains(managedHooks, n.Name))) {
+		if o != nil && !jsonEqual(unowned(o), unowned(n)) {
 			out = append(out, "webhooks[name="+n.Name+"]")
 		}
 	}
 	return out
 }
 
+// notApproved ends, in a denial, each change to the bypass marker or the
+// failurePolicy of a webhook that is not an approved target: not one of
+// the configuration's managed webhooks.
+const notApproved = "not an approved target of webhook-guard"
+
+// unapprovedChanges lists what an UPDATE changes of the failurePolicy and
+// the bypass marker of webhooks that are not approved targets (not in
+// managedHooks), present on both sides, in the order the CEL rendering
+// lists them: the failurePolicy changes, then the bypass marker changes,
+// each in new order. The breaker and the release identity may change
+// neither: the bypass marker on such a webhook would switch it off with
+// no record entry and no Event, and an approval names the webhooks the
+// breaker may switch off. Others need the override for a marker
+// (ownedChanges) and may set such a webhook's failurePolicy freely.
+func unapprovedChanges(old, new *admissionregistrationv1.MutatingWebhookConfiguration, managedHooks []string) []string {
+	var policies, markers []string
+	for i := range new.Webhooks {
+		name := new.Webhooks[i].Name
+		o, n := findHook(old.Webhooks, name), findHook(new.Webhooks, name)
+		if contains(managedHooks, name) || o == nil {
+			continue
+		}
+		if of, nf := circuit.PolicyString(o.FailurePolicy), circuit.PolicyString(n.FailurePolicy); of != nf {
+			policies = append(policies, fmt.Sprintf("%s (%s -> %s, %s)", failurePolicyPath(name), of, nf, notApproved))
+		}
+		oe, ook := marker(o)
+		ne, nok := marker(n)
+		if ook != nok || oe != ne {
+			markers = append(markers, fmt.Sprintf("%s (%s, %s)", bypassPath(name), changeVerb(ook, nok), notApproved))
+		}
+	}
+	return append(policies, markers...)
+}
+
 // releaserChanges lists what an UPDATE by the release identity changes
 // beyond what a release changes, in the order the CEL rendering lists
 // them: unownedChanges with the override annotation allowed too, then
-// unrestoredPolicies.
+// unapprovedChanges, unrestoredPolicies and recordBeyondRemoval.
 func releaserChanges(old, new *admissionregistrationv1.MutatingWebhookConfiguration, managedHooks []string) []string {
-	return append(unownedChanges(old, new, managedHooks, circuit.OverrideAnnotation), unrestoredPolicies(old, new, managedHooks)...)
+	out := unownedChanges(old, new, circuit.OverrideAnnotation)
+	out = append(out, unapprovedChanges(old, new, managedHooks)...)
+	out = append(out, unrestoredPolicies(old, new, managedHooks)...)
+	return append(out, recordBeyondRemoval(old, new)...)
+}
+
+// onlyRemovesEntries ends, in a denial of the release identity, a circuit
+// record it adds, or changes other than by removing entries.
+const onlyRemovesEntries = "a release only removes entries of the stored record"
+
+// recordBeyondRemoval lists the circuit record, as
+// "metadata.annotations[record] (added or changed, onlyRemovesEntries)",
+// when an UPDATE adds it, or changes it to anything but the stored record
+// with entries removed (circuit.OnlyEntriesOf). The release identity may
+// restore a failurePolicy to the original the stored record holds
+// (unrestoredPolicies); a record it could write would name an original
+// that its next write then "restores", Ignore on a healthy webhook say.
+// So every original it restores is one the breaker, or an administrator,
+// wrote.
+func recordBeyondRemoval(old, new *admissionregistrationv1.MutatingWebhookConfiguration) []string {
+	ov, ook := annotation(old, circuit.Annotation)
+	nv, nok := annotation(new, circuit.Annotation)
+	if !nok || ook && (nv == ov || circuit.OnlyEntriesOf(nv, ov)) {
+		return nil
+	}
+	return []string{fmt.Sprintf("%s (%s, %s)", circuitPath, changeVerb(ook, nok), onlyRemovesEntries)}
 }
 
 // notRestored ends, in a denial of the release identity, each managed
@@ -368,13 +448,12 @@ var apiServerMetadata = []string{
 	"generation", "resourceVersion", "selfLink", "managedFields",
 }
 
-// unowned is the webhook without the fields the breaker owns: the bypass
-// marker, and the failurePolicy of a managed webhook.
-func unowned(w *admissionregistrationv1.MutatingWebhook, managed bool) *admissionregistrationv1.MutatingWebhook {
+// unowned is the webhook without its failurePolicy and bypass marker:
+// the breaker owns them on a managed webhook, and unapprovedChanges
+// decides them on any other.
+func unowned(w *admissionregistrationv1.MutatingWebhook) *admissionregistrationv1.MutatingWebhook {
 	c := w.DeepCopy()
-	if managed {
-		c.FailurePolicy = nil
-	}
+	c.FailurePolicy = nil
 	c.MatchConditions = nil
 	for _, mc := range w.MatchConditions {
 		if mc.Name != circuit.BypassCondition {

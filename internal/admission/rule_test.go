@@ -256,8 +256,8 @@ func TestDecide_releaser(t *testing.T) {
 	require.False(t, d.Allowed, "the release identity creates no managed configuration, even one without owned fields")
 	assert.Equal(t, admission.ReasonReleaserOutsideOwnedFields, d.Reason)
 	assert.Equal(t, `mutatingwebhookconfiguration "cfg": webhook-guard's release identity (`+opts.Releaser()+`) may change only what a release restores: `+
-		`the failurePolicy of managed webhooks, only back to the originalFailurePolicy of their circuit record entry, the bypass matchCondition, `+
-		`and no metadata but the circuit record (metadata.annotations[webhook-guard.io/circuit]), the arming annotation (metadata.annotations[webhook-guard.io/marking-armed]) `+
+		`the failurePolicy of managed webhooks, only back to the originalFailurePolicy of their circuit record entry, the bypass matchCondition of managed webhooks, `+
+		`and no metadata but the circuit record (metadata.annotations[webhook-guard.io/circuit]), only removing entries, the arming annotation (metadata.annotations[webhook-guard.io/marking-armed]) `+
 		`and the override annotation (metadata.annotations[webhook-guard.io/override]); it creates no configuration.`, d.Message)
 	d = admission.Decide(admission.Request{Operation: admissionv1.Create, New: admissiontest.Healthy("other"), User: releaser}, opts)
 	assert.True(t, d.Allowed, "an unmanaged configuration is not the guard's")

@@ -104,6 +104,46 @@ func EntryTextCEL(record, webhook string) string {
 	return fmt.Sprintf("%s.find(%s)", record, entryPatternCEL(webhook))
 }
 
+// entryShape matches one entry of a record as Record.Text writes it:
+// "name":{...}, its name a webhook name (kube-apiserver requires a
+// lower-case DNS subdomain), its value an object with no '}' in it.
+const entryShape = `"[a-z0-9.-]+":\{[^}]*\}`
+
+// recordShape matches a record text made of entries only, as Record.Text
+// writes it: {} or {E,E,...}, each E an entryShape.
+const recordShape = `^\{(` + entryShape + `(,` + entryShape + `)*)?\}$`
+
+var (
+	entryShapeRE  = regexp.MustCompile(entryShape)
+	recordShapeRE = regexp.MustCompile(recordShape)
+)
+
+// OnlyEntriesOf reports whether the record text holds only entries that
+// the stored record text holds, byte for byte: what is left when entries
+// are removed from stored and Record.Text writes the rest. A text that is
+// not made of entries only, as the encoder writes them, is not: a space
+// before a colon or an escaped character reads in JSON as an entry that
+// no entry pattern finds, and so could carry an entry stored never held.
+// In a record the encoder wrote, values hold no quote, so an entry's text
+// is found in it only as that whole entry.
+func OnlyEntriesOf(record, stored string) bool {
+	if !recordShapeRE.MatchString(record) {
+		return false
+	}
+	for _, e := range entryShapeRE.FindAllString(record, -1) {
+		if !strings.Contains(stored, e) {
+			return false
+		}
+	}
+	return true
+}
+
+// OnlyEntriesOfCEL is OnlyEntriesOf in CEL; record and stored are CEL
+// string expressions.
+func OnlyEntriesOfCEL(record, stored string) string {
+	return fmt.Sprintf("%s.matches(%s)\n  && %s.findAll(%s).all(e, %s.contains(e))", record, QuoteCEL(recordShape), record, QuoteCEL(entryShape), stored)
+}
+
 // Read returns the fact's value in an entry's text (EntryText), or ""
 // when it is absent. The value cannot hold a quote, so removing the
 // prefix and every quote leaves exactly the value.

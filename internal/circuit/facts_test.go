@@ -140,6 +140,73 @@ func TestFact_CEL_agreesWithGo(t *testing.T) {
 	}
 }
 
+// TestOnlyEntriesOf: a record holds only entries of the stored one when
+// the encoder could have written it by removing entries from it; the CEL
+// rendering, evaluated with kube-apiserver's environment, agrees on these
+// and on every pair of hostile and encoded texts.
+func TestOnlyEntriesOf(t *testing.T) {
+	env, err := environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()).Env(environment.StoredExpressions)
+	require.NoError(t, err)
+	env, err = env.Extend(cel.Variable("record", cel.StringType), cel.Variable("stored", cel.StringType))
+	require.NoError(t, err)
+	ast, iss := env.Compile(OnlyEntriesOfCEL("record", "stored"))
+	require.NoError(t, iss.Err())
+	prg, err := env.Program(ast)
+	require.NoError(t, err)
+	onlyEntriesOfCEL := func(record, stored string) any {
+		t.Helper()
+		out, _, err := prg.Eval(map[string]any{"record": record, "stored": stored})
+		require.NoError(t, err)
+		return out.Value()
+	}
+
+	r := rand.New(rand.NewPCG(5, 6))
+	a, b := randomEntry(r), randomEntry(r)
+	forged := a
+	forged.OriginalFailurePolicy = ptr.To(admissionregistrationv1.Ignore)
+	if a.OriginalFailurePolicy != nil && *a.OriginalFailurePolicy == admissionregistrationv1.Ignore {
+		forged.OriginalFailurePolicy = ptr.To(admissionregistrationv1.Fail)
+	}
+	two := encoded(t, Record{hook: a, "other.example.com": b})
+	one := encoded(t, Record{hook: a})
+	other := encoded(t, Record{"other.example.com": b})
+	for name, c := range map[string]struct {
+		record, stored string
+		want           bool
+	}{
+		"the stored record itself":                          {two, two, true},
+		"one entry removed":                                 {one, two, true},
+		"the other entry removed":                           {other, two, true},
+		"every entry removed, as {}":                        {`{}`, two, true},
+		"the entries reordered":                             {"{" + strings.TrimPrefix(strings.TrimSuffix(other, "}"), "{") + "," + strings.TrimPrefix(strings.TrimSuffix(one, "}"), "{") + "}", two, true},
+		"an entry twice":                                    {"{" + strings.Trim(one, "{}") + "}," + strings.Trim(one, "{}") + "}}", one, true},
+		"an entry added":                                    {two, one, false},
+		"an entry's original changed":                       {encoded(t, Record{hook: forged}), one, false},
+		"an entry moved to another webhook":                 {strings.Replace(one, hook, "other.example.com", 1), two, false},
+		"a space before an entry's colon":                   {strings.Replace(one, `":{`, `" :{`, 1), two, false},
+		"a space after the opening brace":                   {"{ " + strings.TrimPrefix(one, "{"), two, false},
+		"an escaped character in a name":                    {strings.Replace(one, "slow.", `slow\u002e`, 1), two, false},
+		"an upper-case name":                                {strings.Replace(one, "slow.", "SLOW.", 1), strings.Replace(two, "slow.", "SLOW.", 1), false},
+		"a nested object":                                   {`{"` + hook + `":{"x":{}}}`, `{"` + hook + `":{"x":{}}}`, false},
+		"no record text at all":                             {``, two, false},
+		"not a record":                                      {`garbage`, `garbage`, false},
+		"null":                                              {`null`, two, false},
+		"an entry of a stored text the codec did not write": {`{"a.b.c":{"mode":"Bypass"}}`, `{"x.y.z":{"note":"q"a.b.c":{"mode":"Bypass"}}`, true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			assert.Equal(t, c.want, OnlyEntriesOf(c.record, c.stored))
+			assert.Equal(t, c.want, onlyEntriesOfCEL(c.record, c.stored))
+		})
+	}
+
+	texts := append([]string{two, one, other}, hostileRecords...)
+	for _, record := range texts {
+		for _, stored := range texts {
+			assert.Equal(t, OnlyEntriesOf(record, stored), onlyEntriesOfCEL(record, stored), "%s of %s", record, stored)
+		}
+	}
+}
+
 func TestFact_Read_boundsAndRefusals(t *testing.T) {
 	read := func(f Fact, i int) string { return f.Read(EntryText(hostileRecords[i], hook)) }
 	assert.Equal(t, strings.Repeat("9", 64), read(FactOpenedAt, 7))

@@ -277,17 +277,28 @@ func Overridden(name string) *admissionregistrationv1.MutatingWebhookConfigurati
 // ManagedWebhook in mode, opened at openedAt (RFC 3339), as the breaker's
 // encoder writes it.
 func CircuitRecord(mode circuit.Mode, openedAt string) string {
+	return recordText(circuit.Record{ManagedWebhook: entry(mode, openedAt, admissionregistrationv1.Fail)})
+}
+
+// entry is a record entry of a circuit opened in mode at openedAt (RFC
+// 3339) on a webhook whose failurePolicy was original.
+func entry(mode circuit.Mode, openedAt string, original admissionregistrationv1.FailurePolicyType) circuit.Entry {
 	at, err := time.Parse(time.RFC3339, openedAt)
 	if err != nil {
 		panic("admissiontest: " + err.Error())
 	}
-	text, err := circuit.Record{ManagedWebhook: {
+	return circuit.Entry{
 		UID:                   RecordUID,
 		Mode:                  mode,
 		OpenedAt:              metav1.NewTime(at),
 		Reason:                RecordReason,
-		OriginalFailurePolicy: ptr.To(admissionregistrationv1.Fail),
-	}}.Text()
+		OriginalFailurePolicy: ptr.To(original),
+	}
+}
+
+// recordText is rec as the breaker's encoder writes it.
+func recordText(rec circuit.Record) string {
+	text, err := rec.Text()
 	if err != nil {
 		panic("admissiontest: " + err.Error())
 	}
@@ -404,6 +415,96 @@ func ClosedWithRecord(name string) *admissionregistrationv1.MutatingWebhookConfi
 	obj := Healthy(name)
 	forgeRecord(obj)
 	return obj
+}
+
+// NotApproved is what a denial says of a change to the bypass marker or
+// the failurePolicy of a webhook that is not an approved target of its
+// configuration (not one of its managed webhooks).
+const NotApproved = "not an approved target of webhook-guard"
+
+// Paths of OtherWebhook's owned fields, with the change and NotApproved,
+// as a denial names them.
+const (
+	// OtherMarkerAdded names a bypass marker added to OtherWebhook.
+	OtherMarkerAdded = OtherBypassPath + " (added, " + NotApproved + ")"
+	// OtherMarkerRemoved names a bypass marker removed from OtherWebhook.
+	OtherMarkerRemoved = OtherBypassPath + " (removed, " + NotApproved + ")"
+	// OtherIgnoreSet names OtherWebhook's failurePolicy set from Fail to
+	// Ignore.
+	OtherIgnoreSet = "webhooks[name=" + OtherWebhook + "].failurePolicy (Fail -> Ignore, " + NotApproved + ")"
+)
+
+// OnlyRemovesEntries is what the denial of the release identity says of
+// a circuit record it adds or changes other than by removing entries.
+const OnlyRemovesEntries = "a release only removes entries of the stored record"
+
+// GoneWebhook is a webhook that is no longer in the configuration, with
+// an entry left in TwoOpen's record.
+const GoneWebhook = "gone.mutator.webhook-guard.io"
+
+// OtherBypassed is Healthy with the bypass marker on OtherWebhook, which
+// is not a managed webhook: as an administrator with the override leaves
+// it.
+func OtherBypassed(name string) *admissionregistrationv1.MutatingWebhookConfiguration {
+	obj := Healthy(name)
+	addOtherMarker(obj)
+	return obj
+}
+
+// ForgedOriginal is Healthy with a record entry on ManagedWebhook whose
+// originalFailurePolicy is Ignore while the webhook holds Fail: what the
+// first write of a forged original would leave, and what the breaker
+// leaves when a webhook that was Ignore opens in Bypass mode and an
+// administrator then sets Fail with the override.
+func ForgedOriginal(name string) *admissionregistrationv1.MutatingWebhookConfiguration {
+	obj := Healthy(name)
+	setAnnotation(obj, circuit.Annotation, recordText(circuit.Record{ManagedWebhook: entry(circuit.ModeIgnore, OpenedAt, admissionregistrationv1.Ignore)}))
+	return obj
+}
+
+// TwoOpen is IgnoreOpen with a second record entry, for GoneWebhook.
+func TwoOpen(name string) *admissionregistrationv1.MutatingWebhookConfiguration {
+	obj := IgnoreOpen(name)
+	setAnnotation(obj, circuit.Annotation, twoEntries())
+	return obj
+}
+
+func twoEntries() string {
+	return recordText(circuit.Record{
+		ManagedWebhook: entry(circuit.ModeIgnore, OpenedAt, admissionregistrationv1.Fail),
+		GoneWebhook:    entry(circuit.ModeIgnore, OpenedAt, admissionregistrationv1.Fail),
+	})
+}
+
+// addEntry adds GoneWebhook's entry to the record of an Ignore circuit.
+func addEntry(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
+	setAnnotation(obj, circuit.Annotation, twoEntries())
+}
+
+// releaseManagedOnly restores ManagedWebhook from TwoOpen and removes its
+// entry, as "guard release" of that webhook alone writes it: the other
+// entry stays, byte for byte.
+func releaseManagedOnly(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
+	findHook(obj, ManagedWebhook).FailurePolicy = policy(admissionregistrationv1.Fail)
+	setAnnotation(obj, circuit.Annotation, recordText(circuit.Record{GoneWebhook: entry(circuit.ModeIgnore, OpenedAt, admissionregistrationv1.Fail)}))
+}
+
+// forgeOriginal writes a record whose entry says ManagedWebhook's
+// originalFailurePolicy was Ignore.
+func forgeOriginal(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
+	setAnnotation(obj, circuit.Annotation, ForgedOriginal(obj.Name).Annotations[circuit.Annotation])
+}
+
+// forgeSpacedOriginal writes forgeOriginal's record with a space before
+// the entry's colon: JSON reads it as the breaker would, while an entry
+// pattern does not find it.
+func forgeSpacedOriginal(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
+	forgeOriginal(obj)
+	obj.Annotations[circuit.Annotation] = strings.Replace(obj.Annotations[circuit.Annotation], `":{`, `" :{`, 1)
+}
+
+func removeOtherMarker(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
+	removeMarker(findHook(obj, OtherWebhook))
 }
 
 func withEmptyOverride(old func(string) *admissionregistrationv1.MutatingWebhookConfiguration) func(string) *admissionregistrationv1.MutatingWebhookConfiguration {
@@ -591,31 +692,36 @@ func Cases() []Case {
 // ValidatingWebhookConfiguration: every actor, every owned field, the
 // override, and fields the breaker does not own.
 var validatingCases = map[string]bool{
-	"the breaker opens a Bypass circuit":                                              true,
-	"the breaker closes an Ignore circuit":                                            true,
-	"an admin restores Fail while the circuit is open":                                true,
-	"an admin restores Fail with an override":                                         true,
-	"an admin restores Fail while removing the override":                              true,
-	"an admin closes the circuit by hand":                                             true,
-	"another service account opens a circuit":                                         true,
-	"another service account forges a circuit record":                                 true,
-	"an admin removes the circuit record":                                             true,
-	"an admin adds a bypass marker to the other webhook":                              true,
-	"an admin changes only timeoutSeconds while the circuit is open":                  true,
-	"an admin changes the other webhook's failurePolicy in the same configuration":    true,
-	"an admin removes the override annotation alone":                                  true,
-	"another service account forges a circuit record on an unmanaged configuration":   true,
-	"the breaker adds an ownerReference":                                              true,
-	"the breaker adds a finalizer":                                                    true,
-	"the breaker changes its record and another annotation":                           true,
-	"the breaker changes only its record":                                             true,
-	"the breaker arms marking before an opening":                                      true,
-	"an admin adds an ownerReference while the circuit is open":                       true,
-	"the release identity restores a Bypass circuit from the record with an override": true,
-	"the release identity repoints a webhook's clientConfig with an override":         true,
-	"the release identity adds a webhook with an override":                            true,
-	"the release identity sets a failurePolicy other than the record's original":      true,
-	"the release identity removes the override annotation alone":                      true,
+	"the breaker opens a Bypass circuit":                                                                     true,
+	"the breaker closes an Ignore circuit":                                                                   true,
+	"an admin restores Fail while the circuit is open":                                                       true,
+	"an admin restores Fail with an override":                                                                true,
+	"an admin restores Fail while removing the override":                                                     true,
+	"an admin closes the circuit by hand":                                                                    true,
+	"another service account opens a circuit":                                                                true,
+	"another service account forges a circuit record":                                                        true,
+	"an admin removes the circuit record":                                                                    true,
+	"an admin adds a bypass marker to the other webhook":                                                     true,
+	"an admin changes only timeoutSeconds while the circuit is open":                                         true,
+	"an admin changes the other webhook's failurePolicy in the same configuration":                           true,
+	"an admin removes the override annotation alone":                                                         true,
+	"another service account forges a circuit record on an unmanaged configuration":                          true,
+	"the breaker adds an ownerReference":                                                                     true,
+	"the breaker adds a finalizer":                                                                           true,
+	"the breaker changes its record and another annotation":                                                  true,
+	"the breaker changes only its record":                                                                    true,
+	"the breaker arms marking before an opening":                                                             true,
+	"an admin adds an ownerReference while the circuit is open":                                              true,
+	"the release identity restores a Bypass circuit from the record with an override":                        true,
+	"the release identity repoints a webhook's clientConfig with an override":                                true,
+	"the release identity adds a webhook with an override":                                                   true,
+	"the release identity sets a failurePolicy other than the record's original":                             true,
+	"the release identity removes the override annotation alone":                                             true,
+	"the breaker adds a bypass marker to a webhook that is not an approved target":                           true,
+	"the release identity adds a bypass marker to a webhook that is not an approved target with an override": true,
+	"an admin adds a bypass marker to a webhook that is not an approved target with an override":             true,
+	"the release identity changes a record entry's original with an override":                                true,
+	"the release identity restores one webhook and keeps the other record entry":                             true,
 }
 
 func mutatingCases() []Case {
@@ -633,7 +739,7 @@ func mutatingCases() []Case {
 		{Name: "the breaker adds a label", Actor: Breaker, Managed: true, Old: Healthy, Edit: addLabel, Override: OverrideAbsent, WantAllowed: false, WantMessageContains: []string{BreakerOverreach, "metadata.labels"}},
 		{Name: "the breaker adds the override annotation", Actor: Breaker, Managed: true, Old: Healthy, Override: OverridePresent, WantAllowed: false, WantMessageContains: []string{BreakerOverreach, "metadata.annotations"}},
 		{Name: "the breaker removes a webhook", Actor: Breaker, Managed: true, Old: Healthy, Edit: removeManagedWebhook, Override: OverrideAbsent, WantAllowed: false, WantMessageContains: []string{BreakerOverreach, "webhooks (added, removed or reordered)"}},
-		{Name: "the breaker sets another webhook's failurePolicy", Actor: Breaker, Managed: true, Old: Healthy, Edit: setPolicy(OtherWebhook, admissionregistrationv1.Ignore), Override: OverrideAbsent, WantAllowed: false, WantMessageContains: []string{BreakerOverreach, "webhooks[name=" + OtherWebhook + "]"}},
+		{Name: "the breaker sets another webhook's failurePolicy", Actor: Breaker, Managed: true, Old: Healthy, Edit: setPolicy(OtherWebhook, admissionregistrationv1.Ignore), Override: OverrideAbsent, WantAllowed: false, WantMessageContains: []string{BreakerOverreach, OtherIgnoreSet}},
 
 		// The breaker and metadata: nothing but its record.
 		{Name: "the breaker adds an ownerReference", Actor: Breaker, Managed: true, Old: Healthy, Edit: addOwner, Override: OverrideAbsent, WantAllowed: false, WantMessageContains: []string{BreakerOverreach, BreakerOwns, OwnerReferencesChange}},
@@ -678,7 +784,7 @@ func mutatingCases() []Case {
 		{Name: "an admin removes the bypass marker", Actor: Admin, Managed: true, Old: BypassOpen, Edit: removeManagedMarker, Override: OverrideAbsent, WantAllowed: false, WantMessageContains: want(BypassPath)},
 		{Name: "an admin adds a bypass marker to a healthy managed webhook", Actor: Admin, Managed: true, Old: Healthy, Edit: addManagedMarker, Override: OverrideAbsent, WantAllowed: false, WantMessageContains: want(BypassPath)},
 		{Name: "an admin alters the bypass marker's expression", Actor: Admin, Managed: true, Old: BypassOpen, Edit: alterMarker, Override: OverrideAbsent, WantAllowed: false, WantMessageContains: want(BypassPath)},
-		{Name: "an admin adds a bypass marker to the other webhook", Actor: Admin, Managed: true, Old: Healthy, Edit: addOtherMarker, Override: OverrideAbsent, WantAllowed: false, WantMessageContains: want(OtherBypassPath)},
+		{Name: "an admin adds a bypass marker to the other webhook", Actor: Admin, Managed: true, Old: Healthy, Edit: addOtherMarker, Override: OverrideAbsent, WantAllowed: false, WantMessageContains: want(OtherMarkerAdded)},
 		{Name: "an admin removes the managed webhook that carries the bypass marker", Actor: Admin, Managed: true, Old: BypassOpen, Edit: removeManagedWebhook, Override: OverrideAbsent, WantAllowed: false, WantMessageContains: want(BypassPath)},
 		{Name: "an admin alters the bypass marker with an override", Actor: Admin, Managed: true, Old: BypassOpen, Edit: alterMarker, Override: OverridePresent, WantAllowed: true},
 
@@ -723,8 +829,34 @@ func mutatingCases() []Case {
 		{Name: "the release identity adds an ownerReference and a finalizer", Actor: Releaser, Managed: true, Old: Healthy, Edit: all(addOwner, addFinalizer), Override: OverrideAbsent, WantAllowed: false, WantMessageContains: []string{ReleaserOverreach, OwnerReferencesChange + ", " + FinalizersChange}},
 		{Name: "the release identity sets Ignore with no record entry", Actor: Releaser, Managed: true, Old: Healthy, Edit: setPolicy(ManagedWebhook, admissionregistrationv1.Ignore), Override: OverridePresent, WantAllowed: false, WantMessageContains: []string{ReleaserOverreach, FailurePolicyPath + " (Fail -> Ignore, " + NotRestored + ")"}},
 		{Name: "the release identity sets a failurePolicy other than the record's original", Actor: Releaser, Managed: true, Old: ClosedWithRecord, Edit: setPolicy(ManagedWebhook, admissionregistrationv1.Ignore), Override: OverridePresent, WantAllowed: false, WantMessageContains: []string{ReleaserOverreach, FailurePolicyPath + " (Fail -> Ignore, " + NotRestored + ")"}},
-		{Name: "the release identity changes the other webhook's failurePolicy", Actor: Releaser, Managed: true, Old: Healthy, Edit: setPolicy(OtherWebhook, admissionregistrationv1.Ignore), Override: OverridePresent, WantAllowed: false, WantMessageContains: []string{ReleaserOverreach, "webhooks[name=" + OtherWebhook + "]"}},
+		{Name: "the release identity changes the other webhook's failurePolicy", Actor: Releaser, Managed: true, Old: Healthy, Edit: setPolicy(OtherWebhook, admissionregistrationv1.Ignore), Override: OverridePresent, WantAllowed: false, WantMessageContains: []string{ReleaserOverreach, OtherIgnoreSet}},
 		{Name: "the release identity changes the failurePolicy of an unmanaged configuration", Actor: Releaser, Managed: false, Old: Healthy, Edit: setPolicy(ManagedWebhook, admissionregistrationv1.Ignore), Override: OverrideAbsent, WantAllowed: true},
+
+		// Webhooks that are not approved targets: their bypass marker and
+		// failurePolicy are left to administrators, and the breaker and the
+		// release identity may change neither, even with the override.
+		{Name: "the breaker adds a bypass marker to a webhook that is not an approved target", Actor: Breaker, Managed: true, Old: Healthy, Edit: addOtherMarker, Override: OverrideAbsent, WantAllowed: false, WantMessageContains: []string{BreakerOverreach, OtherMarkerAdded}},
+		{Name: "the breaker opens a circuit and adds a bypass marker to a webhook that is not an approved target", Actor: Breaker, Managed: true, Old: Healthy, Edit: all(openBypass, addOtherMarker), Override: OverrideAbsent, WantAllowed: false, WantMessageContains: []string{BreakerOverreach, OtherMarkerAdded}},
+		{Name: "the breaker removes the bypass marker from a webhook that is not an approved target", Actor: Breaker, Managed: true, Old: OtherBypassed, Edit: removeOtherMarker, Override: OverrideAbsent, WantAllowed: false, WantMessageContains: []string{BreakerOverreach, OtherMarkerRemoved}},
+		{Name: "the release identity adds a bypass marker to a webhook that is not an approved target with an override", Actor: Releaser, Managed: true, Old: Healthy, Edit: addOtherMarker, Override: OverridePresent, WantAllowed: false, WantMessageContains: []string{ReleaserOverreach, OtherMarkerAdded}},
+		{Name: "the release identity restores a circuit and adds a bypass marker to a webhook that is not an approved target", Actor: Releaser, Managed: true, Old: BypassOpen, Edit: all(closeCircuit, armMarking, addOtherMarker), Override: OverridePresent, WantAllowed: false, WantMessageContains: []string{ReleaserOverreach, OtherMarkerAdded}},
+		{Name: "the release identity sets Ignore on a webhook that is not an approved target while restoring a circuit", Actor: Releaser, Managed: true, Old: BypassOpen, Edit: all(closeCircuit, setPolicy(OtherWebhook, admissionregistrationv1.Ignore)), Override: OverridePresent, WantAllowed: false, WantMessageContains: []string{ReleaserOverreach, OtherIgnoreSet}},
+		{Name: "an admin adds a bypass marker to a webhook that is not an approved target with an override", Actor: Admin, Managed: true, Old: Healthy, Edit: addOtherMarker, Override: OverridePresent, WantAllowed: true},
+		{Name: "another service account removes the bypass marker from a webhook that is not an approved target with an override", Actor: OtherSA, Managed: true, Old: OtherBypassed, Edit: removeOtherMarker, Override: OverridePresent, WantAllowed: true},
+		{Name: "an admin removes the bypass marker from a webhook that is not an approved target", Actor: Admin, Managed: true, Old: OtherBypassed, Edit: removeOtherMarker, Override: OverrideAbsent, WantAllowed: false, WantMessageContains: want(OtherMarkerRemoved)},
+
+		// The release identity and the circuit record: it removes entries
+		// and never adds or changes one, so the original a later write
+		// restores is one the breaker (or an administrator) wrote.
+		{Name: "the release identity writes a record on a healthy configuration with an override", Actor: Releaser, Managed: true, Old: Healthy, Edit: forgeOriginal, Override: OverridePresent, WantAllowed: false, WantMessageContains: []string{ReleaserOverreach, CircuitPath + " (added, " + OnlyRemovesEntries + ")"}},
+		{Name: "the release identity changes a record entry's original with an override", Actor: Releaser, Managed: true, Old: ClosedWithRecord, Edit: forgeOriginal, Override: OverridePresent, WantAllowed: false, WantMessageContains: []string{ReleaserOverreach, CircuitPath + " (changed, " + OnlyRemovesEntries + ")"}},
+		{Name: "the release identity changes a record entry's original, spaced so that no entry pattern finds it", Actor: Releaser, Managed: true, Old: ClosedWithRecord, Edit: forgeSpacedOriginal, Override: OverridePresent, WantAllowed: false, WantMessageContains: []string{ReleaserOverreach, CircuitPath + " (changed, " + OnlyRemovesEntries + ")"}},
+		{Name: "the release identity adds a record entry beside the stored one", Actor: Releaser, Managed: true, Old: IgnoreOpen, Edit: addEntry, Override: OverridePresent, WantAllowed: false, WantMessageContains: []string{ReleaserOverreach, CircuitPath + " (changed, " + OnlyRemovesEntries + ")"}},
+		{Name: "the release identity restores one webhook and keeps the other record entry", Actor: Releaser, Managed: true, Old: TwoOpen, Edit: releaseManagedOnly, Override: OverridePresent, WantAllowed: true},
+		// The second write of a forged original: admitted, for the rule
+		// cannot tell this record from one the breaker wrote; the first
+		// write, which would have written it, is refused above.
+		{Name: "the release identity puts back Ignore, the original its stored record holds", Actor: Releaser, Managed: true, Old: ForgedOriginal, Edit: setPolicy(ManagedWebhook, admissionregistrationv1.Ignore), Override: OverridePresent, WantAllowed: true},
 
 		// Unmanaged configurations.
 		{Name: "an admin changes the failurePolicy of an unmanaged configuration", Actor: Admin, Managed: false, Old: Healthy, Edit: setPolicy(ManagedWebhook, admissionregistrationv1.Ignore), Override: OverrideAbsent, WantAllowed: true},

@@ -281,6 +281,35 @@ func TestPlanPatches_admittedForAnAdministrator(t *testing.T) {
 	assert.Equal(t, object(t, nil, nil, nil, webhook(hookA, fail, userCondition), webhook(hookB, ignore)).Webhooks, final.Webhooks)
 }
 
+// The release identity's patches are admitted by the ownership rule too,
+// beside another installation's entry: the record the plan writes holds
+// that entry byte for byte as stored, which is all the rule lets the
+// release identity keep of a record.
+func TestPlanPatches_admittedForTheReleaseIdentity(t *testing.T) {
+	opts := admission.Options{BreakerUsername: mine, Managed: map[string][]string{conf: {hookA}}}
+	user := authenticationv1.UserInfo{Username: opts.Releaser()}
+	cur := object(t, circuit.Record{hookA: entry(mine, fail), hookB: entry(theirs, fail)}, nil, nil, webhook(hookA, ignore, bypass), webhook(hookB, ignore, bypass))
+	plan, err := PlanRelease(circuit.KindMutating, cur, mine, []string{hookA})
+	require.NoError(t, err)
+	patches, err := PlanPatches(cur, plan.Next)
+	require.NoError(t, err)
+	mid := apply(t, cur, patches.Restore)
+	require.Contains(t, mid.Annotations[circuit.Annotation], hookB, "the other installation's entry stays")
+	d := admission.Decide(admission.Request{Operation: admissionv1.Update, Old: cur, New: mid, User: user}, opts)
+	assert.True(t, d.Allowed, "%s: %s", d.Reason, d.Message)
+	final := apply(t, mid, patches.RemoveOverride("43"))
+	d = admission.Decide(admission.Request{Operation: admissionv1.Update, Old: mid, New: final, User: user}, opts)
+	assert.True(t, d.Allowed, "%s: %s", d.Reason, d.Message)
+
+	// The same write with the kept entry's original changed is refused.
+	forged := mid.DeepCopy()
+	forged.Annotations, err = circuit.Encode(forged.Annotations, circuit.Record{hookB: entry(theirs, ignore)})
+	require.NoError(t, err)
+	d = admission.Decide(admission.Request{Operation: admissionv1.Update, Old: cur, New: forged, User: user}, opts)
+	assert.False(t, d.Allowed)
+	assert.Equal(t, admission.ReasonReleaserOutsideOwnedFields, d.Reason)
+}
+
 func TestPlanPatches_preconditions(t *testing.T) {
 	cur := object(t, circuit.Record{hookA: entry(mine, fail)}, nil, nil, webhook(hookA, ignore))
 	plan, err := PlanRelease(circuit.KindMutating, cur, mine, nil)
