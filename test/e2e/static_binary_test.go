@@ -11,6 +11,10 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/webhook-guard/webhook-guard/certs"
 	"github.com/webhook-guard/webhook-guard/internal/admission"
@@ -75,18 +79,27 @@ func removeBinaryStatic() {
 
 // Enforcement point 2 with the real binary: its webhook, registered only
 // through a static manifest, refuses an administrator's edit of an open
-// circuit with the Go rule's message. The guard is denied the right to
-// write its ValidatingAdmissionPolicy here, so no policy covers this
+// circuit with the Go rule's message. No ValidatingAdmissionPolicy is
+// installed here (the guard writes none), so no policy covers this
 // configuration and the refusal can only come from the static webhook.
 func TestGuard_staticWebhookServedByTheBinaryEnforcesTheRule(t *testing.T) {
 	ctx := context.Background()
-	s := newBreakerSetup(t, setupOptions{mode: "Ignore", kubectl: true, name: binaryStaticName,
-		noRBAC: []string{"create-policy", "write-policy"}})
+	s := newBreakerSetup(t, setupOptions{mode: "Ignore", kubectl: true, name: binaryStaticName})
+	for _, obj := range []client.Object{
+		&admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: admission.PolicyName}},
+		&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: admission.PolicyName}},
+	} {
+		if err := env.Client.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
+			require.NoError(t, err)
+		}
+	}
 	host, port, err := net.SplitHostPort(binaryStatic.addr)
 	require.NoError(t, err)
 	metricsAddr := freeAddr(t)
-	s.startGuard("guard", "--webhook-cert-dir", binaryStatic.certDir, "--webhook-host", host, "--webhook-port", port, "--cert-secret", "",
-		"--metrics-bind-address", metricsAddr)
+	env.StartGuardT(t, harness.GuardOptions{Name: "guard", Kubeconfig: s.guardID.KubeconfigPath, Config: s.config(""), WithoutPolicy: true,
+		Args: []string{"--leader-elect", "--leader-election-namespace", s.ns,
+			"--webhook-cert-dir", binaryStatic.certDir, "--webhook-host", host, "--webhook-port", port, "--cert-secret", "",
+			"--metrics-bind-address", metricsAddr}})
 	s.wh.SetBehaviour(webhookPath, harness.Delayed(2*time.Second, harness.Allow()))
 	_, open := s.waitOpen()
 	openedAt := mustRecord(t, open)[s.hook].OpenedAt.UTC().Format(time.RFC3339)
