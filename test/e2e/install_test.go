@@ -376,7 +376,11 @@ func TestInstall_breakersTokenCannotLoosenItsGuard(t *testing.T) {
 			return id.Client.DeleteAllOf(ctx, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{})
 		},
 		"apply the policy server-side": func() error {
-			return id.Client.Patch(ctx, policyApply(ignore), client.Apply, client.FieldOwner("escalation"), client.ForceOwnership)
+			data, err := json.Marshal(policyApply(ignore))
+			if err != nil {
+				return err
+			}
+			return id.Client.Patch(ctx, policyApply(ignore), client.RawPatch(types.ApplyPatchType, data), client.FieldOwner("escalation"), client.ForceOwnership)
 		},
 	} {
 		err := write()
