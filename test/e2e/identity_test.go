@@ -46,10 +46,7 @@ func TestIdentity_aSecondDefaultInstallationRefusesToStart(t *testing.T) {
 	before := &admissionregistrationv1.ValidatingAdmissionPolicy{}
 	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Name: admission.PolicyName}, before))
 
-	g, err := env.StartGuard(harness.GuardOptions{Name: "second", Kubeconfig: second.guardID.KubeconfigPath, Config: second.config(""), WithoutPolicy: true,
-		Args: []string{"--leader-elect", "--leader-election-namespace", second.ns}})
-	require.NoError(t, err)
-	t.Cleanup(g.Stop)
+	g := second.startGuardWithoutPolicy("second")
 	code, err := g.Wait(transition)
 	require.NoError(t, err, "the second installation started: it rewrites the first one's policy")
 	assert.NotZero(t, code)
@@ -63,6 +60,16 @@ func TestIdentity_aSecondDefaultInstallationRefusesToStart(t *testing.T) {
 	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Name: admission.PolicyName}, after))
 	assert.Equal(t, before.ResourceVersion, after.ResourceVersion, "the refused installation wrote the policy")
 	first.waitPolicyEnforced()
+}
+
+// startGuardWithoutPolicy starts the setup's guard as startGuard does, but
+// without applying its guard policy first: a second installation whose
+// own policy is not applied over the first one's, so that the first one's
+// still names its breaker.
+func (s *breakerSetup) startGuardWithoutPolicy(name string) *harness.Guard {
+	s.t.Helper()
+	return env.StartGuardT(s.t, harness.GuardOptions{Name: name, Kubeconfig: s.guardID.KubeconfigPath, Config: s.config(""), WithoutPolicy: true,
+		Args: []string{"--leader-elect", "--leader-election-namespace", s.ns}})
 }
 
 // An installation whose Lease is in a namespace of its own choosing
@@ -97,7 +104,7 @@ func TestIdentity_aRunningInstallationIsFoundWhereItsDeploymentKeepsItsLease(t *
 			l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != ""
 	}, transition, 50*time.Millisecond, "the first installation never held its Lease in %s", leases)
 
-	g := second.startGuard("second")
+	g := second.startGuardWithoutPolicy("second")
 	code, err := g.Wait(transition)
 	require.NoError(t, err, "the second installation started: it took the first one, which runs, for gone")
 	assert.NotZero(t, code)
