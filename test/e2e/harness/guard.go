@@ -25,6 +25,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -350,16 +351,22 @@ func (e *Env) ApplyManifests(ctx context.Context, manifests []byte) error {
 		if len(obj.Object) == 0 {
 			continue
 		}
-		live := &unstructured.Unstructured{}
-		live.SetGroupVersionKind(obj.GroupVersionKind())
-		err := e.Client.Get(ctx, client.ObjectKeyFromObject(obj), live)
-		switch {
-		case apierrors.IsNotFound(err):
-			err = e.Client.Create(ctx, obj)
-		case err == nil:
-			obj.SetResourceVersion(live.GetResourceVersion())
-			err = e.Client.Update(ctx, obj)
-		}
+		// kube-apiserver writes a policy's status (its type checking)
+		// after each change, so an update can meet a newer version.
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			live := &unstructured.Unstructured{}
+			live.SetGroupVersionKind(obj.GroupVersionKind())
+			err := e.Client.Get(ctx, client.ObjectKeyFromObject(obj), live)
+			switch {
+			case apierrors.IsNotFound(err):
+				return e.Client.Create(ctx, obj.DeepCopy())
+			case err != nil:
+				return err
+			}
+			update := obj.DeepCopy()
+			update.SetResourceVersion(live.GetResourceVersion())
+			return e.Client.Update(ctx, update)
+		})
 		if err != nil {
 			return fmt.Errorf("applying %s %s: %w", obj.GetKind(), obj.GetName(), err)
 		}
