@@ -544,7 +544,6 @@ func policyVariables(opts Options) []admissionregistrationv1.Variable {
 		// unapprovedChanges lists them in Go; and what the breaker
 		// changes beyond what it owns, as breakerChanges does.
 		{"unapprovedChanges", "(" + unapprovedPoliciesCEL + ")\n+ (" + unapprovedMarkersCEL + ")"},
-		{"breakerChanges", `variables.unownedChanges + variables.unapprovedChanges`},
 		// the open circuits of managed webhooks, read from the stored record
 		// in the grammar circuit renders: [name, entry text] of each managed
 		// webhook with an entry, then each one's note.
@@ -553,6 +552,12 @@ func policyVariables(opts Options) []admissionregistrationv1.Variable {
   .filter(n, ` + circuit.HasEntryCEL("variables.oldRecord", "n") + `)
   .map(n, [n, ` + circuit.EntryTextCEL("variables.oldRecord", "n") + `])`},
 		{"openNotes", `variables.openEntries.map(e, ` + circuit.NoteCEL("e[1]", "e[0]") + `)`},
+		// the handed-off entries that the breaker or the release identity
+		// changes or drops without putting the original back, as
+		// keptOriginals lists them in Go.
+		{"newRecord", `size(variables.circuit) == 0 ? '' : variables.circuit[0]`},
+		{"keptOriginals", keptOriginalsCEL()},
+		{"breakerChanges", `variables.unownedChanges + variables.unapprovedChanges + variables.keptOriginals`},
 		// what the release identity changes beyond a release, as
 		// releaserChanges lists it in Go.
 		{"isReleaser", `!variables.isBreaker && request.userInfo.username == ` + circuit.QuoteCEL(opts.Releaser())},
@@ -561,7 +566,7 @@ func policyVariables(opts Options) []admissionregistrationv1.Variable {
 		{"unrestoredPolicies", unrestoredPoliciesCEL()},
 		{"releaserRecord", releaserRecordCEL()},
 		{"releaserChanges", `variables.releaserUnownedChanges + variables.unapprovedChanges + variables.unrestoredPolicies
-  + variables.releaserRecord`},
+  + variables.releaserRecord + variables.keptOriginals`},
 	}
 	out := make([]admissionregistrationv1.Variable, 0, len(vars))
 	for _, v := range vars {
@@ -588,6 +593,29 @@ func unrestoredPoliciesCEL() string {
         .exists(p, ` + now + ` == p || p == variables.unsetPolicy && ` + now + ` == ` + circuit.QuoteCEL(string(admissionregistrationv1.Fail)) + `)))
   .map(o, 'webhooks[name=' + o.name + '].failurePolicy (' + ` + was + `
     + ' -> ' + ` + now + ` + ', ' + ` + circuit.QuoteCEL(notRestored) + ` + ')')`
+}
+
+// keptOriginalsCEL renders keptOriginals in CEL: the webhooks of the
+// stored object, in old order, whose entry in the stored record is handed
+// off (circuit.FactHandedOffAt), and which the
+// new record changes (another original or handoff time) or drops in a
+// write that neither removes the webhook nor puts its original back (as
+// unrestoredPoliciesCEL reads it). The record's grammar is circuit's,
+// shared with the Go rule.
+func keptOriginalsCEL() string {
+	const now = `variables.newPolicies[variables.newNames.indexOf(o.name)]`
+	old := circuit.EntryTextCEL("variables.oldRecord", "o.name")
+	kept := circuit.EntryTextCEL("variables.newRecord", "o.name")
+	same := func(f circuit.Fact) string { return f.CEL("k") + " == " + f.CEL("e") }
+	return `variables.oldWebhooks
+  .filter(o, ` + circuit.HasEntryCEL("variables.oldRecord", "o.name") + `
+    && [` + old + `].exists(e, ` + circuit.FactHandedOffAt.CEL("e") + ` != ''
+      && !(` + circuit.HasEntryCEL("variables.newRecord", "o.name") + `
+        ? [` + kept + `].exists(k, ` + same(circuit.FactOriginalFailurePolicy) + ` && ` + same(circuit.FactHandedOffAt) + `)
+        : !(o.name in variables.newNames)
+          || [` + circuit.FactOriginalFailurePolicy.ShowCEL("e") + `]
+            .exists(p, ` + now + ` == p || p == variables.unsetPolicy && ` + now + ` == ` + circuit.QuoteCEL(string(admissionregistrationv1.Fail)) + `))))
+  .map(o, ` + circuit.QuoteCEL(circuitPath+" entry ") + ` + o.name + ' (' + ` + circuit.QuoteCEL(keepsOriginal) + ` + ')')`
 }
 
 // releaserRecordCEL renders recordBeyondRemoval in CEL: the circuit

@@ -98,7 +98,9 @@ type Decision struct {
 // anything but the originalFailurePolicy of the webhook's entry in the
 // stored record, or writes a circuit record that is not the stored one
 // with entries removed (releaserChanges); its owned-field changes still
-// need the override. Everything else is allowed.
+// need the override. Neither the breaker nor the release identity may
+// change or drop a handed-off entry of the stored record but in a write
+// that puts its original back (keptOriginals). Everything else is allowed.
 func Decide(req Request, opts Options) Decision {
 	switch req.Operation {
 	case admissionv1.Create, admissionv1.Update:
@@ -228,7 +230,44 @@ func ownedChanges(old, new *admissionregistrationv1.MutatingWebhookConfiguration
 // it owns, in the order the CEL rendering lists them: unownedChanges, then
 // unapprovedChanges.
 func breakerChanges(old, new *admissionregistrationv1.MutatingWebhookConfiguration, managedHooks []string) []string {
-	return append(unownedChanges(old, new), unapprovedChanges(old, new, managedHooks)...)
+	return append(append(unownedChanges(old, new), unapprovedChanges(old, new, managedHooks)...), keptOriginals(old, new)...)
+}
+
+// keepsOriginal ends, in a denial of the breaker or the release identity,
+// each handed-off entry it changes or removes without putting its
+// original back.
+const keepsOriginal = "handed off: it keeps its original until a write puts that back, or an administrator removes it"
+
+// keptOriginals lists the handed-off entries of the stored record (those
+// with circuit.FactHandedOffAt), of webhooks present in old, in old order, that an UPDATE changes or
+// removes, as "metadata.annotations[record] entry W (keepsOriginal)". An
+// entry is kept when the new record holds it with the same original and
+// handoff time (its signer may change: a takeover signs it anew), and may
+// go only in a write where W is gone or its failurePolicy is back at the
+// original (restores). Neither the breaker nor the release identity may
+// otherwise drop the last copy of an original: only an administrator,
+// with the override, may.
+func keptOriginals(old, new *admissionregistrationv1.MutatingWebhookConfiguration) []string {
+	record, _ := annotation(old, circuit.Annotation)
+	newRecord, _ := annotation(new, circuit.Annotation)
+	var out []string
+	for i := range old.Webhooks {
+		name := old.Webhooks[i].Name
+		entry := circuit.EntryText(record, name)
+		if entry == "" || circuit.FactHandedOffAt.Read(entry) == "" {
+			continue
+		}
+		if kept := circuit.EntryText(newRecord, name); kept != "" {
+			if circuit.FactOriginalFailurePolicy.Read(kept) == circuit.FactOriginalFailurePolicy.Read(entry) &&
+				circuit.FactHandedOffAt.Read(kept) == circuit.FactHandedOffAt.Read(entry) {
+				continue
+			}
+		} else if n := findHook(new.Webhooks, name); n == nil || restores(record, name, circuit.PolicyString(n.FailurePolicy)) {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s entry %s (%s)", circuitPath, name, keepsOriginal))
+	}
+	return out
 }
 
 // unownedChanges lists what an UPDATE changes besides the owned fields and
@@ -324,7 +363,8 @@ func releaserChanges(old, new *admissionregistrationv1.MutatingWebhookConfigurat
 	out := unownedChanges(old, new, circuit.OverrideAnnotation)
 	out = append(out, unapprovedChanges(old, new, managedHooks)...)
 	out = append(out, unrestoredPolicies(old, new, managedHooks)...)
-	return append(out, recordBeyondRemoval(old, new)...)
+	out = append(out, recordBeyondRemoval(old, new)...)
+	return append(out, keptOriginals(old, new)...)
 }
 
 // onlyRemovesEntries ends, in a denial of the release identity, a circuit

@@ -289,11 +289,12 @@ func openCount(t *testing.T, c client.Client) int {
 }
 
 // A configuration handed to its administrators (the override annotation)
-// keeps a closing's order: the handoff's write removes the record entry
-// and the bypass and leaves the entry armed; circuit.DisarmAfter later a write of
-// its own disarms it; then the breaker arms nothing there and writes
-// nothing more.
-func TestConfigurationReconciler_aHandoffDisarmsInALaterWriteAndThenWritesNothing(t *testing.T) {
+// keeps its record entries, marked handed off: the handoff's write removes
+// the bypass, and the entry, still in the record, marks objects (its
+// failurePolicy stays Ignore, so they may still be admitted without the
+// webhook), which an arming entry did; then the breaker writes nothing
+// more.
+func TestConfigurationReconciler_aHandoffKeepsItsEntryMarkingAndThenWritesNothing(t *testing.T) {
 	policy, binding := marking.Render(breakertest.ConfigName, breakertest.WhA)
 	mwc := breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyIgnore, breakertest.BypassMarker()))
 	entry := circuit.Entry{UID: breakertest.UID, Mode: circuit.ModeBypass, OpenedAt: metav1.Now(), Reason: "timeout", OriginalFailurePolicy: breakertest.PolicyFail, By: testIdentity}
@@ -311,35 +312,22 @@ func TestConfigurationReconciler_aHandoffDisarmsInALaterWriteAndThenWritesNothin
 	require.NoError(t, err)
 	handedOff := &admissionregistrationv1.MutatingWebhookConfiguration{}
 	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: breakertest.ConfigName}, handedOff))
-	assert.NotContains(t, handedOff.Annotations, circuit.Annotation, "handed off")
 	assert.Empty(t, handedOff.Webhooks[0].MatchConditions, "the bypass goes with the handoff")
+	rec, err := circuit.Decode(handedOff.Annotations)
+	require.NoError(t, err)
+	require.Contains(t, rec, breakertest.WhA, "the entry stays, with its original")
+	assert.True(t, rec[breakertest.WhA].HandedOff())
 	armed, err := circuit.DecodeArming(handedOff.Annotations)
 	require.NoError(t, err)
-	assert.Contains(t, armed, breakertest.WhA, "still armed in the handoff's own write")
+	assert.NotContains(t, armed, breakertest.WhA, "the kept entry marks, as an arming entry would")
 
+	clock.Step(circuit.DisarmAfter)
 	res, err := r.Reconcile(ctx, req)
-	require.NoError(t, err)
-	assert.Positive(t, res.RequeueAfter, "comes back to disarm")
-	assert.LessOrEqual(t, res.RequeueAfter, circuit.DisarmAfter)
-	same := &admissionregistrationv1.MutatingWebhookConfiguration{}
-	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: breakertest.ConfigName}, same))
-	assert.Equal(t, handedOff.ResourceVersion, same.ResourceVersion, "disarmed before circuit.DisarmAfter")
-
-	clock.Step(circuit.DisarmAfter)
-	_, err = r.Reconcile(ctx, req)
-	require.NoError(t, err)
-	disarmed := &admissionregistrationv1.MutatingWebhookConfiguration{}
-	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: breakertest.ConfigName}, disarmed))
-	assert.NotContains(t, disarmed.Annotations, circuit.ArmingAnnotation, "disarmed circuit.DisarmAfter after the handoff")
-	assert.Equal(t, "the platform team takes over", disarmed.Annotations[circuit.OverrideAnnotation])
-
-	clock.Step(circuit.DisarmAfter)
-	res, err = r.Reconcile(ctx, req)
 	require.NoError(t, err)
 	assert.Zero(t, res.RequeueAfter)
 	again := &admissionregistrationv1.MutatingWebhookConfiguration{}
 	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: breakertest.ConfigName}, again))
-	assert.Equal(t, disarmed.ResourceVersion, again.ResourceVersion, "written after the disarming")
+	assert.Equal(t, handedOff.ResourceVersion, again.ResourceVersion, "written once")
 }
 
 // Another installation's arming entries on a configuration this breaker

@@ -32,6 +32,9 @@ var (
 	// FactUID is the configuration's UID when the circuit opened; the
 	// marking policies compare it with their param's.
 	FactUID = Fact{Key: "uid"}
+	// FactHandedOffAt is set on an entry an administrator's override
+	// took over (Entry.HandedOffAt).
+	FactHandedOffAt = Fact{Key: "handedOffAt"}
 )
 
 func (f Fact) prefix() string { return `"` + f.Key + `":"` }

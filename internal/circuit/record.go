@@ -41,7 +41,15 @@ type Entry struct {
 	// alone; an entry without one (written before this field) is taken as
 	// this installation's.
 	By string `json:"by,omitempty"`
+	// HandedOffAt is when an administrator's override annotation took the
+	// configuration over while the circuit was open. The entry stays, with
+	// its original, until a write puts that original back: the breaker's
+	// closing once the override is gone, a release, or an administrator.
+	HandedOffAt *metav1.Time `json:"handedOffAt,omitempty"`
 }
+
+// HandedOff reports whether the entry was handed off (HandedOffAt).
+func (e Entry) HandedOff() bool { return e.HandedOffAt != nil }
 
 // Mine reports whether the entry was written by identity.
 func (e Entry) Mine(identity string) bool { return e.By == "" || e.By == identity }

@@ -24,12 +24,24 @@ func OpenWebhook(wh *admissionregistrationv1.MutatingWebhook, mode Mode) bool {
 	return changed
 }
 
-// InPlace reports whether the changes entry records are still on wh.
+// InPlace reports whether the changes entry records are still on wh. A
+// handoff removes the bypass marker and keeps the entry, so a handed-off
+// circuit is in place while failurePolicy is Ignore: it is held open in
+// Ignore until it closes.
 func InPlace(wh *admissionregistrationv1.MutatingWebhook, entry Entry) bool {
 	if wh.FailurePolicy == nil || *wh.FailurePolicy != admissionregistrationv1.Ignore {
 		return false
 	}
-	return entry.Mode != ModeBypass || BypassIndex(wh) >= 0
+	return entry.Mode != ModeBypass || entry.HandedOff() || BypassIndex(wh) >= 0
+}
+
+// Restored reports whether wh's failurePolicy is back at entry's
+// original: the original itself, or Fail, kube-apiserver's default, where
+// the original is unset.
+func Restored(wh *admissionregistrationv1.MutatingWebhook, entry Entry) bool {
+	now := PolicyString(wh.FailurePolicy)
+	return now == PolicyString(entry.OriginalFailurePolicy) ||
+		entry.OriginalFailurePolicy == nil && now == string(admissionregistrationv1.Fail)
 }
 
 // Restore puts back what entry says was there, and removes the bypass

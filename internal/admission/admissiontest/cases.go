@@ -273,6 +273,66 @@ func Overridden(name string) *admissionregistrationv1.MutatingWebhookConfigurati
 	return obj
 }
 
+// HandedOffAt is when the table's handed-off entries were handed off.
+const HandedOffAt = "2026-11-30T11:00:00Z"
+
+// HandedOff is Overridden after the breaker's handoff: the bypass marker
+// is gone, failurePolicy stays Ignore, and the record entry stays, with
+// its original, marked handed off.
+func HandedOff(name string) *admissionregistrationv1.MutatingWebhookConfiguration {
+	obj := Overridden(name)
+	removeMarker(findHook(obj, ManagedWebhook))
+	setAnnotation(obj, circuit.Annotation, recordText(circuit.Record{ManagedWebhook: handedOff(entry(circuit.ModeBypass, OpenedAt, admissionregistrationv1.Fail))}))
+	return obj
+}
+
+// HandedBack is HandedOff after an administrator removed the override:
+// the breaker's again, held open in Ignore.
+func HandedBack(name string) *admissionregistrationv1.MutatingWebhookConfiguration {
+	obj := HandedOff(name)
+	delete(obj.Annotations, circuit.OverrideAnnotation)
+	return obj
+}
+
+func handedOff(e circuit.Entry) circuit.Entry {
+	at, err := time.Parse(time.RFC3339, HandedOffAt)
+	if err != nil {
+		panic("admissiontest: " + err.Error())
+	}
+	e.HandedOffAt = ptr.To(metav1.NewTime(at))
+	return e
+}
+
+// handOff is the breaker's handoff of BypassOpen: HandedOff's marker and
+// record.
+func handOff(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
+	handed := HandedOff(obj.Name)
+	removeMarker(findHook(obj, ManagedWebhook))
+	setAnnotation(obj, circuit.Annotation, handed.Annotations[circuit.Annotation])
+}
+
+// forgeHandedOffOriginal rewrites the handed-off entry to say the original
+// was Ignore.
+func forgeHandedOffOriginal(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
+	setAnnotation(obj, circuit.Annotation, recordText(circuit.Record{ManagedWebhook: handedOff(entry(circuit.ModeBypass, OpenedAt, admissionregistrationv1.Ignore))}))
+}
+
+// resignHandedOff signs the handed-off entry anew, as a takeover of a
+// retired installation's circuits does.
+func resignHandedOff(obj *admissionregistrationv1.MutatingWebhookConfiguration) {
+	e := handedOff(entry(circuit.ModeBypass, OpenedAt, admissionregistrationv1.Fail))
+	e.By = "system:serviceaccount:webhook-guard-system:webhook-guard"
+	setAnnotation(obj, circuit.Annotation, recordText(circuit.Record{ManagedWebhook: e}))
+}
+
+// KeepsOriginal is what a denial says of a handed-off entry the breaker
+// or the release identity changes or drops without putting its original
+// back.
+const KeepsOriginal = "handed off: it keeps its original until a write puts that back, or an administrator removes it"
+
+// KeptOriginal is the denial's item for ManagedWebhook's handed-off entry.
+const KeptOriginal = CircuitPath + " entry " + ManagedWebhook + " (" + KeepsOriginal + ")"
+
 // CircuitRecord returns the breaker's record of an open circuit on
 // ManagedWebhook in mode, opened at openedAt (RFC 3339), as the breaker's
 // encoder writes it.
@@ -857,6 +917,19 @@ func mutatingCases() []Case {
 		// cannot tell this record from one the breaker wrote; the first
 		// write, which would have written it, is refused above.
 		{Name: "the release identity puts back Ignore, the original its stored record holds", Actor: Releaser, Managed: true, Old: ForgedOriginal, Edit: setPolicy(ManagedWebhook, admissionregistrationv1.Ignore), Override: OverridePresent, WantAllowed: true},
+
+		// Handed-off entries: an original leaves the record only in the
+		// write that puts it back, or by an administrator's hand.
+		{Name: "the breaker hands off an open circuit, keeping its entry", Actor: Breaker, Managed: true, Old: Overridden, Edit: handOff, Override: OverridePresent, WantAllowed: true},
+		{Name: "the breaker drops a handed-off entry under the override", Actor: Breaker, Managed: true, Old: HandedOff, Edit: removeRecord, Override: OverridePresent, WantAllowed: false, WantMessageContains: []string{BreakerOverreach, KeptOriginal}},
+		{Name: "the breaker drops a handed-back entry without restoring its original", Actor: Breaker, Managed: true, Old: HandedBack, Edit: removeRecord, Override: OverrideAbsent, WantAllowed: false, WantMessageContains: []string{BreakerOverreach, KeptOriginal}},
+		{Name: "the breaker closes a handed-back circuit, restoring its original", Actor: Breaker, Managed: true, Old: HandedBack, Edit: closeCircuit, Override: OverrideAbsent, WantAllowed: true},
+		{Name: "the breaker rewrites a handed-back entry's original", Actor: Breaker, Managed: true, Old: HandedBack, Edit: forgeHandedOffOriginal, Override: OverrideAbsent, WantAllowed: false, WantMessageContains: []string{BreakerOverreach, KeptOriginal}},
+		{Name: "the breaker signs a handed-off entry anew", Actor: Breaker, Managed: true, Old: HandedOff, Edit: resignHandedOff, Override: OverridePresent, WantAllowed: true},
+		{Name: "the release identity drops a handed-off entry without restoring its original", Actor: Releaser, Managed: true, Old: HandedOff, Edit: removeRecord, Override: OverridePresent, WantAllowed: false, WantMessageContains: []string{ReleaserOverreach, KeptOriginal}},
+		{Name: "the release identity restores a handed-off circuit from its kept original", Actor: Releaser, Managed: true, Old: HandedOff, Edit: closeCircuit, Override: OverridePresent, WantAllowed: true},
+		{Name: "an admin drops a handed-off entry to keep the current value", Actor: Admin, Managed: true, Old: HandedOff, Edit: removeRecord, Override: OverridePresent, WantAllowed: true},
+		{Name: "an admin drops a handed-back entry without the override", Actor: Admin, Managed: true, Old: HandedBack, Edit: removeRecord, Override: OverrideAbsent, WantAllowed: false, WantMessageContains: want(CircuitPath)},
 
 		// Unmanaged configurations.
 		{Name: "an admin changes the failurePolicy of an unmanaged configuration", Actor: Admin, Managed: false, Old: Healthy, Edit: setPolicy(ManagedWebhook, admissionregistrationv1.Ignore), Override: OverrideAbsent, WantAllowed: true},

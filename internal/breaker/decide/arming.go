@@ -88,11 +88,8 @@ func (d *decision) arming(next *circuit.ConfigView, after circuit.Record, change
 	}
 	if view.Annotations[circuit.OverrideAnnotation] != "" {
 		// Handed to its administrators: the breaker arms nothing new.
-		// The handoff removes the bypass as a closing does, so it keeps
-		// the order of a closing: the entries it takes out of the record
-		// stay armed in its write, and go disarmAfter later, in a write
-		// of their own (one write that did both let creates escape both
-		// the mutation and the mark).
+		// The handoff keeps each entry in the record, which marks as an
+		// arming entry does while failurePolicy stays Ignore.
 		return d.armingFor(next, after, nil, nil)
 	}
 	ahead, missing := d.armAhead(after, changes)

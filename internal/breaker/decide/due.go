@@ -52,15 +52,14 @@ func ArmsAhead(s Snapshot, in Inputs) bool {
 func Due(s Snapshot, in Inputs) (opening, closing, due bool) {
 	if s.RecordErr != nil {
 		// Only a handoff changes it (handOffUnreadable).
-		return false, false, s.View.Annotations[circuit.OverrideAnnotation] != ""
-	}
-	if s.View.Annotations[circuit.OverrideAnnotation] != "" {
-		for _, e := range s.Record {
-			if e.Mine(in.Signer) {
-				return false, false, true
-			}
+		if s.View.Annotations[circuit.OverrideAnnotation] == "" {
+			return false, false, false
 		}
-		return false, false, false
+		_, changes, _ := handOffUnreadable(s.View, "")
+		return false, false, len(changes) > 0
+	}
+	if reason := s.View.Annotations[circuit.OverrideAnnotation]; reason != "" {
+		return false, false, len(handOff(planCopy(s.View), maps.Clone(s.Record), in.Signer, reason, in.Now)) > 0
 	}
 	for _, t := range in.Targets {
 		switch kind, _ := want(s.View, s.Record, t, in); kind {

@@ -7,6 +7,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
 	"github.com/webhook-guard/webhook-guard/internal/config"
@@ -138,7 +139,7 @@ func plan(s Snapshot, in Inputs) (*circuit.ConfigView, circuit.Record, []Change,
 	next := planCopy(cur)
 	var changes []Change
 	if reason := cur.Annotations[circuit.OverrideAnnotation]; reason != "" {
-		changes = handOff(next, rec, in.Signer, reason)
+		changes = handOff(next, rec, in.Signer, reason, in.Now)
 	} else {
 		changes = settleRecord(cur, next, rec, in)
 		for _, t := range in.Targets {
@@ -153,26 +154,34 @@ func plan(s Snapshot, in Inputs) (*circuit.ConfigView, circuit.Record, []Change,
 
 // handOff releases every circuit of this installation in rec to the
 // administrator who set the override annotation (reason): the bypass
-// markers and the record entries go, failurePolicy stays as it is.
-func handOff(next *circuit.ConfigView, rec circuit.Record, signer, reason string) []Change {
+// markers go, failurePolicy stays as it is, and each entry stays, marked
+// handed off at now, with its original: an original leaves the
+// configuration only in the write that puts it back. An entry already
+// handed off is left as it is.
+func handOff(next *circuit.ConfigView, rec circuit.Record, signer, reason string, now time.Time) []Change {
 	var changes []Change
 	for _, name := range rec.Webhooks() {
 		entry := rec[name]
 		if !entry.Mine(signer) {
 			continue
 		}
-		stays := "the webhook no longer exists"
-		if wh := circuit.FindWebhook(next, name); wh != nil {
-			circuit.RemoveBypass(wh)
-			stays = fmt.Sprintf("failurePolicy stays %s as it is now (the original was %s: set it back yourself if you want it)",
-				circuit.PolicyString(wh.FailurePolicy), circuit.PolicyString(entry.OriginalFailurePolicy))
+		wh := circuit.FindWebhook(next, name)
+		if entry.HandedOff() && (wh == nil || circuit.BypassIndex(wh) < 0) {
+			continue
 		}
-		delete(rec, name)
-		// The record goes, and with it the only copy of the original:
-		// the Event keeps it, before anything of unbounded length.
+		stays := "the webhook no longer exists"
+		if wh != nil {
+			circuit.RemoveBypass(wh)
+			stays = fmt.Sprintf("failurePolicy stays %s as it is now", circuit.PolicyString(wh.FailurePolicy))
+		}
+		if !entry.HandedOff() {
+			entry.HandedOffAt = ptr.To(metav1.NewTime(now.UTC().Truncate(time.Second)))
+			rec[name] = entry
+		}
 		changes = append(changes, Change{Webhook: name, Kind: HandedOff, Message: circuit.EventNote(
-			"administrator override: webhook-guard released %s (%s) and keeps its hands off this configuration; %s; "+
-				"remove the annotation %s to hand it back; override reason: %q",
+			"administrator override: webhook-guard released %s (%s) and keeps its hands off this configuration; %s. "+
+				"Its record entry keeps the original: remove the annotation %s to hand it back, and webhook-guard restores the original once the webhook is healthy; "+
+				"to keep the current value for good, remove the entry while the override is set (docs/operating.md); override reason: %q",
 			name, HandOffOriginal(entry), stays, circuit.OverrideAnnotation, reason)})
 	}
 	return changes
@@ -194,6 +203,10 @@ func settleRecord(cur, next *circuit.ConfigView, rec circuit.Record, in Inputs) 
 		switch {
 		case !entry.Mine(in.Signer):
 			// Another installation's circuit: not ours to judge.
+		case entry.UID != cur.UID && entry.HandedOff():
+			// A copy of another configuration's handed-off entry: its
+			// original is not this one's to restore, and only an
+			// administrator may drop it (the guard keeps it).
 		case entry.UID != cur.UID:
 			if wh != nil {
 				circuit.RemoveBypass(wh)
@@ -205,6 +218,18 @@ func settleRecord(cur, next *circuit.ConfigView, rec circuit.Record, in Inputs) 
 			delete(rec, name)
 			changes = append(changes, Change{Webhook: name, Kind: DroppedStale, Message: fmt.Sprintf(
 				"dropped the circuit record for %s: the webhook no longer exists in this configuration", name)})
+		case entry.HandedOff() && !circuit.InPlace(wh, entry):
+			// An administrator changed failurePolicy while the configuration
+			// was handed off. Put back to the original, the entry goes in a
+			// write that changes nothing else; any other value stays until
+			// the breaker restores the original, once the webhook is healthy,
+			// or an administrator drops the entry to keep it.
+			if circuit.Restored(wh, entry) {
+				delete(rec, name)
+				changes = append(changes, Change{Webhook: name, Kind: Closed, Message: fmt.Sprintf(
+					"the original failurePolicy %s of %s was put back while its configuration was handed off; webhook-guard dropped its record entry (open since %s)",
+					circuit.PolicyString(entry.OriginalFailurePolicy), name, entry.OpenedAt.UTC().Format(time.RFC3339))})
+			}
 		case !circuit.InPlace(wh, entry):
 			// Someone changed the breaker's fields despite the guard (while
 			// its policy was missing, or before the apiserver enforced it).
@@ -318,8 +343,10 @@ func want(view *circuit.ConfigView, rec circuit.Record, t config.Target, in Inpu
 		return "", ""
 	}
 	entry, open := rec[t.Webhook]
-	if open && !entry.Mine(in.Signer) {
-		return "", "" // another installation's circuit on the same webhook
+	if open && (!entry.Mine(in.Signer) || entry.UID != view.UID) {
+		// Another installation's circuit on the same webhook, or a
+		// handed-off entry copied from another configuration.
+		return "", ""
 	}
 	if ev.Unprobeable != "" {
 		if open {
@@ -395,18 +422,27 @@ func TakeOver(cur *circuit.ConfigView, identity string, retired map[string]strin
 }
 
 // handOffUnreadable hands a configuration whose record cannot be read to
-// the administrator who set the override: the record and every bypass
-// marker (the guard owns that name on any webhook) go, failurePolicy stays
-// as it is. The override always works, whatever the record holds.
+// the administrator who set the override: every bypass marker (the guard
+// owns that name on any webhook) goes, failurePolicy stays as it is, and
+// the record stays as it is, for the administrator to read and repair:
+// the originals it may hold are nobody else's to drop. The override
+// always works, whatever the record holds. It returns no changes when no
+// webhook carries a marker.
 func handOffUnreadable(cur *circuit.ConfigView, reason string) (*circuit.ConfigView, []Change, error) {
 	next := cur.DeepCopy()
+	removed := false
 	for i := range next.Webhooks {
-		circuit.RemoveBypass(&next.Webhooks[i])
+		if circuit.BypassIndex(&next.Webhooks[i]) >= 0 {
+			circuit.RemoveBypass(&next.Webhooks[i])
+			removed = true
+		}
 	}
-	delete(next.Annotations, circuit.Annotation)
+	if !removed {
+		return cur, nil, nil
+	}
 	return next, []Change{{Kind: HandedOff, Message: circuit.EventNote(
-		"administrator override: webhook-guard released this configuration, whose circuit record it could not read, so the original failurePolicy is unknown; "+
-			"it removed the record and its bypass markers, failurePolicy stays as it is now; remove the annotation %s to hand it back; override reason: %q; the record was: %q",
+		"administrator override: webhook-guard released this configuration, whose circuit record it cannot read, so the original failurePolicy is unknown to it; "+
+			"it removed its bypass markers, failurePolicy and the record stay as they are now; repair or remove the record, then remove the annotation %s to hand it back; override reason: %q; the record is: %q",
 		circuit.OverrideAnnotation, reason, cur.Annotations[circuit.Annotation])}}, nil
 }
 

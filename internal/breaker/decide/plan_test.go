@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/webhook-guard/webhook-guard/internal/breaker/breakertest"
@@ -237,11 +238,11 @@ func TestPlan_override_handsOff(t *testing.T) {
 	})
 	tgts := []config.Target{breakertest.Target(breakertest.WhA, config.ModeBypass, 1, 1), breakertest.Target(breakertest.WhB, config.ModeIgnore, 1, 1), breakertest.Target(breakertest.WhOther, config.ModeIgnore, 1, 1)}
 
-	t.Run("a non-empty override removes every entry and the marker and keeps Ignore", func(t *testing.T) {
+	t.Run("a non-empty override keeps every entry, marked handed off, removes the marker and keeps Ignore", func(t *testing.T) {
 		cur := open.DeepCopy()
 		cur.Annotations[circuit.OverrideAnnotation] = "incident 123: hands off"
 		next, changes := breakertest.Plan(t, cur, decide.Inputs{
-			Targets: tgts,
+			Targets: tgts, Now: breakertest.Now,
 			// Even counts that would close or open do nothing under an override.
 			Evidence: map[string]decide.Evidence{breakertest.WhA: {Probe: breakertest.Healthy(5)}, breakertest.WhB: {Probe: breakertest.Healthy(5)}, breakertest.WhOther: {Probe: breakertest.Failing(5, probe.ReasonTimeout)}},
 		})
@@ -249,15 +250,89 @@ func TestPlan_override_handsOff(t *testing.T) {
 		for _, c := range changes {
 			assert.Contains(t, c.Message, "incident 123")
 		}
-		assert.NotContains(t, next.Annotations, circuit.Annotation)
+		handedOff := circuit.Record{}
+		for name, e := range breakertest.MustRecord(t, open) {
+			e.HandedOffAt = ptr.To(metav1.NewTime(breakertest.Now.UTC().Truncate(time.Second).Local()))
+			handedOff[name] = e
+		}
+		assert.Equal(t, handedOff, breakertest.MustRecord(t, next), "each entry stays, with its original, marked handed off")
 		assert.Equal(t, "incident 123: hands off", next.Annotations[circuit.OverrideAnnotation])
 		assert.Equal(t, "me", next.Annotations["keep"])
 
 		want := base.DeepCopy()
+		var err error
+		want.Annotations, err = circuit.Encode(want.Annotations, handedOff)
+		require.NoError(t, err)
 		want.Annotations[circuit.OverrideAnnotation] = "incident 123: hands off"
 		want.Webhooks[0].FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
 		want.Webhooks[1].FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
 		assert.Equal(t, want, next, "failurePolicy stays Ignore, the marker is gone, nothing else changes")
+
+		again, changes := breakertest.Plan(t, next, decide.Inputs{Targets: tgts, Now: breakertest.Now.Add(time.Hour)})
+		assert.Empty(t, changes, "a handed-off configuration is written once")
+		assert.Equal(t, next, again)
+	})
+
+	// Handed back: the override is gone and each kept original is the
+	// breaker's again. A healthy webhook's circuit closes to its original;
+	// a failing one stays open in Ignore, and closes once healthy.
+	handedBack := func(t *testing.T) *circuit.ConfigView {
+		cur := open.DeepCopy()
+		cur.Annotations[circuit.OverrideAnnotation] = "incident 123: hands off"
+		next, _ := breakertest.Plan(t, cur, decide.Inputs{Targets: tgts, Now: breakertest.Now})
+		back := next.DeepCopy()
+		delete(back.Annotations, circuit.OverrideAnnotation)
+		return back
+	}
+	t.Run("handed back while healthy, each circuit closes to its kept original", func(t *testing.T) {
+		closed, changes := breakertest.Plan(t, handedBack(t), decide.Inputs{Targets: tgts, Now: breakertest.Now,
+			Evidence: map[string]decide.Evidence{breakertest.WhA: {Probe: breakertest.Healthy(1)}, breakertest.WhB: {Probe: breakertest.Healthy(1)}}})
+		assert.Equal(t, map[string]decide.ChangeKind{breakertest.WhA: decide.Closed, breakertest.WhB: decide.Closed}, breakertest.Kinds(changes))
+		assert.Equal(t, base.Webhooks, closed.Webhooks, "every original is back, byte for byte")
+		assert.NotContains(t, closed.Annotations, circuit.Annotation)
+	})
+	t.Run("handed back while failing, each circuit stays open in Ignore", func(t *testing.T) {
+		back := handedBack(t)
+		held, changes := breakertest.Plan(t, back, decide.Inputs{Targets: tgts, Now: breakertest.Now,
+			Evidence: map[string]decide.Evidence{breakertest.WhA: {Probe: breakertest.Failing(5, probe.ReasonTimeout)}, breakertest.WhB: {Probe: breakertest.Failing(5, probe.ReasonTimeout)}}})
+		assert.Empty(t, changes)
+		assert.Equal(t, back, held)
+	})
+	t.Run("handed back after an administrator put an original back, only that entry goes", func(t *testing.T) {
+		back := handedBack(t)
+		back.Webhooks[0].FailurePolicy = breakertest.PolicyFail
+		next, changes := breakertest.Plan(t, back, decide.Inputs{Targets: tgts, Now: breakertest.Now})
+		assert.Equal(t, map[string]decide.ChangeKind{breakertest.WhA: decide.Closed}, breakertest.Kinds(changes))
+		assert.NotContains(t, breakertest.MustRecord(t, next), breakertest.WhA)
+		assert.Contains(t, breakertest.MustRecord(t, next), breakertest.WhB)
+		assert.Equal(t, back.Webhooks, next.Webhooks, "no webhook changes")
+	})
+	t.Run("handed back with Fail where unset was the original, the entry goes: kube-apiserver stores Fail for unset", func(t *testing.T) {
+		back := handedBack(t)
+		back.Webhooks[1].FailurePolicy = breakertest.PolicyFail
+		next, changes := breakertest.Plan(t, back, decide.Inputs{Targets: tgts, Now: breakertest.Now})
+		assert.Equal(t, map[string]decide.ChangeKind{breakertest.WhB: decide.Closed}, breakertest.Kinds(changes))
+		assert.Contains(t, breakertest.MustRecord(t, next), breakertest.WhA)
+	})
+	t.Run("handed back after an administrator set another value, the entry stays until the webhook is healthy", func(t *testing.T) {
+		// A Bypass circuit opened over Ignore: its original is Ignore.
+		overIgnore := breakertest.WithEntries(t, breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyIgnore)), circuit.Record{
+			breakertest.WhA: breakertest.EntryFor(config.ModeBypass, breakertest.PolicyIgnore),
+		})
+		overIgnore.Annotations[circuit.OverrideAnnotation] = "INC-9"
+		targets := []config.Target{breakertest.Target(breakertest.WhA, config.ModeBypass, 1, 1)}
+		handed, _ := breakertest.Plan(t, overIgnore, decide.Inputs{Targets: targets, Now: breakertest.Now})
+		back := handed.DeepCopy()
+		delete(back.Annotations, circuit.OverrideAnnotation)
+		back.Webhooks[0].FailurePolicy = breakertest.PolicyFail
+		same, changes := breakertest.Plan(t, back, decide.Inputs{Targets: targets, Now: breakertest.Now,
+			Evidence: map[string]decide.Evidence{breakertest.WhA: {Probe: breakertest.Failing(5, probe.ReasonTimeout)}}})
+		assert.Empty(t, changes, "only a write that restores the original removes it")
+		assert.Equal(t, back, same)
+		closed, changes := breakertest.Plan(t, back, decide.Inputs{Targets: targets, Now: breakertest.Now,
+			Evidence: map[string]decide.Evidence{breakertest.WhA: {Probe: breakertest.Healthy(1)}}})
+		assert.Equal(t, map[string]decide.ChangeKind{breakertest.WhA: decide.Closed}, breakertest.Kinds(changes))
+		assert.Equal(t, breakertest.PolicyIgnore, closed.Webhooks[0].FailurePolicy, "the kept original is restored once healthy")
 	})
 
 	t.Run("an override on a configuration without entries changes nothing", func(t *testing.T) {
@@ -688,7 +763,7 @@ func TestPlan_unreadableRecord(t *testing.T) {
 	next, changes := breakertest.Plan(t, cur, decide.Inputs{Targets: tgts, Evidence: map[string]decide.Evidence{breakertest.WhA: {Probe: breakertest.Healthy(3)}}})
 	require.Len(t, changes, 1)
 	assert.Equal(t, decide.HandedOff, changes[0].Kind)
-	assert.NotContains(t, next.Annotations, circuit.Annotation)
+	assert.Equal(t, `{garbage`, next.Annotations[circuit.Annotation], "the record stays, for an administrator to read")
 	assert.Equal(t, breakertest.PolicyIgnore, next.Webhooks[0].FailurePolicy, "failurePolicy stays as it is")
 	assert.Equal(t, []admissionregistrationv1.MatchCondition{breakertest.MC("x")}, next.Webhooks[0].MatchConditions, "only the bypass marker goes")
 }
@@ -760,7 +835,9 @@ func TestPlan_override_handOffKeepsTheOriginal(t *testing.T) {
 			assert.Contains(t, changes[0].Message, tc.want)
 			assert.Contains(t, changes[0].Message, "failurePolicy stays Ignore as it is now")
 			assert.LessOrEqual(t, len(changes[0].Message), circuit.EventNoteLimit, "kube-apiserver rejects a longer Event")
-			assert.NotContains(t, next.Annotations, circuit.Annotation, "the record still goes")
+			kept := breakertest.MustRecord(t, next)[tc.webhook]
+			assert.True(t, kept.HandedOff())
+			assert.Equal(t, tc.entry.OriginalFailurePolicy, kept.OriginalFailurePolicy, "the record keeps the original")
 		})
 	}
 }
