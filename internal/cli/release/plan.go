@@ -129,8 +129,9 @@ func nothingToRelease(rec circuit.Record, hook string, present bool) string {
 // Entries of other installations, and their fields, are left alone.
 //
 // On a configuration handed to its administrators (a non-empty override
-// annotation), the fields are theirs: only the entries go, as the
-// breaker's handoff does.
+// annotation) the same holds: each entry keeps its original until a write
+// puts it back, and the release is that write. A handed-off entry copied
+// from another configuration stays: only an administrator may drop it.
 func PlanRelease(kind circuit.Kind, view *admissionregistrationv1.MutatingWebhookConfiguration, signer string, webhooks []string) (Plan, error) {
 	rec, err := circuit.Decode(view.Annotations)
 	if err != nil {
@@ -157,9 +158,11 @@ func PlanRelease(kind circuit.Kind, view *admissionregistrationv1.MutatingWebhoo
 		i := circuit.WebhookIndex(next, hook)
 		entry, open := mine(rec, hook)
 		switch {
-		case open && override != "":
-			line.Changes = append(line.Changes, "record entry removed")
-			line.Note = fmt.Sprintf("(handed off, override %q: its failurePolicy and matchConditions are the administrators')", override)
+		case open && entry.UID != view.UID && entry.HandedOff():
+			// Copied from another configuration: its original is not
+			// this one's, and only an administrator may drop it.
+			open = false
+			line.Note = fmt.Sprintf("nothing to release (a handed-off entry copied from a configuration with UID %s: only an administrator may remove it, see docs/operating.md)", entry.UID)
 		case open && entry.UID != view.UID:
 			line.Changes = append(line.Changes, "stale record entry removed")
 			line.Note = fmt.Sprintf("(the entry was copied from a configuration with UID %s: the fields were not changed by this installation here)", entry.UID)
@@ -179,6 +182,9 @@ func PlanRelease(kind circuit.Kind, view *admissionregistrationv1.MutatingWebhoo
 				line.Changes = append(line.Changes, "bypass matchCondition removed")
 			}
 			line.Changes = append(line.Changes, "record entry removed")
+			if override != "" {
+				line.Note = fmt.Sprintf("(handed off, override %q: the original the record kept is restored)", override)
+			}
 		}
 		if open {
 			delete(rec, hook)
@@ -192,7 +198,7 @@ func PlanRelease(kind circuit.Kind, view *admissionregistrationv1.MutatingWebhoo
 		}
 		if len(line.Changes) > 0 {
 			changed = true
-		} else {
+		} else if line.Note == "" {
 			line.Note = nothingToRelease(rec, hook, i >= 0)
 		}
 		plan.Lines = append(plan.Lines, line)

@@ -39,6 +39,19 @@ func entry(by string, original *admissionregistrationv1.FailurePolicyType) circu
 	return circuit.Entry{UID: uid, Mode: circuit.ModeBypass, OpenedAt: opened, Reason: "timeout", Signal: "probe", OriginalFailurePolicy: original, By: by}
 }
 
+// handedOff is e handed off to an administrator's override.
+func handedOff(e circuit.Entry) circuit.Entry {
+	e.HandedOffAt = ptr.To(opened)
+	return e
+}
+
+// staleHandedOff is a handed-off entry copied from another configuration.
+func staleHandedOff(e circuit.Entry) circuit.Entry {
+	e = handedOff(e)
+	e.UID = "other"
+	return e
+}
+
 // webhook is a webhook with failurePolicy policy (nil: unset) and
 // conditions.
 func webhook(name string, policy *admissionregistrationv1.FailurePolicyType, conditions ...admissionregistrationv1.MatchCondition) admissionregistrationv1.MutatingWebhook {
@@ -139,12 +152,24 @@ func TestPlanRelease(t *testing.T) {
 			}(),
 			lines: []string{"mutatingwebhookconfiguration/pod-defaults a.pod-defaults.example.com: released (stale record entry removed) (the entry was copied from a configuration with UID uid-1: the fields were not changed by this installation here)"},
 		},
-		"on a handed-off configuration only the entries go": {
-			cur:  object(t, circuit.Record{hookA: entry(mine, fail)}, nil, map[string]string{circuit.OverrideAnnotation: "INC-1"}, webhook(hookA, ignore, bypass)),
-			want: object(t, nil, circuit.Record{hookA: entry(mine, fail)}, map[string]string{circuit.OverrideAnnotation: "INC-1"}, webhook(hookA, ignore, bypass)),
-			lines: []string{`mutatingwebhookconfiguration/pod-defaults a.pod-defaults.example.com: released (record entry removed, arming entry removed 2s later) ` +
-				`(handed off, override "INC-1": its failurePolicy and matchConditions are the administrators')`},
+		"on a handed-off configuration each kept original is restored": {
+			cur:  object(t, circuit.Record{hookA: handedOff(entry(mine, fail))}, nil, map[string]string{circuit.OverrideAnnotation: "INC-1"}, webhook(hookA, ignore)),
+			want: object(t, nil, circuit.Record{hookA: handedOff(entry(mine, fail))}, map[string]string{circuit.OverrideAnnotation: "INC-1"}, webhook(hookA, fail)),
+			lines: []string{`mutatingwebhookconfiguration/pod-defaults a.pod-defaults.example.com: released (failurePolicy Ignore -> Fail, record entry removed, arming entry removed 2s later) ` +
+				`(handed off, override "INC-1": the original the record kept is restored)`},
 			disarm: []string{hookA},
+		},
+		"on a configuration handed off but not yet released by the breaker the original is restored": {
+			cur:  object(t, circuit.Record{hookA: entry(mine, fail)}, nil, map[string]string{circuit.OverrideAnnotation: "INC-1"}, webhook(hookA, ignore, bypass)),
+			want: object(t, nil, circuit.Record{hookA: entry(mine, fail)}, map[string]string{circuit.OverrideAnnotation: "INC-1"}, webhook(hookA, fail)),
+			lines: []string{`mutatingwebhookconfiguration/pod-defaults a.pod-defaults.example.com: released (failurePolicy Ignore -> Fail, bypass matchCondition removed, record entry removed, arming entry removed 2s later) ` +
+				`(handed off, override "INC-1": the original the record kept is restored)`},
+			disarm: []string{hookA},
+		},
+		"a handed-off entry copied from another configuration stays": {
+			cur: object(t, circuit.Record{hookA: staleHandedOff(entry(mine, fail))}, nil, nil, webhook(hookA, ignore)),
+			lines: []string{`mutatingwebhookconfiguration/pod-defaults a.pod-defaults.example.com: nothing to release ` +
+				`(a handed-off entry copied from a configuration with UID other: only an administrator may remove it, see docs/operating.md)`},
 		},
 		"an entry of a webhook that is gone is removed": {
 			cur:   object(t, circuit.Record{hookB: entry(mine, fail)}, nil, nil, webhook(hookA, fail)),

@@ -34,12 +34,17 @@ func objectRow(ctx context.Context, c client.Reader, t config.Target) statusapi.
 	if annotations[circuit.OverrideAnnotation] != "" {
 		row.State = "HandedOff"
 		row.Problem = fmt.Sprintf("override: %s", annotations[circuit.OverrideAnnotation])
-		// Until the breaker releases it, the entry still says what the
-		// original was; after, only the HandedOff Event does.
+		// The entry keeps the original until a write puts it back; a
+		// configuration handed off by a version that dropped the entry
+		// has it only in the HandedOff Event.
 		if rec, err := circuit.Decode(annotations); err == nil {
 			if e, open := rec[t.Webhook]; open {
 				row.Owner, row.Original = e.By, decide.HandOffOriginal(e)
-				row.Problem += "; not released by the breaker yet; " + row.Original
+				if e.HandedOff() {
+					row.Problem += fmt.Sprintf("; handed off at %s, the record keeps the %s", e.HandedOffAt.UTC().Format(time.RFC3339), row.Original)
+				} else {
+					row.Problem += "; not released by the breaker yet; " + row.Original
+				}
 				return row
 			}
 		}
@@ -65,6 +70,11 @@ func objectRow(ctx context.Context, c client.Reader, t config.Target) statusapi.
 	if e, open := rec[t.Webhook]; open {
 		row.State, row.Mode, row.OpenedBy, row.Owner = stateOpen, string(e.Mode), e.Signal, e.By
 		row.Since = fmt.Sprintf("%s (%s)", e.OpenedAt.UTC().Format(time.RFC3339), time.Since(e.OpenedAt.Time).Round(time.Second))
+		if e.HandedOff() {
+			row.Original = decide.HandOffOriginal(e)
+			row.Problem = fmt.Sprintf("handed back after a handoff at %s: held open in Ignore until the webhook is healthy, then its %s is restored",
+				e.HandedOffAt.UTC().Format(time.RFC3339), row.Original)
+		}
 	}
 	return row
 }

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/webhook-guard/webhook-guard/internal/admission"
@@ -32,6 +33,12 @@ import (
 	"github.com/webhook-guard/webhook-guard/internal/config"
 	statusapi "github.com/webhook-guard/webhook-guard/internal/status"
 )
+
+// handedOffEntry is e as a handoff keeps it.
+func handedOffEntry(e circuit.Entry) circuit.Entry {
+	e.HandedOffAt = ptr.To(metav1.NewTime(clitest.Clock))
+	return e
+}
 
 func TestObjectRow_showsTheOwnerAndTheHandedOffOriginal(t *testing.T) {
 	target := config.Target{Kind: circuit.KindMutating, Configuration: clitest.Conf, Webhook: clitest.Hook}
@@ -54,6 +61,10 @@ func TestObjectRow_showsTheOwnerAndTheHandedOffOriginal(t *testing.T) {
 		"an open circuit names its owner": {clitest.OpenConfiguration(t, circuit.Record{clitest.Hook: clitest.Entry(clitest.SAOther)}, nil), nil, "Open", clitest.SAOther, ""},
 		"a handed-off circuit the breaker has not released yet, from its entry": {
 			clitest.OpenConfiguration(t, circuit.Record{clitest.Hook: clitest.Entry(clitest.SAOther)}, override), nil, "HandedOff", clitest.SAOther, original},
+		"a handed-off circuit, from the entry the handoff kept": {
+			clitest.OpenConfiguration(t, circuit.Record{clitest.Hook: handedOffEntry(clitest.Entry(clitest.SAOther))}, override), nil, "HandedOff", clitest.SAOther, original},
+		"a handed-back circuit is open, and shows its kept original": {
+			clitest.OpenConfiguration(t, circuit.Record{clitest.Hook: handedOffEntry(clitest.Entry(clitest.SAOther))}, nil), nil, "Open", clitest.SAOther, original},
 		"a released one, from its HandedOff Event": {
 			clitest.OpenConfiguration(t, nil, override), []client.Object{handedOff}, "HandedOff", "", original + " (from Event kube-system/" + clitest.Conf + ".1, reported by webhook-guard at 2026-12-01T12:00:00Z)"},
 	} {
