@@ -557,9 +557,10 @@ func TestBreaker_overrideHandoffDuringOpenLosesNoUpdate(t *testing.T) {
 	var handed *admissionregistrationv1.MutatingWebhookConfiguration
 	require.Eventually(t, func() bool {
 		handed = s.get()
-		_, rec := handed.Annotations[circuit.Annotation]
-		return !rec
+		rec, err := circuit.Decode(handed.Annotations)
+		return err == nil && rec[s.hook].HandedOff()
 	}, transition, 20*time.Millisecond, "the breaker never handed off")
+	assert.Equal(t, admissionregistrationv1.Fail, *mustRecord(t, handed)[s.hook].OriginalFailurePolicy, "the entry keeps the original")
 	w := findWebhook(handed, s.hook)
 	assert.Equal(t, admissionregistrationv1.Ignore, *w.FailurePolicy, "handoff must keep the policy that is there now")
 	assert.False(t, hasMarker(w), "handoff removes the breaker's bypass marker")
@@ -593,18 +594,15 @@ func TestBreaker_overrideHandoffDuringOpenLosesNoUpdate(t *testing.T) {
 	}, transition, 20*time.Millisecond, "the handed-off target kept counting")
 	assert.Len(t, s.writes.modified(), writes, "the breaker wrote to a handed-off configuration")
 
-	// Removing the annotation hands it back; the current Ignore is the new
-	// baseline, so opening in Bypass adds only the marker. The counts
-	// start from zero: reopening takes openAfter (2) fresh failed probes,
-	// not one.
-	probesBefore := s.wh.Calls(webhookPath) - s.wh.APIServerCalls(webhookPath)
+	// Removing the annotation hands it back: the kept original is the
+	// breaker's again. Once the webhook answers, the circuit closes to it,
+	// with the administrator's timeoutSeconds.
 	r = env.Kubectl(ctx, "", nil, "annotate", "mutatingwebhookconfiguration", s.name, circuit.OverrideAnnotation+"-")
 	require.NoError(t, r.Err, r.Stderr)
-	_, reopened := s.waitOpen()
-	assert.GreaterOrEqual(t, s.wh.Calls(webhookPath)-s.wh.APIServerCalls(webhookPath)-probesBefore, 2, "reopened before openAfter fresh failures")
-	assert.Equal(t, admissionregistrationv1.Ignore, *mustRecord(t, reopened)[s.hook].OriginalFailurePolicy)
+	s.wh.SetBehaviour(webhookPath, harness.Allow())
+	s.original.TimeoutSeconds = ptr.To[int32](3)
+	s.waitRestored()
 }
-
 // With two replicas only the leader writes; when it dies, the other
 // takes over from the state on the object.
 func TestBreaker_twoReplicasOnlyOneWrites(t *testing.T) {

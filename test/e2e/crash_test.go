@@ -58,8 +58,8 @@ func TestCrash_randomSIGKILLs(t *testing.T) {
 	}
 	handedNow := func() bool {
 		mwc := s.get()
-		_, rec := mwc.Annotations[circuit.Annotation]
-		return !rec && !hasMarker(findWebhook(mwc, s.hook))
+		rec, err := circuit.Decode(mwc.Annotations)
+		return err == nil && rec[s.hook].HandedOff() && !hasMarker(findWebhook(mwc, s.hook))
 	}
 
 	kills, killedAt := map[string]int{}, map[string]int{}
@@ -107,9 +107,10 @@ func TestCrash_randomSIGKILLs(t *testing.T) {
 		clean.Stop()
 		s.invariant(t, trial, scenario+", after the restart")
 		if scenario == "handoff" {
-			// The handoff kept the breaker's Ignore as the administrator's
-			// policy: put the original back while the override stands, then
-			// hand the configuration back, as an administrator would.
+			// The handoff kept the breaker's Ignore, and the entry its
+			// original: put the original back while the override stands,
+			// then hand the configuration back, as an administrator would.
+			// The next guard drops the entry, whose original is back.
 			mwc := s.get()
 			findWebhook(mwc, s.hook).FailurePolicy = s.original.FailurePolicy
 			require.NoError(t, env.Client.Update(ctx, mwc))

@@ -90,7 +90,10 @@ func (s *breakerSetup) unarmedRemovals() (unarmed, removals int) {
 				removals++
 				armed, err := circuit.DecodeArming(next.Annotations)
 				require.NoError(s.t, err)
-				if _, ok := armed[s.hook]; !ok {
+				rec, err := circuit.Decode(next.Annotations)
+				require.NoError(s.t, err)
+				_, inRecord := rec[s.hook] // a kept (handed-off) entry marks too
+				if _, ok := armed[s.hook]; !ok && !inRecord {
 					unarmed++
 				}
 			}
@@ -100,10 +103,10 @@ func (s *breakerSetup) unarmedRemovals() (unarmed, removals int) {
 	return unarmed, removals
 }
 
-// The handoff removes the bypass, as a closing does: its write keeps the
-// entry armed, and a write of its own disarms it 2 s later. Creates
+// The handoff removes the bypass and keeps the record entry, which marks
+// as an arming entry does while failurePolicy stays Ignore. Creates
 // streamed through the handoff are each mutated or marked.
-func TestMarking_aHandoffDisarmsAfterTheWebhookIsBack(t *testing.T) {
+func TestMarking_aHandoffKeepsMarkingThroughItsKeptEntry(t *testing.T) {
 	ctx := context.Background()
 	s := newBreakerSetup(t, setupOptions{mode: "Bypass"})
 	mutate := harness.PatchLabel("mutated", "yes")
@@ -117,14 +120,10 @@ func TestMarking_aHandoffDisarmsAfterTheWebhookIsBack(t *testing.T) {
 	g := s.startGuard("handoff")
 	require.Eventually(t, func() bool {
 		mwc := s.get()
-		_, open := mwc.Annotations[circuit.Annotation]
-		return !open && !hasMarker(findWebhook(mwc, s.hook))
+		rec, err := circuit.Decode(mwc.Annotations)
+		return err == nil && rec[s.hook].HandedOff() && !hasMarker(findWebhook(mwc, s.hook))
 	}, transition, 20*time.Millisecond, "the guard never handed the configuration off")
 	handedOff := s.get()
-	require.Eventually(t, func() bool {
-		_, armed := s.get().Annotations[circuit.ArmingAnnotation]
-		return !armed
-	}, transition, 20*time.Millisecond, "the handoff's arming entry was never disarmed")
 	time.Sleep(500 * time.Millisecond) // the webhook mutates again
 	names := stream()
 	g.Stop()

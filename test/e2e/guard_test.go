@@ -87,9 +87,8 @@ func TestGuard_kubectlApplyExplainsAndOverrideHandsOff(t *testing.T) {
 	t.Logf("$ kubectl apply -f %s.yaml\n%s%s", s.name, r.Stdout, r.Stderr)
 
 	require.Eventually(t, func() bool {
-		m := s.get()
-		_, rec := m.Annotations[circuit.Annotation]
-		return !rec
+		rec, err := circuit.Decode(s.get().Annotations)
+		return err == nil && rec[s.hook].HandedOff()
 	}, transition, 20*time.Millisecond, "the breaker never handed off")
 	m := s.get()
 	assert.Equal(t, admissionregistrationv1.Fail, *findWebhook(m, s.hook).FailurePolicy, "the administrator's Fail must stand")

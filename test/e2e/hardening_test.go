@@ -140,9 +140,11 @@ func TestHardening_removedTargetWhileOpenIsClosed(t *testing.T) {
 }
 
 // Defect 1, the other way out: without the RBAC to close the orphan, the
-// service refuses to start and names the configuration to release.
+// service refuses to start and prints the command that closes it. Run as
+// printed, by an administrator, it restores the original, and the
+// service then starts.
 func TestHardening_removedTargetWithoutRBACRefusesToStart(t *testing.T) {
-	s := newBreakerSetup(t, setupOptions{mode: "Ignore"})
+	s := newBreakerSetup(t, setupOptions{mode: "Bypass"})
 	s.openThenStop()
 	// make manifests renders the new RBAC: the old configuration is gone.
 	setWriteTargets(t, s.ns, "some-other-configuration")
@@ -152,15 +154,44 @@ func TestHardening_removedTargetWithoutRBACRefusesToStart(t *testing.T) {
 	require.NoError(t, err, "the guard kept running")
 	assert.NotZero(t, code)
 	logs := ng.Logs()
-	assert.Contains(t, logs, "mutatingwebhookconfiguration "+s.name+" (webhook "+s.hook)
-	assert.Contains(t, logs, "kubectl annotate mutatingwebhookconfiguration "+s.name+" "+circuit.OverrideAnnotation)
+	assert.Contains(t, logs, "mutatingwebhookconfiguration "+s.name+" (webhooks "+s.hook)
 	assert.True(t, isOpen(s.get(), s.hook, s.mode), "nothing was changed")
 
-	// Release it as the message says, so the open circuit does not outlive
-	// the test.
-	r := env.Kubectl(context.Background(), "", nil, "annotate", "mutatingwebhookconfiguration", s.name, circuit.OverrideAnnotation+"=released by the test")
-	require.NoError(t, r.Err, r.Stderr)
-	require.NoError(t, env.Client.Delete(context.Background(), s.get()))
+	command := printedPatch(t, logs, "mutatingwebhookconfiguration "+s.name)
+	sh := exec.Command("sh", "-c", command)
+	sh.Env = append(os.Environ(), "KUBECONFIG="+env.KubeconfigPath, "PATH="+env.BinDir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	out, err := sh.CombinedOutput()
+	require.NoError(t, err, "the printed command fails: %s\n%s", command, out)
+	s.waitRestored()
+
+	again := s.startGuardWith("again", otherTargetConfig)
+	require.Eventually(t, func() bool { return strings.Contains(again.Logs(), "Starting webhook-guard") }, transition, 100*time.Millisecond,
+		"the guard does not start after the printed command ran: %s", again.Logs())
+	_, err = again.Wait(2 * time.Second)
+	require.Error(t, err, "the guard exited: %s", again.Logs())
+}
+
+// printedPatch finds, in a guard's output, the "kubectl patch" command it
+// printed for configuration (its kind and name), as a shell would read it:
+// up to the end of its single-quoted patch.
+func printedPatch(t *testing.T, logs, configuration string) string {
+	t.Helper()
+	start := strings.Index(logs, "kubectl patch "+configuration+" --type=json -p '")
+	require.GreaterOrEqual(t, start, 0, "no command printed for %s: %s", configuration, logs)
+	rest := logs[start:]
+	open := strings.Index(rest, "'")
+	for i := open + 1; i < len(rest); i++ {
+		if rest[i] != '\'' {
+			continue
+		}
+		if strings.HasPrefix(rest[i:], `'\''`) {
+			i += 3
+			continue
+		}
+		return rest[:i+1]
+	}
+	require.Fail(t, "the printed patch is not closed", rest)
+	return ""
 }
 
 // Defect 4: admissionReviewVersions changed while the circuit is open, so
@@ -221,11 +252,10 @@ func TestHardening_unreadableRecordIsReportedAndOverrideWorks(t *testing.T) {
 	r := env.Kubectl(ctx, "", nil, "annotate", "mutatingwebhookconfiguration", s.name, circuit.OverrideAnnotation+"=INC-9 fixing the record by hand")
 	require.NoError(t, r.Err, r.Stderr)
 	require.Eventually(t, func() bool {
-		got := s.get()
-		_, record := got.Annotations[circuit.Annotation]
-		return !record && !hasMarker(findWebhook(got, s.hook))
+		return !hasMarker(findWebhook(s.get(), s.hook))
 	}, transition, 100*time.Millisecond, "the override did not hand the configuration over")
 	assert.Equal(t, admissionregistrationv1.Ignore, *findWebhook(s.get(), s.hook).FailurePolicy, "failurePolicy stays as it is")
+	assert.Equal(t, mwc.Annotations[circuit.Annotation], s.get().Annotations[circuit.Annotation], "the record stays, for the administrator to repair")
 }
 
 // Defect 6: a change the apiserver refuses as invalid (here the bypass

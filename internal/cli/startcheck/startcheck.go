@@ -144,13 +144,21 @@ func OrphanedRecords(ctx context.Context, c client.Reader, cfg *config.Configura
 // checkOrphanedRecords refuses to start when a configuration carries an
 // open circuit for a webhook that is no longer a target and this identity
 // may not patch that configuration: the breaker closes such circuits, and
-// nobody else would. It names each one and how to release it.
+// nobody else would. For each such configuration it prints the one
+// command that closes them as the breaker would (restorePatch), for an
+// administrator to run. A configuration handed to its administrators (the
+// override annotation) is theirs, and does not hold the start.
 func checkOrphanedRecords(ctx context.Context, c client.Reader, cs kubernetes.Interface, cfg *config.Configuration, signer string) error {
 	orphans, err := OrphanedRecords(ctx, c, cfg, signer)
 	if err != nil {
 		return fmt.Errorf("looking for circuit records of removed targets: %w", err)
 	}
-	var stuck []string
+	type key struct {
+		kind circuit.Kind
+		name string
+	}
+	stuck := map[key][]string{}
+	var order []key
 	for _, o := range orphans {
 		review, err := cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
 			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
@@ -161,16 +169,73 @@ func checkOrphanedRecords(ctx context.Context, c client.Reader, cs kubernetes.In
 			return fmt.Errorf("checking permission to patch %s/%s: %w", o.Kind.Resource(), o.Configuration, err)
 		}
 		if !review.Status.Allowed {
-			stuck = append(stuck, fmt.Sprintf("%s %s (webhook %s; release it with: kubectl annotate %s %s %s=\"<reason>\")",
-				o.Kind.Singular(), o.Configuration, o.Webhook, o.Kind.Singular(), o.Configuration, circuit.OverrideAnnotation))
+			k := key{o.Kind, o.Configuration}
+			if stuck[k] == nil {
+				order = append(order, k)
+			}
+			stuck[k] = append(stuck[k], o.Webhook)
 		}
 	}
-	if len(stuck) > 0 {
+	var problems []string
+	for _, k := range order {
+		obj := k.kind.New()
+		if err := c.Get(ctx, client.ObjectKey{Name: k.name}, obj); err != nil {
+			return fmt.Errorf("reading %s %s: %w", k.kind.Singular(), k.name, err)
+		}
+		if obj.GetAnnotations()[circuit.OverrideAnnotation] != "" {
+			continue
+		}
+		patch, err := restorePatch(obj, stuck[k], signer)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", k.kind.Singular(), k.name, err)
+		}
+		problems = append(problems, fmt.Sprintf("%s %s (webhooks %s); close them with: kubectl patch %s %s --type=json -p %s",
+			k.kind.Singular(), k.name, strings.Join(stuck[k], ", "), k.kind.Singular(), k.name, shellQuote(string(patch))))
+	}
+	if len(problems) > 0 {
 		return fmt.Errorf("these configurations carry an open circuit for a webhook that is no longer a target, and this identity may not patch them to close it: %s. "+
-			"Keep the target until its circuit closes, or release the configuration as shown, then restart",
-			strings.Join(stuck, "; "))
+			"Keep the target until its circuit closes, or run the command shown as an administrator (it restores each original failurePolicy, removes the bypass marker "+
+			"and the record entry, and fails if the configuration changed since this check), then restart",
+			strings.Join(problems, "; "))
 	}
 	return nil
+}
+
+// restorePatch returns the JSON patch that closes the circuits of
+// webhooks on obj as the breaker's closing would: each webhook's
+// original failurePolicy back from its entry signed by signer, its bypass
+// marker removed and its entry gone, in one write, on the condition of
+// obj's resourceVersion (circuit.Patch). An entry of a webhook that is
+// gone, or copied from another configuration (another UID), only goes.
+func restorePatch(obj client.Object, webhooks []string, signer string) ([]byte, error) {
+	cur, err := circuit.ReadView(obj)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := circuit.Decode(cur.Annotations)
+	if err != nil {
+		return nil, err
+	}
+	next := cur.DeepCopy()
+	for _, hook := range webhooks {
+		entry, ok := rec.Mine(hook, signer)
+		if !ok {
+			continue
+		}
+		if wh := circuit.FindWebhook(next, hook); wh != nil && entry.UID == cur.UID {
+			circuit.Restore(wh, entry)
+		}
+		delete(rec, hook)
+	}
+	if next.Annotations, err = circuit.Encode(next.Annotations, rec); err != nil {
+		return nil, err
+	}
+	return circuit.Patch(cur, next)
+}
+
+// shellQuote quotes s for a POSIX shell, in single quotes.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // checkTargetRules refuses to start when a target probed with an
