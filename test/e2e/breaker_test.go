@@ -603,6 +603,7 @@ func TestBreaker_overrideHandoffDuringOpenLosesNoUpdate(t *testing.T) {
 	s.original.TimeoutSeconds = ptr.To[int32](3)
 	s.waitRestored()
 }
+
 // With two replicas only the leader writes; when it dies, the other
 // takes over from the state on the object.
 func TestBreaker_twoReplicasOnlyOneWrites(t *testing.T) {
