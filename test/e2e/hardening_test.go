@@ -171,9 +171,10 @@ func TestHardening_removedTargetWithoutRBACRefusesToStart(t *testing.T) {
 	require.Error(t, err, "the guard exited: %s", again.Logs())
 }
 
-// printedPatch finds, in a guard's output, the "kubectl patch" command it
-// printed for configuration (its kind and name), as a shell would read it:
-// up to the end of its single-quoted patch.
+// printedPatch finds, in a guard's output, the commands it printed for
+// configuration (its kind and name), as a shell would read them: the
+// "kubectl patch" up to the end of its single-quoted patch, and the
+// "kubectl annotate" that removes the override.
 func printedPatch(t *testing.T, logs, configuration string) string {
 	t.Helper()
 	start := strings.Index(logs, "kubectl patch "+configuration+" --type=json -p '")
@@ -188,7 +189,10 @@ func printedPatch(t *testing.T, logs, configuration string) string {
 			i += 3
 			continue
 		}
-		return rest[:i+1]
+		const removeOverride = " && kubectl annotate "
+		tail := rest[i+1:]
+		require.True(t, strings.HasPrefix(tail, removeOverride+configuration+" "+circuit.OverrideAnnotation+"-"), "no removal of the override follows the patch: %s", tail)
+		return rest[:i+1] + removeOverride + configuration + " " + circuit.OverrideAnnotation + "-"
 	}
 	require.Fail(t, "the printed patch is not closed", rest)
 	return ""

@@ -17,7 +17,9 @@ import (
 
 // The printed remedy for an orphaned open circuit, applied as kube-apiserver
 // applies a JSON patch: each original is back, the marker and the entries
-// are gone, another installation's entry and every other field stay. The
+// are gone, under the override annotation (the printed command's second
+// part removes it), and another installation's entry and every other field
+// stay. The
 // e2e test (TestHardening_removedTargetWithoutRBACRefusesToStart) runs the
 // printed command itself.
 func TestRestorePatch_closesTheOrphansAsTheBreakerWould(t *testing.T) {
@@ -60,7 +62,8 @@ func TestRestorePatch_closesTheOrphansAsTheBreakerWould(t *testing.T) {
 	want := cur.DeepCopy()
 	want.Webhooks[0] = hook("a.example.com", ptr.To(admissionregistrationv1.Fail), keep)
 	want.Webhooks[1] = hook("b.example.com", nil)
-	want.Annotations, err = circuit.Encode(map[string]string{"keep": "me"}, circuit.Record{"c.example.com": entry(circuit.ModeIgnore, ptr.To(admissionregistrationv1.Fail), other)})
+	want.Annotations, err = circuit.Encode(map[string]string{"keep": "me", circuit.OverrideAnnotation: RemedyOverride},
+		circuit.Record{"c.example.com": entry(circuit.ModeIgnore, ptr.To(admissionregistrationv1.Fail), other)})
 	require.NoError(t, err)
 	assert.Equal(t, want, got)
 	assert.Contains(t, string(patch), `"path":"/metadata/resourceVersion","value":"7"`, "it fails if the configuration changed since it was printed")

@@ -189,24 +189,33 @@ func checkOrphanedRecords(ctx context.Context, c client.Reader, cs kubernetes.In
 		if err != nil {
 			return fmt.Errorf("%s %s: %w", k.kind.Singular(), k.name, err)
 		}
-		problems = append(problems, fmt.Sprintf("%s %s (webhooks %s); close them with: kubectl patch %s %s --type=json -p %s",
-			k.kind.Singular(), k.name, strings.Join(stuck[k], ", "), k.kind.Singular(), k.name, shellQuote(string(patch))))
+		problems = append(problems, fmt.Sprintf("%s %s (webhooks %s); close them with: kubectl patch %s %s --type=json -p %s && kubectl annotate %s %s %s-",
+			k.kind.Singular(), k.name, strings.Join(stuck[k], ", "), k.kind.Singular(), k.name, shellQuote(string(patch)),
+			k.kind.Singular(), k.name, circuit.OverrideAnnotation))
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("these configurations carry an open circuit for a webhook that is no longer a target, and this identity may not patch them to close it: %s. "+
-			"Keep the target until its circuit closes, or run the command shown as an administrator (it restores each original failurePolicy, removes the bypass marker "+
-			"and the record entry, and fails if the configuration changed since this check), then restart",
-			strings.Join(problems, "; "))
+			"Keep the target until its circuit closes, or run the commands shown as an administrator: the patch restores each original failurePolicy and removes the bypass marker "+
+			"and the record entry in one write, under the override annotation %s (the guard policy may still protect these fields), and fails if the configuration changed since this check; "+
+			"the annotate removes the override again. Then restart",
+			strings.Join(problems, "; "), circuit.OverrideAnnotation)
 	}
 	return nil
 }
+
+// RemedyOverride is the override annotation's value in the write of the
+// printed remedy for an orphaned open circuit (restorePatch): the guard
+// policy lets an administrator change the owned fields under it.
+const RemedyOverride = "closing the open circuits of webhooks that are no longer targets"
 
 // restorePatch returns the JSON patch that closes the circuits of
 // webhooks on obj as the breaker's closing would: each webhook's
 // original failurePolicy back from its entry signed by signer, its bypass
 // marker removed and its entry gone, in one write, on the condition of
-// obj's resourceVersion (circuit.Patch). An entry of a webhook that is
-// gone, or copied from another configuration (another UID), only goes.
+// obj's resourceVersion (circuit.Patch), under the override annotation
+// (RemedyOverride) that lets an administrator write them. An entry of a
+// webhook that is gone, or copied from another configuration (another
+// UID), only goes.
 func restorePatch(obj client.Object, webhooks []string, signer string) ([]byte, error) {
 	cur, err := circuit.ReadView(obj)
 	if err != nil {
@@ -230,6 +239,10 @@ func restorePatch(obj client.Object, webhooks []string, signer string) ([]byte, 
 	if next.Annotations, err = circuit.Encode(next.Annotations, rec); err != nil {
 		return nil, err
 	}
+	if next.Annotations == nil {
+		next.Annotations = map[string]string{}
+	}
+	next.Annotations[circuit.OverrideAnnotation] = RemedyOverride
 	return circuit.Patch(cur, next)
 }
 
