@@ -55,6 +55,13 @@ type fleet struct {
 	// sets it while pathProbe is true.
 	roads     map[string]config.Service
 	pathProbe bool
+	// hang makes a failing webhook hang until the call gives up (or the
+	// fleet recovers) instead of answering HTTP 500 at once.
+	hang bool
+	// defaults leaves every circuit setting to the guard's defaults in
+	// config (holdWhenAllFail, openAfter, closeAfter, the probe's interval
+	// and timeout); only the mode is written, and only when not Ignore.
+	defaults bool
 
 	// The guard's identity and the metrics reader's token, made once per
 	// fleet and shared by its guards' runs.
@@ -131,9 +138,17 @@ func fleetWebhook(name string, cc admissionregistrationv1.WebhookClientConfig) a
 	}
 }
 
-// ServeHTTP answers an AdmissionReview as allowed (allowReview), or HTTP
-// 500 while the fleet is failing.
+// ServeHTTP answers an AdmissionReview as allowed (allowReview), or,
+// while the fleet is failing, HTTP 500, or nothing until the caller gives
+// up or the fleet recovers (hang).
 func (f *fleet) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	for f.failing.Load() && f.hang {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 	if f.failing.Load() {
 		http.Error(w, "failing on purpose", http.StatusInternalServerError)
 		return
@@ -143,16 +158,27 @@ func (f *fleet) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // config is the guard's configuration for every webhook of the fleet:
 // probes every second with a 1 s timeout, open after 3 failures, close
-// after 5 successes.
+// after 5 successes, holdWhenAllFail hold; with f.defaults, only the
+// mode, and that only when it is not the default (Ignore).
 func (f *fleet) config(mode string, hold int) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "apiVersion: config.webhook-guard.io/v1alpha1\nkind: GuardConfiguration\nholdWhenAllFail: %d\n", hold)
+	b.WriteString("apiVersion: config.webhook-guard.io/v1alpha1\nkind: GuardConfiguration\n")
+	if !f.defaults {
+		fmt.Fprintf(&b, "holdWhenAllFail: %d\n", hold)
+	}
 	if f.scrapeInterval != "" {
 		fmt.Fprintf(&b, "apiserverScrapeInterval: %s\n", f.scrapeInterval)
 	}
 	b.WriteString("targets:\n")
 	for _, c := range f.configs {
 		for j := 0; j < min(f.n, perConfiguration); j++ {
+			if f.defaults {
+				fmt.Fprintf(&b, "- configuration: %s\n  webhook: %s\n  allowAdmissionWithoutMutation: true\n", c, webhookName(j, c))
+				if mode != string(config.DefaultMode) {
+					fmt.Fprintf(&b, "  mode: %s\n", mode)
+				}
+				continue
+			}
 			fmt.Fprintf(&b, "- configuration: %s\n  webhook: %s\n  allowAdmissionWithoutMutation: true\n  mode: %s\n  openAfter: 3\n  closeAfter: 5\n  probe:\n    interval: 1s\n    timeout: 1s\n", c, webhookName(j, c), mode)
 			if svc, ok := f.roads[webhookName(j, c)]; ok && f.pathProbe {
 				fmt.Fprintf(&b, "  apiserverSignal:\n    pathProbe:\n      service:\n        namespace: %s\n        name: %s\n        port: %d\n", svc.Namespace, svc.Name, svc.Port)
@@ -399,8 +425,17 @@ func apiserverRequests(ctx context.Context, env *harness.Env) (map[string]float6
 	return out, nil
 }
 
+// logDir (-guard-logs), when set, receives each guard's log when it
+// stops, named after its fleet and the time.
+var logDir = flag.String("guard-logs", "", "Write each guard's log to this folder when it stops.")
+
 func (r *guardRun) stop() {
 	r.g.Stop()
+	if *logDir != "" {
+		if err := os.MkdirAll(*logDir, 0o755); err == nil {
+			_ = os.WriteFile(filepath.Join(*logDir, fmt.Sprintf("%s-%d.log", r.g.Name, time.Now().UnixNano())), []byte(r.g.Logs()), 0o644)
+		}
+	}
 	if r.cg != nil {
 		r.cg.remove()
 	}

@@ -43,6 +43,11 @@ type TargetStatus struct {
 	ClosedAt   time.Time
 	// LastProbe is when the last probe finished.
 	LastProbe time.Time
+	// DecidedAt is when the last probe that said Healthy or Failed
+	// finished (Last); an Unknown leaves it. The all-fail hold counts a
+	// result as fresh from it, not from LastProbe: a probe that could not
+	// run says nothing of the webhook, so it keeps no older result fresh.
+	DecidedAt time.Time
 	// TrafficAt is when the last scrape of the apiserver's metrics showed
 	// the webhook called, every call healthy; zero when it did not
 	// (traffic as the probe, see ObserveTraffic).
@@ -76,8 +81,9 @@ type State struct {
 	// holdBound is the longest a hold may keep an opening back; 0 is no
 	// bound (Configure sets it).
 	holdBound time.Duration
-	// holdSince is when the current hold first kept back a target at its
-	// threshold; zero when none is held.
+	// holdSince is when the current all-fail episode first kept back a
+	// target at its threshold; zero when none has. Only a fresh healthy
+	// result ends an episode (HoldOpen), so its bound runs once.
 	holdSince time.Time
 	// refused holds, by target key, the generation of the object at which
 	// the apiserver refused the target's transition as invalid.
@@ -113,6 +119,9 @@ func (s *State) Observe(key string, r probe.Result, at time.Time) decide.Counts 
 	st := s.targets[key]
 	st.ObserveSince(r, at.Add(-r.Duration))
 	st.LastProbe = at
+	if r.Outcome == probe.OutcomeHealthy || r.Outcome == probe.OutcomeFailed {
+		st.DecidedAt = at
+	}
 	st.Problem, st.Unprobeable = "", false
 	s.targets[key] = st
 	return st.Counts
@@ -362,9 +371,11 @@ const HoldFreshFor = 3
 
 // HoldBoundIntervals is how many probe intervals (of the slowest target)
 // a hold may keep an opening back, from when it first kept back a target
-// at its threshold. A circuit left closed on a broken webhook refuses
-// every request, so the suspicion that the guard's own network is to
-// blame gives way after this.
+// at its threshold, until a probe finds a target healthy again. A circuit
+// left closed on a broken webhook refuses every request, so the suspicion
+// that the guard's own network is to blame gives way after this, once per
+// episode: results that go stale, or probes that cannot run, while every
+// target fails do not start the bound again.
 const HoldBoundIntervals = 3
 
 // Configure tells the hold each target's interval and threshold, and so
@@ -394,16 +405,19 @@ func (s *State) SetBackend(key, backend string) {
 }
 
 // HoldOpen updates the hold at now and reports whether openings are held
-// (Inputs.HoldOpen), and whether a hold just ran out its bound (expired):
-// the openings it kept back go now.
+// (Inputs.HoldOpen), and whether a hold ran out its bound (expired): the
+// openings it kept back go now. The episode, and with it the bound, ends
+// only when a fresh result is healthy: while no target is, a hold that
+// lapses for want of fresh results (a starved guard's probes say Unknown,
+// or are not sent) and comes back does not start its bound again.
 func (s *State) HoldOpen(now time.Time) (held, expired bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	all, atThreshold := s.allFailingLocked(now)
+	all, atThreshold, recovered := s.allFailingLocked(now)
 	switch {
-	case !all:
+	case recovered:
 		s.holdSince = time.Time{}
-	case atThreshold && s.holdSince.IsZero():
+	case all && atThreshold && s.holdSince.IsZero():
 		s.holdSince = now
 	}
 	held = all && s.withinBoundLocked(now)
@@ -413,7 +427,7 @@ func (s *State) HoldOpen(now time.Time) (held, expired bool) {
 // heldLocked reports whether openings are held at now: everything fails
 // at once (allFailingLocked), and the hold has not run out its bound.
 func (s *State) heldLocked(now time.Time) bool {
-	all, _ := s.allFailingLocked(now)
+	all, _, _ := s.allFailingLocked(now)
 	return all && s.withinBoundLocked(now)
 }
 
@@ -425,13 +439,14 @@ func (s *State) withinBoundLocked(now time.Time) bool {
 // allFailingLocked reports whether everything fails at once: counting the
 // webhooks that share a backend as one, at least one backend is failing,
 // at least HoldWhenAllFail are failing or not yet probed, and none is
-// healthy. Only fresh results count (HoldFreshFor); targets that cannot
-// be probed, and those whose probes could only say Unknown, do not count.
-// atThreshold says a failing target has reached its openAfter: the hold
-// keeps an opening back.
-func (s *State) allFailingLocked(now time.Time) (all, atThreshold bool) {
+// healthy. Only fresh results count (HoldFreshFor, from DecidedAt);
+// targets that cannot be probed, and those whose probes could only say
+// Unknown, do not count. atThreshold says a failing target has reached its
+// openAfter: the hold keeps an opening back. recovered says a fresh result
+// is healthy: the episode is over.
+func (s *State) allFailingLocked(now time.Time) (all, atThreshold, recovered bool) {
 	if s.HoldWhenAllFail < 2 {
-		return false, false
+		return false, false, false
 	}
 	const (
 		pending = iota + 1
@@ -451,13 +466,13 @@ func (s *State) allFailingLocked(now time.Time) (all, atThreshold bool) {
 			continue
 		case st.Last.Outcome == "":
 			verdict = pending
-		case facts.interval > 0 && now.Sub(st.LastProbe) > HoldFreshFor*facts.interval:
+		case facts.interval > 0 && now.Sub(st.DecidedAt) > HoldFreshFor*facts.interval:
 			continue // stale: says nothing now
 		case st.Last.Outcome == probe.OutcomeFailed:
 			verdict = failing
 			atThreshold = atThreshold || st.Failures >= max(facts.openAfter, 1)
 		default:
-			return false, false
+			return false, false, true
 		}
 		backends[backend] = max(backends[backend], verdict)
 	}
@@ -470,7 +485,7 @@ func (s *State) allFailingLocked(now time.Time) (all, atThreshold bool) {
 			nPending++
 		}
 	}
-	return nFailing >= 1 && nFailing+nPending >= s.HoldWhenAllFail, atThreshold
+	return nFailing >= 1 && nFailing+nPending >= s.HoldWhenAllFail, atThreshold, false
 }
 
 // targetsOf returns the targets in kind's configuration.

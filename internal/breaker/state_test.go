@@ -1,6 +1,7 @@
 package breaker
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -133,4 +134,67 @@ func TestBackend(t *testing.T) {
 	u.ClientConfig.Service = nil
 	u.ClientConfig.URL = ptr.To("https://hooks.example.com:9443/mutate?x=1")
 	assert.Equal(t, "url:hooks.example.com:9443", decide.Backend(&u))
+}
+
+// An episode of every target failing at once keeps openings back for at
+// most HoldBoundIntervals probe intervals, whatever the guard's own probes
+// do meanwhile. At a thousand targets inside its CPU limit the guard's
+// probes often say Unknown (timed out while the guard itself was
+// throttled) or are not sent at all (the recovery dial budget): neither is
+// news of a webhook, and neither may start the hold's bound again.
+func TestState_HoldOpen_boundHoldsThroughTheEpisode(t *testing.T) {
+	cases := map[string]struct {
+		// lagging says what the fourth target's probes do after its last
+		// healthy result, before the failure: at the seconds where it
+		// returns true, a probe that says Unknown; otherwise none is sent.
+		lagging func(second int) bool
+		// silent are seconds in which no probe of any target comes back.
+		silent func(second int) bool
+	}{
+		"a target whose probes say Unknown every few seconds after a healthy result": {
+			lagging: func(s int) bool { return s%5 == 0 },
+			silent:  func(int) bool { return false },
+		},
+		"every probe stops for longer than the freshness window, then fails again": {
+			lagging: func(int) bool { return false },
+			silent:  func(s int) bool { return s >= 8 && s < 13 || s >= 20 && s < 25 },
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var tgts []config.Target
+			for i := range 4 {
+				tg := breakertest.Target(fmt.Sprintf("w%d.example.com", i), config.ModeBypass, 1, 1)
+				tg.Probe.Interval = time.Second
+				tgts = append(tgts, tg)
+			}
+			s := holdState(tgts, 3)
+			start := breakertest.Now
+			for _, tg := range tgts {
+				s.Observe(tg.Key(), breakertest.HealthyResult(), start)
+			}
+			var firstHeld time.Time
+			for second := 1; second <= 40; second++ {
+				at := start.Add(time.Duration(second) * time.Second)
+				if !tc.silent(second) {
+					for _, tg := range tgts[:3] {
+						s.Observe(tg.Key(), breakertest.FailedResult(probe.ReasonTimeout), at)
+					}
+					if tc.lagging(second) {
+						s.Observe(tgts[3].Key(), probe.Result{Outcome: probe.OutcomeUnknown}, at)
+					}
+				}
+				held, _ := s.HoldOpen(at)
+				if held && firstHeld.IsZero() {
+					firstHeld = at
+				}
+				if held {
+					assert.Less(t, at.Sub(firstHeld), HoldBoundIntervals*time.Second,
+						"second %d: openings still held %s after the hold first kept one back", second, at.Sub(firstHeld))
+				}
+				assert.Equal(t, held, s.Inputs(tgts, at, "", "").HoldOpen, "second %d: Inputs and HoldOpen disagree", second)
+			}
+			assert.False(t, firstHeld.IsZero(), "every target failing never held an opening")
+		})
+	}
 }
