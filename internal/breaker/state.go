@@ -88,6 +88,38 @@ type State struct {
 	// refused holds, by target key, the generation of the object at which
 	// the apiserver refused the target's transition as invalid.
 	refused map[string]string
+
+	// verdictMu guards verdict, which allFailingLocked fills under mu held
+	// for reading too.
+	verdictMu sync.Mutex
+	// verdict is allFailingLocked's last judgement, and when it was made:
+	// every probe result asks for it, and it scans every target. A result
+	// that leaves it as it is (a target failing past its threshold fails
+	// again) keeps it; any other change of what it reads drops it
+	// (verdictChanged), and it is judged again at least every
+	// verdictRecheck, as results go stale with time.
+	verdict allFailing
+	// scans counts the judgements made, for tests.
+	scans int
+}
+
+// allFailing is one judgement of allFailingLocked.
+type allFailing struct {
+	at                          time.Time
+	valid                       bool
+	all, atThreshold, recovered bool
+}
+
+// verdictRecheck is how long an all-fail judgement stands without a change
+// that drops it: results go stale (HoldFreshFor) no faster than this
+// matters, as the shortest probe interval is 100 ms.
+const verdictRecheck = 50 * time.Millisecond
+
+// verdictChanged drops the all-fail judgement; mu is held for writing.
+func (s *State) verdictChanged() {
+	s.verdictMu.Lock()
+	s.verdict.valid = false
+	s.verdictMu.Unlock()
 }
 
 // NewState returns an empty State.
@@ -117,6 +149,9 @@ func (s *State) Observe(key string, r probe.Result, at time.Time) decide.Counts 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.targets[key]
+	if !s.failsAgainLocked(key, st, r, at) {
+		s.verdictChanged()
+	}
 	st.ObserveSince(r, at.Add(-r.Duration))
 	st.LastProbe = at
 	if r.Outcome == probe.OutcomeHealthy || r.Outcome == probe.OutcomeFailed {
@@ -127,12 +162,22 @@ func (s *State) Observe(key string, r probe.Result, at time.Time) decide.Counts 
 	return st.Counts
 }
 
+// failsAgainLocked reports whether result r of key, at at, leaves every
+// fact the all-fail judgement reads of it as it was: key was probed, its
+// fresh last result failed, past its threshold, and r fails again.
+func (s *State) failsAgainLocked(key string, st TargetStatus, r probe.Result, at time.Time) bool {
+	facts := s.known[key]
+	return r.Outcome == probe.OutcomeFailed && st.Last.Outcome == probe.OutcomeFailed && st.Problem == "" &&
+		st.Failures >= max(facts.openAfter, 1) && facts.interval > 0 && at.Sub(st.DecidedAt) <= HoldFreshFor*facts.interval
+}
+
 // SetProblem records why key is not probed, with its counts reset, and
 // reports whether that is news (so the caller emits an Event once, not
 // every interval). unprobeable says the target exists but cannot be probed.
 func (s *State) SetProblem(key, problem string, unprobeable bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.verdictChanged()
 	st := s.targets[key]
 	changed := st.Problem != problem
 	st.Problem, st.Unprobeable = problem, unprobeable
@@ -256,6 +301,7 @@ func disagreement(probeCounts decide.Counts, apiserver probe.Outcome) string {
 func (s *State) Reset(key string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.verdictChanged()
 	st := s.targets[key]
 	st.Failures, st.Successes = 0, 0
 	st.APIServer.Failures, st.APIServer.Successes = 0, 0
@@ -352,6 +398,7 @@ func (s *State) Inputs(targets []config.Target, now time.Time, signer, generatio
 func (s *State) Register(key string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.verdictChanged()
 	if _, ok := s.targets[key]; !ok {
 		s.targets[key] = TargetStatus{}
 	}
@@ -384,6 +431,7 @@ const HoldBoundIntervals = 3
 func (s *State) Configure(targets []config.Target) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.verdictChanged()
 	s.known = make(map[string]targetFacts, len(targets))
 	s.holdBound = 0
 	for _, t := range targets {
@@ -399,6 +447,7 @@ func (s *State) SetBackend(key, backend string) {
 	defer s.mu.Unlock()
 	st := s.targets[key]
 	if st.Backend != backend {
+		s.verdictChanged()
 		st.Backend = backend
 		s.targets[key] = st
 	}
@@ -448,6 +497,19 @@ func (s *State) allFailingLocked(now time.Time) (all, atThreshold, recovered boo
 	if s.HoldWhenAllFail < 2 {
 		return false, false, false
 	}
+	s.verdictMu.Lock()
+	defer s.verdictMu.Unlock()
+	if v := s.verdict; v.valid && !now.Before(v.at) && now.Sub(v.at) < verdictRecheck {
+		return v.all, v.atThreshold, v.recovered
+	}
+	all, atThreshold, recovered = s.judgeAllFailingLocked(now)
+	s.verdict = allFailing{at: now, valid: true, all: all, atThreshold: atThreshold, recovered: recovered}
+	s.scans++
+	return all, atThreshold, recovered
+}
+
+// judgeAllFailingLocked is allFailingLocked's judgement, made afresh.
+func (s *State) judgeAllFailingLocked(now time.Time) (all, atThreshold, recovered bool) {
 	const (
 		pending = iota + 1
 		failing

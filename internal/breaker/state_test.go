@@ -198,3 +198,75 @@ func TestState_HoldOpen_boundHoldsThroughTheEpisode(t *testing.T) {
 		})
 	}
 }
+
+// massTargets are n mutating targets in configurations of ten, each on a
+// backend of its own, probed every second, opening after two failures:
+// the bench's mass failure.
+func massTargets(n int) []config.Target {
+	out := make([]config.Target, 0, n)
+	for i := 0; i < n; i++ {
+		t := breakertest.Target(fmt.Sprintf("w%d.example.com", i), config.ModeBypass, 2, 2)
+		t.Configuration = fmt.Sprintf("c%d", i/10)
+		t.Probe.Interval = time.Second
+		out = append(out, t)
+	}
+	return out
+}
+
+// failRound is one probe round of a mass failure in which every target
+// fails again, its results spread over the second from at, as the probe
+// runner records them: each result, then the hold's judgement
+// (HoldOpen), then the inputs of its configuration for the decision
+// whether to wake the reconciler.
+func failRound(s *State, tgts []config.Target, at time.Time) {
+	step := time.Second / time.Duration(len(tgts))
+	for i, t := range tgts {
+		now := at.Add(time.Duration(i) * step)
+		s.SetBackend(t.Key(), "url:"+t.Webhook)
+		s.Observe(t.Key(), breakertest.FailedResult(probe.ReasonTimeout), now)
+		s.HoldOpen(now)
+		s.Inputs([]config.Target{t}, now, "", "")
+	}
+}
+
+// A mass failure's judgement of the hold costs a scan of every target
+// once per verdictRecheck, not once per probe result: with 1,000 targets
+// failing past their threshold, a round of 1,000 results over a second
+// judges about twenty times. Judged on every result, the round scanned
+// 1,000 targets 2,000 times, inside the Deployment's half a core.
+func TestState_allFailing_isJudgedOncePerRecheckInAMassFailure(t *testing.T) {
+	tgts := massTargets(1000)
+	s := holdState(tgts, config.DefaultHoldWhenAllFail)
+	at := breakertest.Now
+	for i := 0; i < 2; i++ { // past the threshold
+		failRound(s, tgts, at)
+		at = at.Add(time.Second)
+	}
+	before := s.scans
+	failRound(s, tgts, at)
+	assert.LessOrEqual(t, s.scans-before, 25, "judged %d times in a round of 1,000 results", s.scans-before)
+	held, _ := s.HoldOpen(at.Add(time.Second))
+	assert.True(t, held, "the verdict is the same")
+
+	// A healthy result is judged at once.
+	s.Observe(tgts[0].Key(), breakertest.HealthyResult(), at.Add(time.Second))
+	held, _ = s.HoldOpen(at.Add(time.Second))
+	assert.False(t, held, "a healthy result ends the hold at once")
+}
+
+// BenchmarkState_massFailureRound is one probe round of failRound over
+// 1,000 targets.
+func BenchmarkState_massFailureRound(b *testing.B) {
+	tgts := massTargets(1000)
+	s := holdState(tgts, config.DefaultHoldWhenAllFail)
+	at := breakertest.Now
+	for i := 0; i < 2; i++ {
+		failRound(s, tgts, at)
+		at = at.Add(time.Second)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		at = at.Add(time.Second)
+		failRound(s, tgts, at)
+	}
+}
