@@ -344,8 +344,9 @@ func TestConfigurationReconciler_closesSiblingsInOneWrite(t *testing.T) {
 }
 
 // A single failed probe arms nothing and writes nothing; nor does a
-// target one failure away while openings are held (every target failing
-// at once), or in a configuration handed to its administrators. A target
+// target one failure away in a configuration handed to its
+// administrators. While openings are held (every target failing at once)
+// marking is armed ahead, and nothing opens. A target
 // armed ahead that recovers without opening is disarmed, circuit.DisarmAfter after
 // it was armed.
 func TestConfigurationReconciler_aBlipArmsNothing(t *testing.T) {
@@ -364,14 +365,19 @@ func TestConfigurationReconciler_aBlipArmsNothing(t *testing.T) {
 		f.reconcile()
 		assert.Zero(t, f.cl.arming+f.cl.transitions)
 	})
-	t.Run("while openings are held", func(t *testing.T) {
+	t.Run("while openings are held, marking is armed ahead and nothing opens", func(t *testing.T) {
+		// The hold gives way after its bound; the openings it held then
+		// go at once, armed, as they would without it.
 		f := newBatchFixture(t, []string{breakertest.WhA, breakertest.WhB}, 3, 2)
 		f.state.HoldWhenAllFail = 2
 		f.fail(breakertest.WhA, 2)
 		f.fail(breakertest.WhB, 2)
-		assert.False(t, decide.ArmsAhead(decide.Read(f.get()), f.inputs()))
+		assert.True(t, f.inputs().HoldOpen)
+		assert.True(t, decide.ArmsAhead(decide.Read(f.get()), f.inputs()))
 		f.reconcile()
-		assert.Zero(t, f.cl.arming+f.cl.transitions)
+		assert.Equal(t, 1, f.cl.arming)
+		assert.Zero(t, f.cl.transitions)
+		assert.Equal(t, []string{breakertest.WhA, breakertest.WhB}, f.armed())
 	})
 	t.Run("handed off", func(t *testing.T) {
 		f := newBatchFixture(t, []string{breakertest.WhA}, 3, 2)

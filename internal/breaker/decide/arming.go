@@ -176,7 +176,7 @@ func (d *decision) showAhead(ahead map[string]time.Duration) (time.Duration, *as
 //
 // A target is armed ahead while its circuit is closed, it has failed at
 // least once in a row, and it would open at its threshold (Plan, as if it
-// had reached it: not in Observe mode, not held by HoldOpen, not an Ignore
+// had reached it, even while HoldOpen holds it: not in Observe mode, not an Ignore
 // that is the administrator's baseline). Those opening in this write (in
 // after) are armed by armOpenings, not added here. Entries are added only
 // when something in the configuration is about to open: an opening in
@@ -218,11 +218,13 @@ func (d *decision) armAhead(after circuit.Record, changes []Change) (map[string]
 // s that have failed at least once in a row and whose circuit is closed,
 // if they reached their threshold now (want, as if they had; openEntry).
 func aheadEntries(s Snapshot, in Inputs) circuit.Record {
-	if in.HoldOpen || s.RecordErr != nil {
+	if s.RecordErr != nil {
 		return nil
 	}
+	// The all-fail hold holds openings, not their arming: when it gives
+	// way after its bound, the openings it held go at once, armed.
 	pretend := in
-	pretend.Wait, pretend.Only = nil, ""
+	pretend.Wait, pretend.Only, pretend.HoldOpen = nil, "", false
 	out := circuit.Record{}
 	for _, t := range in.Targets {
 		ev, known := in.Evidence[t.Webhook]

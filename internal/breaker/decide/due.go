@@ -19,12 +19,12 @@ func ArmAheadAt(t config.Target) int {
 }
 
 // ArmsAhead reports whether a step on s, given in, would arm marking ahead
-// of an opening: a target of a mutating configuration has ArmAheadAt
+// of an opening, held by the all-fail hold (in.HoldOpen) or not: a target of a mutating configuration has ArmAheadAt
 // consecutive failures, fewer than openAfter, that kube-apiserver's calls
 // do not veto (SlowVetoed), its circuit is closed and its marking is not
 // armed.
 func ArmsAhead(s Snapshot, in Inputs) bool {
-	if in.HoldOpen || s.RecordErr != nil || s.View.Annotations[circuit.OverrideAnnotation] != "" {
+	if s.RecordErr != nil || s.View.Annotations[circuit.OverrideAnnotation] != "" {
 		return false
 	}
 	for _, t := range in.Targets {
