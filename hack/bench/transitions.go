@@ -370,9 +370,9 @@ func massFailureCase(ctx context.Context, b *Bench, env *harness.Env, limit floa
 		Row{Section: "mass failure", Case: name, Metric: "most transition writes to one configuration, closing", Runs: closeMost}.AtMost(1),
 		Row{Section: "mass failure", Case: name, Metric: "arming writes, opening and closing all", Runs: arming,
 			Note: "one before the openings and one 2 s after the closings, per configuration"}.AtMost(float64(len(f.configs)) * 2 * 1.1),
-		Row{Section: "mass failure", Case: name, Metric: "write conflicts", Runs: conflicts},
+		{Section: "mass failure", Case: name, Metric: "write conflicts", Runs: conflicts},
 		Row{Section: "mass failure", Case: name, Metric: "guard CPU while opening (cores)", Runs: cores}.AtMost(limit),
-		Row{Section: "mass failure", Case: name, Metric: "CFS periods in which the guard's quota ran out, while opening (%)", Runs: throttled},
+		{Section: "mass failure", Case: name, Metric: "CFS periods in which the guard's quota ran out, while opening (%)", Runs: throttled},
 		Row{Section: "mass failure", Case: name, Metric: "admission policy objects created while opening", Runs: created,
 			Note: "the marking policies are installed beforehand; before, the service created 2 per mutating webhook"}.AtMost(0),
 	}, nil
