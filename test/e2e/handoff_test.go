@@ -3,6 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -68,6 +71,21 @@ func (f *fourCircuits) config() string {
 			f.name, hook, f.modes[hook])
 	}
 	return b.String()
+}
+
+// statusAndRelease runs "guard status", then "guard release", against the
+// configuration as an administrator would, with no guard running.
+func (f *fourCircuits) statusAndRelease(ctx context.Context) (status, release string) {
+	f.t.Helper()
+	bin, err := env.BuildGuard()
+	require.NoError(f.t, err)
+	cfg := filepath.Join(f.t.TempDir(), "config.yaml")
+	require.NoError(f.t, os.WriteFile(cfg, []byte(f.config()), 0o600))
+	out, err := exec.CommandContext(ctx, bin, "status", "--config", cfg, "--kubeconfig", env.KubeconfigPath, "--endpoint", "").CombinedOutput()
+	require.NoError(f.t, err, "guard status:\n%s", out)
+	rel, err := releaseRun(ctx, bin, env.KubeconfigPath, f.name, "--config", cfg, "-n", f.ns, "--breaker", f.guardID.Username)
+	require.NoError(f.t, err, "guard release:\n%s", rel)
+	return string(out), rel
 }
 
 func (f *fourCircuits) startGuard() *harness.Guard {
@@ -183,7 +201,7 @@ func (f *fourCircuits) restoredOnce(from string) {
 // they still fail, all four stay open, and close once they recover.
 func TestHandoff_fourCircuitsKeepTheirOriginalsAndCloseWhenHandedBack(t *testing.T) {
 	f := newFourCircuits(t)
-	f.startGuard()
+	g := f.startGuard()
 	slow := harness.Delayed(2*time.Second, harness.Allow())
 
 	t.Run("handed back while healthy", func(t *testing.T) {
@@ -228,5 +246,20 @@ func TestHandoff_fourCircuitsKeepTheirOriginalsAndCloseWhenHandedBack(t *testing
 		f.setAll(harness.Allow())
 		f.waitAllRestored()
 		f.restoredOnce(back.ResourceVersion)
+	})
+
+	t.Run("guard status shows every kept original, and guard release restores them", func(t *testing.T) {
+		f.setAll(slow)
+		f.waitAllOpen()
+		f.annotate("incident INC-52: uninstalling")
+		f.waitHandedOff()
+		g.Stop()
+		status, release := f.statusAndRelease(context.Background())
+		t.Logf("guard status:\n%s\nguard release:\n%s", status, release)
+		for _, hook := range f.hooks {
+			assert.Contains(t, strings.Join(statusLine(t, status, hook), " "), "original failurePolicy Fail", "%s: guard status does not show its kept original", hook)
+			assert.Contains(t, release, hook+": released (failurePolicy Ignore -> Fail", "%s: guard release did not restore it", hook)
+		}
+		f.waitAllRestored()
 	})
 }
