@@ -209,9 +209,12 @@ func TestCrash_adminEditsAgainstAFlappingBreaker(t *testing.T) {
 	}
 	t.Logf("200 edits landed; the breaker wrote %d transitions among them", transitions)
 	require.GreaterOrEqual(t, transitions, 2, "the breaker never raced the edits")
+	// Handed over: no marker; an entry, if the circuit was open, stays,
+	// handed off, with its original.
 	require.Eventually(t, func() bool {
 		mwc := s.get()
-		_, rec := mwc.Annotations[circuit.Annotation]
-		return !rec && !hasMarker(findWebhook(mwc, s.hook))
+		rec, err := circuit.Decode(mwc.Annotations)
+		_, open := rec[s.hook]
+		return err == nil && (!open || rec[s.hook].HandedOff()) && !hasMarker(findWebhook(mwc, s.hook))
 	}, transition, 50*time.Millisecond, "the override did not hand the configuration over")
 }

@@ -260,6 +260,9 @@ func TestHardening_unreadableRecordIsReportedAndOverrideWorks(t *testing.T) {
 	}, transition, 100*time.Millisecond, "the override did not hand the configuration over")
 	assert.Equal(t, admissionregistrationv1.Ignore, *findWebhook(s.get(), s.hook).FailurePolicy, "failurePolicy stays as it is")
 	assert.Equal(t, mwc.Annotations[circuit.Annotation], s.get().Annotations[circuit.Annotation], "the record stays, for the administrator to repair")
+	// The administrator removes it, under the override, as the Event says.
+	r = env.Kubectl(ctx, "", nil, "annotate", "mutatingwebhookconfiguration", s.name, circuit.Annotation+"-")
+	require.NoError(t, r.Err, r.Stderr)
 }
 
 // Defect 6: a change the apiserver refuses as invalid (here the bypass
