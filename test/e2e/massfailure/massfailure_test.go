@@ -1,4 +1,4 @@
-package badday
+package massfailure
 
 import (
 	"context"
