@@ -107,7 +107,7 @@ func TestRBAC_isLeastPrivilegeOnPaper(t *testing.T) {
 				}
 			}
 			if slices.Contains(rule.Resources, "services") {
-				// The probe resolves Services from a watch (issue 31): a
+				// The probe resolves Services from a watch: a
 				// leaked token enumerates Services, and cannot write them.
 				assert.Equal(t, []string{"get", "list", "watch"}, rule.Verbs, "%s rule %d: the probe only reads Services", where, i)
 				assert.Equal(t, []string{"services"}, rule.Resources, "%s rule %d: Services alone", where, i)
@@ -158,7 +158,7 @@ func TestRBAC_isLeastPrivilegeOnPaper(t *testing.T) {
 			assert.Equal(t, []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create"}}}, role.Rules, "%s: the canary is a create", where)
 		}
 		if strings.HasSuffix(role.Name, "leader-election") {
-			// Issue 31: in kube-system, which policy engines' */* webhooks
+			// In kube-system, which policy engines' */* webhooks
 			// leave out.
 			assert.Equal(t, "kube-system", role.Namespace, "%s: leases only in kube-system", where)
 			for i, rule := range role.Rules {

@@ -222,7 +222,7 @@ func scaleRows(c scaleCell, runs []steady, limit float64) []Row {
 		cores = cores.AtMost(0.1)
 		rss = rss.AtMost(100)
 		if mem, err := deploymentMemoryLimitMiB(); err == nil {
-			anon = anon.AtMost(0.6 * mem) // issue 31: 60% of the shipped limit
+			anon = anon.AtMost(0.6 * mem) // the goal: 60% of the shipped limit
 		}
 	}
 	cores.Note = fmt.Sprintf("inside a %.2g-core CFS quota (the Deployment's limit); throttled in %s%% of periods", limit, format(median(col(func(s steady) float64 { return s.throttled }))))

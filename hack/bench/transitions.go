@@ -349,7 +349,7 @@ func massFailureCase(ctx context.Context, b *Bench, env *harness.Env, limit floa
 	} else {
 		name += ", tuned"
 	}
-	// Issue 31's goals: 4 s at 100 webhooks (openAfter intervals and
+	// The goals: 4 s at 100 webhooks (openAfter intervals and
 	// one more), 10 s at 1,000. With the default hold, its bound more.
 	openGoal := float64(openAfter)*interval.Seconds() + 1
 	if c.defaults {

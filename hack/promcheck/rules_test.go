@@ -225,13 +225,13 @@ func TestPrometheusRule_parsesWithPrometheusRuleParser(t *testing.T) {
 			})
 		}
 	}
-	// Issue 13's list; each must stay.
+	// The list; each must stay.
 	for _, name := range []string{
 		"WebhookGuardCircuitOpen", "WebhookGuardCircuitFlapping", "WebhookGuardProbesUnknown",
 		"WebhookGuardPolicyNotInForce", "WebhookGuardNoLeader",
 		"WebhookGuardWriteErrors", "WebhookGuardWriteConflicts",
 		"WebhookGuardSignalsDisagree", "WebhookGuardAPIServerSignalUnavailable",
-		// Issue 22's.
+		// And these.
 		"WebhookGuardValidatingCircuitOpened", "WebhookGuardWebhookCallsFailing", "WebhookGuardWebhookLatencyNearTimeout",
 	} {
 		assert.True(t, alerts.Has(name), "alert %s is missing", name)
@@ -329,7 +329,7 @@ func TestDashboard_usesOnlyRegisteredMetrics(t *testing.T) {
 	}
 	assert.Empty(t, unregisteredMetrics(sets.List(all)), "the dashboard uses metrics webhook-guard does not expose (renamed?); the guard's own are %v",
 		sets.List(must(guardMetrics())))
-	// The panels issue 13 asks for: circuit state, probe latency, probe
+	// The panels it must have: circuit state, probe latency, probe
 	// failures by reason, transitions.
 	for _, name := range []string{"webhook_guard_circuit_open", "webhook_guard_probe_duration_seconds_bucket", "webhook_guard_probe_failures_total", "webhook_guard_circuit_transitions_total"} {
 		assert.True(t, all.Has(name), "no panel shows %s", name)
@@ -352,7 +352,7 @@ func TestUnregisteredMetrics_failsOnUnknownNames(t *testing.T) {
 		"webhook_guard_webhook_timeout_seconds":                         true,
 		"apiserver_admission_webhook_request_total":                     true,
 		"apiserver_admission_webhook_admission_duration_seconds_bucket": true,
-		"guard_circuit_open":                                            false, // the name before issue 22
+		"guard_circuit_open":                                            false, // the name of an earlier release
 		"leader_election_master_status":                                 true,
 		"controller_runtime_reconcile_errors_total":                     true,
 		"workqueue_depth":                                               true,

@@ -496,7 +496,7 @@ func TestConfigurationReconciler_closingsAreDisarmedInOneWrite(t *testing.T) {
 // annotation is no owned field: an operator (or a GitOps tool) that strips
 // it during the grace disarms marking at once, and the breaker does not
 // write it back; it only stops waiting for it. docs/how-it-works.md
-// states this limit (issue 32, item 7).
+// states this limit.
 func TestConfigurationReconciler_anArmingEntryStrippedInItsGraceStaysStripped(t *testing.T) {
 	policy, binding := marking.Render(breakertest.ConfigName, breakertest.WhA)
 	mwc := breakertest.Config(breakertest.Webhook(breakertest.WhA, breakertest.PolicyFail))

@@ -9,7 +9,7 @@ import (
 
 // readmeMaxLines bounds the README: a guide (the two commands, what it is
 // for, a quickstart, links), not the reference. Tables and results go in
-// docs/ (issue 34).
+// docs/.
 const readmeMaxLines = 250
 
 func TestReadme_staysAGuide(t *testing.T) {

@@ -261,7 +261,7 @@ func webhookService(t *testing.T, addr net.Addr) (*corev1.Service, int32) {
 
 // Once a Service has been resolved, no probe asks the apiserver anything
 // about it: not a healthy one, not a failed one, not the one after a
-// failure. (Before issue 31 a failed probe made the next one GET the
+// failure. (Once, a failed probe made the next one GET the
 // Service, and under an outage that GET timed out: the probe was Unknown.)
 func TestWatchingResolver_noRequestAfterFirstResolution(t *testing.T) {
 	ca := newTestCA(t)

@@ -1,6 +1,6 @@
 package e2e
 
-// Issue 32, item 1: every write that takes a bypass away keeps marking
+// Every write that takes a bypass away keeps marking
 // armed, and disarms it in a later write. A closing did so already; these
 // tests run a stream of creates through the two other such writes, the
 // handoff to an administrator and "guard release", and find no object

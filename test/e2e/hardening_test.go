@@ -321,7 +321,7 @@ func TestHardening_invalidChangeDoesNotBlockTheOthers(t *testing.T) {
 
 // Defect 12: every target failing in the same interval points at the
 // guard's own network. Openings are held and the suspicion is reported,
-// but for a bounded time only (issue 31): a circuit left closed on a
+// but for a bounded time only: a circuit left closed on a
 // broken webhook refuses every request, so after HoldBoundIntervals probe
 // intervals the hold gives way, says so, and both circuits open.
 func TestHardening_everythingFailingAtOnceHoldsOpeningsForABound(t *testing.T) {

@@ -259,7 +259,7 @@ func TestInstall_RBACIsLeastPrivilege(t *testing.T) {
 		"not list Secrets anywhere":                               {[]string{"list", "secrets", "-A"}, false},
 		"not create ConfigMaps cluster-wide":                      {[]string{"create", "configmaps", "-A"}, false},
 		"not read ConfigMaps in its namespace (config is a file)": {[]string{"get", "configmaps", "-n", installNamespace}, false},
-		// Issue 31: the Lease is in kube-system, which policy engines'
+		// The Lease is in kube-system, which policy engines'
 		// */* webhooks leave out (docs/security.md).
 		"create Leases in kube-system":                         {[]string{"create", "leases.coordination.k8s.io", "-n", "kube-system"}, true},
 		"update its own Lease in kube-system":                  {[]string{"update", "leases.coordination.k8s.io/" + installLeaseName, "-n", "kube-system"}, true},
@@ -285,7 +285,7 @@ func TestInstall_RBACIsLeastPrivilege(t *testing.T) {
 		"not list Deployments":                              {[]string{"list", "deployments.apps", "-A"}, false},
 		"not update its own Deployment":                     {[]string{"update", "deployments.apps/webhook-guard", "-n", installNamespace}, false},
 		// Events about cluster-scoped objects in kube-system, out of
-		// reach of policy engines' */* webhooks (issue 31).
+		// reach of policy engines' */* webhooks.
 		"create events.k8s.io Events in kube-system":               {[]string{"create", "events.events.k8s.io", "-n", "kube-system"}, true},
 		"patch events.k8s.io Events in kube-system":                {[]string{"patch", "events.events.k8s.io", "-n", "kube-system"}, true},
 		"not create events.k8s.io Events in default":               {[]string{"create", "events.events.k8s.io", "-n", "default"}, false},
@@ -296,7 +296,7 @@ func TestInstall_RBACIsLeastPrivilege(t *testing.T) {
 		"create core Events in default (the marking canary)":       {[]string{"create", "events", "-n", "default"}, true},
 		"not patch core Events in default (the canary is created)": {[]string{"patch", "events", "-n", "default"}, false},
 		"get a Service in any namespace":                           {[]string{"get", "services", "-n", "anywhere"}, true},
-		// Issue 31: the probe resolves Services from a watch. A leaked
+		// The probe resolves Services from a watch. A leaked
 		// token enumerates Services, and no more (docs/security.md).
 		"list Services (the probe watches its targets' Services)":  {[]string{"list", "services", "-n", "anywhere"}, true},
 		"watch Services (the probe watches its targets' Services)": {[]string{"watch", "services", "-A"}, true},
@@ -317,7 +317,7 @@ func TestInstall_RBACIsLeastPrivilege(t *testing.T) {
 		"create SelfSubjectAccessReviews":                         {[]string{"create", "selfsubjectaccessreviews.authorization.k8s.io"}, true},
 		"not create Pods in its namespace":                        {[]string{"create", "pods", "-n", installNamespace}, false},
 		"not impersonate":                                         {[]string{"impersonate", "serviceaccounts", "-A"}, false},
-		// Issue 20: the token cannot mutate anything. The marking policies
+		// The token cannot mutate anything. The marking policies
 		// are installed with everything else; the service only reads them.
 		"read marking policies":                         {[]string{"get", "mutatingadmissionpolicies.admissionregistration.k8s.io/" + installMarking}, true},
 		"watch marking policies":                        {[]string{"watch", "mutatingadmissionpolicies.admissionregistration.k8s.io"}, true},

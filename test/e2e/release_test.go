@@ -316,7 +316,7 @@ func TestRelease_kustomizeLeavesEveryConfigurationAsItWas(t *testing.T) {
 		require.Equal(t, admissionregistrationv1.Ignore, st.policy, "%s: the circuit must still be open when the guard stops", tg.configuration)
 	}
 	// Arming entries an administrator mangled by hand: the breaker would
-	// have rewritten them, and the release removes them (issue 32).
+	// have rewritten them, and the release removes them.
 	r = env.Kubectl(ctx, "", nil, "annotate", "--overwrite", "mutatingwebhookconfiguration", "release-mutating-b", circuit.ArmingAnnotation+"={mangled")
 	require.NoError(t, r.Err, "kubectl annotate:\n%s%s", r.Stdout, r.Stderr)
 	dry, err := releaseRun(ctx, bin, env.KubeconfigPath, "--all", "--dry-run", "-n", ns, "--deployment", sa, "--breaker", breaker)
@@ -363,7 +363,7 @@ func TestRelease_kustomizeLeavesEveryConfigurationAsItWas(t *testing.T) {
 	assert.True(t, apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKey{Name: releasePolicy}, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{})), "the guard policy's binding is left")
 }
 
-// Issue 32, item 2: "guard release --scale-down" never strands the
+// "guard release --scale-down" never strands the
 // cluster. It plans every configuration before it stops anything: an
 // unreadable circuit record fails it with the Deployment untouched. And
 // what fails after the scale-down (here, a leader that does not go within

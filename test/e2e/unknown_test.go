@@ -42,7 +42,7 @@ func TestUnknown_whileOpen(t *testing.T) {
 
 			// The guard loses its RBAC on Services. A running guard keeps
 			// the resolution it has (it asks the apiserver nothing more
-			// about a Service it resolved, issue 31), so it restarts: a
+			// about a Service it resolved), so it restarts: a
 			// guard that never resolved the Service cannot probe it, and
 			// its probe is Unknown from now on.
 			role := &rbacv1.ClusterRole{}

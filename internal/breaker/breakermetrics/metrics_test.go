@@ -21,7 +21,7 @@ import (
 
 // TestMetrics_Initialize_createsEveryCounterSeriesAtZero: after Initialize,
 // every label set the breaker can count exists at 0 before the first event,
-// so that increase() sees that event (issue 22).
+// so that increase() sees that event.
 func TestMetrics_Initialize_createsEveryCounterSeriesAtZero(t *testing.T) {
 	m := NewMetrics()
 	targets := []config.Target{

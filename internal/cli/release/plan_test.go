@@ -221,7 +221,7 @@ func TestPlanRelease(t *testing.T) {
 
 // Unreadable arming entries are no arming, as the breaker reads them: the
 // release removes them rather than failing, which would leave the
-// circuits open with nothing running (issue 32).
+// circuits open with nothing running.
 func TestPlanRelease_unreadableArmingEntriesGo(t *testing.T) {
 	cur := object(t, circuit.Record{hookA: entry(mine, fail)}, nil, nil, webhook(hookA, ignore, bypass))
 	cur.Annotations[circuit.ArmingAnnotation] = "not json"

@@ -257,7 +257,7 @@ func (o *Options) Run(ctx context.Context) error {
 	}
 	// Services are resolved from watches, started on first use and
 	// stopped with the manager: once resolved, a probe never waits on an
-	// apiserver request that an outage slows down (issue 31).
+	// apiserver request that an outage slows down.
 	services := probe.NewWatchingResolver(clientset)
 	if err := mgr.Add(services); err != nil {
 		return fmt.Errorf("adding the Service resolver: %w", err)
@@ -372,7 +372,7 @@ var serverTLSOpts = []func(*tls.Config){
 // connection of its own. Without it client-go's transport cache gives the
 // renewals the manager's HTTP/2 connection, where a renewal waits behind
 // the frames of a thousand patches and Events when many circuits open at
-// once (issue 31). A Dial of its own makes client-go build a new transport
+// once. A Dial of its own makes client-go build a new transport
 // (its cache keys transports by dialer); the dialer is client-go's
 // default one.
 func leaseConfig(rc *rest.Config) *rest.Config {

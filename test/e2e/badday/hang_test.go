@@ -19,7 +19,7 @@ import (
 const hangPath = "/hang"
 
 // A webhook that hangs opens in seconds, not after openAfter of its own
-// timeouts (issue 31 item 9). With every setting at its default (a probe
+// timeouts. With every setting at its default (a probe
 // every 1 s, openAfter 3, the probe's slow-call threshold of 4 s or the
 // webhook's timeoutSeconds when shorter), a webhook that stops answering
 // opens within 8 s whatever its timeoutSeconds. Before, probes ran one

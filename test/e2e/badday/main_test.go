@@ -105,7 +105,7 @@ func startGuard(t *testing.T, name string, id *harness.Identity, cfg string, wh 
 
 // shippedLeaseNamespace is the --leader-election-namespace of the kustomize
 // base's Deployment, which install.yaml and the chart share: kube-system,
-// which policy engines' webhooks leave out (issue 31).
+// which policy engines' webhooks leave out.
 func shippedLeaseNamespace(t *testing.T) string {
 	t.Helper()
 	root, err := harness.RepoRoot()

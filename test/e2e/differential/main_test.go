@@ -1,5 +1,5 @@
 // Package differential holds the differential test of the guard's probe
-// against kube-apiserver (GitHub issue 19): one webhook server answers a
+// against kube-apiserver: one webhook server answers a
 // table of response variants, and for each variant, mutating and
 // validating, a real request through a real kube-apiserver and the
 // guard's real probe must reach the same verdict. It has its own control

@@ -98,7 +98,7 @@ func TestHelm_preDeleteHookReleasesEveryCircuit(t *testing.T) {
 	g.Stop()
 	// Arming entries an administrator mangled by hand: the breaker would
 	// have rewritten them, and the release removes them rather than fail
-	// with the guard scaled down (issue 32).
+	// with the guard scaled down.
 	mangled := env.Kubectl(ctx, "", nil, "annotate", "--overwrite", "mutatingwebhookconfiguration", mutatingTarget, circuit.ArmingAnnotation+"=[]")
 	require.NoError(t, mangled.Err, "kubectl annotate:\n%s%s", mangled.Stdout, mangled.Stderr)
 

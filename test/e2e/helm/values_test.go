@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// tunedValues sets every tuning value of the chart (issue 34) away from
+// tunedValues sets every tuning value of the chart away from
 // its default at once.
 const tunedValues = `
 image:

@@ -18,7 +18,7 @@ import (
 // openAfter 3, the apiserver's /metrics read every 30 s, Ignore mode).
 // The road between kube-apiserver and the healthy webhook is cut while
 // the direct probe keeps reaching it: the road alone opens the circuit,
-// within openAfter probe intervals plus a probe's timeout (issue 31: about
+// within openAfter probe intervals plus a probe's timeout (about
 // 10 s), long before a /metrics read could.
 func TestPartition_aCutRoadOpensWithTheDefaults(t *testing.T) {
 	w := newWorld(t)

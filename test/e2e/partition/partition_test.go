@@ -360,7 +360,7 @@ func TestPartition_apiserverSignalOpensWhatTheProbeCannotSee(t *testing.T) {
 	opened := time.Now()
 	t.Logf("time to open with the apiserver signal: %s after the guard started, under %d creates/s", opened.Sub(started).Round(10*time.Millisecond), rate)
 	excludedAtOpen := w.excluded()
-	// The continuous path probe (issue 31) sees the cut road before the
+	// The continuous path probe sees the cut road before the
 	// apiserver's counters reach openAfter reads: the road opens it.
 	assert.Equal(t, decide.SignalRoad, entry.Signal)
 	assert.Equal(t, decide.SignalRoad, entry.Reason)

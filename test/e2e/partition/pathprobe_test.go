@@ -253,7 +253,7 @@ func TestPartition_aLongPartitionRefusesNothingAfterTheFirstOpening(t *testing.T
 			entry := w.waitOpen()
 			opened := time.Now()
 			// The continuous path probe sees the cut before the
-			// apiserver's counters have openAfter reads (issue 31).
+			// apiserver's counters have openAfter reads.
 			assert.Equal(t, decide.SignalRoad, entry.Signal)
 
 			// Held for partitionHeld: the circuit stays open the whole time.

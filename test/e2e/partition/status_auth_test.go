@@ -45,7 +45,7 @@ const (
 	shippedNamespace = "webhook-guard-system"
 	shippedLease     = "webhook-guard.webhook-guard.io"
 	// shippedLeaseNamespace is where the shipped Deployment keeps its
-	// Lease: out of reach of policy engines' */* webhooks (issue 31).
+	// Lease: out of reach of policy engines' */* webhooks.
 	shippedLeaseNamespace = "kube-system"
 	statusReader          = "webhook-guard-status-reader"
 	statusUserRole        = "webhook-guard-status-user"
