@@ -589,10 +589,18 @@ func unrestoredPoliciesCEL() string {
   .filter(o, o.name in variables.managed && o.name in variables.newNames
     && ` + now + ` != ` + was + `
     && !(` + circuit.HasEntryCEL("variables.oldRecord", "o.name") + `
-      && [` + circuit.FactOriginalFailurePolicy.ShowCEL(circuit.EntryTextCEL("variables.oldRecord", "o.name")) + `]
-        .exists(p, ` + now + ` == p || p == variables.unsetPolicy && ` + now + ` == ` + circuit.QuoteCEL(string(admissionregistrationv1.Fail)) + `)))
+      && ` + restoresCEL(circuit.EntryTextCEL("variables.oldRecord", "o.name"), now, "\n        ") + `))
   .map(o, 'webhooks[name=' + o.name + '].failurePolicy (' + ` + was + `
     + ' -> ' + ` + now + ` + ', ' + ` + circuit.QuoteCEL(notRestored) + ` + ')')`
+}
+
+// restoresCEL is circuit.RestoresOriginal in CEL: failurePolicy now (a
+// CEL string expression) puts back the original of the record entry text
+// entry (as circuit.FactOriginalFailurePolicy shows it, bound to p by a
+// list of one element); br breaks the line before ".exists".
+func restoresCEL(entry, now, br string) string {
+	return `[` + circuit.FactOriginalFailurePolicy.ShowCEL(entry) + `]` + br +
+		`.exists(p, ` + now + ` == p || p == variables.unsetPolicy && ` + now + ` == ` + circuit.QuoteCEL(string(admissionregistrationv1.Fail)) + `)`
 }
 
 // keptOriginalsCEL renders keptOriginals in CEL: the webhooks of the
@@ -613,8 +621,7 @@ func keptOriginalsCEL() string {
       && !(` + circuit.HasEntryCEL("variables.newRecord", "o.name") + `
         ? [` + kept + `].exists(k, ` + same(circuit.FactOriginalFailurePolicy) + ` && ` + same(circuit.FactHandedOffAt) + `)
         : !(o.name in variables.newNames)
-          || [` + circuit.FactOriginalFailurePolicy.ShowCEL("e") + `]
-            .exists(p, ` + now + ` == p || p == variables.unsetPolicy && ` + now + ` == ` + circuit.QuoteCEL(string(admissionregistrationv1.Fail)) + `))))
+          || ` + restoresCEL("e", now, "\n            ") + `)))
   .map(o, ` + circuit.QuoteCEL(circuitPath+" entry ") + ` + o.name + ' (' + ` + circuit.QuoteCEL(keepsOriginal) + ` + ')')`
 }
 

@@ -1,8 +1,6 @@
 package admission
 
 import (
-	"bytes"
-	"encoding/json"
 	"regexp"
 
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
@@ -73,21 +71,18 @@ func PolicyTemplateJSON() ([]byte, error) {
 	policy.Annotations = map[string]string{PolicyInputsAnnotation: PlaceholderInputs}
 	t := policyTemplate{Breaker: breakerPlaceholder, Releaser: releaserPlaceholder, NoManaged: noManagedConfigurationName}
 	var err error
-	if t.Policy, err = jsonObject(policy); err != nil {
+	if t.Policy, err = circuit.ObjectJSON(policy); err != nil {
 		return nil, err
 	}
-	if t.Binding, err = jsonObject(binding); err != nil {
+	if t.Binding, err = circuit.ObjectJSON(binding); err != nil {
 		return nil, err
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(t); err != nil {
+	data, err := circuit.IndentJSON(t)
+	if err != nil {
 		return nil, err
 	}
 	// Each list placeholder on one line, as the chart replaces it.
-	out := listPlaceholder.ReplaceAll(buf.Bytes(), []byte(`["$1"]`))
+	out := listPlaceholder.ReplaceAll(data, []byte(`["$1"]`))
 	return out, nil
 }
 
@@ -95,18 +90,3 @@ func PolicyTemplateJSON() ([]byte, error) {
 // placeholder.
 var listPlaceholder = regexp.MustCompile(`\[\s*"(` + PlaceholderMutatingNames + `|` + PlaceholderValidatingNames + `)"\s*\]`)
 
-// jsonObject is obj as a JSON object, without an empty status.
-func jsonObject(obj any) (map[string]any, error) {
-	data, err := json.Marshal(obj)
-	if err != nil {
-		return nil, err
-	}
-	var out map[string]any
-	if err := json.Unmarshal(data, &out); err != nil {
-		return nil, err
-	}
-	if status, ok := out["status"].(map[string]any); ok && len(status) == 0 {
-		delete(out, "status")
-	}
-	return out, nil
-}

@@ -425,8 +425,7 @@ func restores(record, webhook, policy string) bool {
 	if !circuit.HasEntry(record, webhook) {
 		return false
 	}
-	original := circuit.FactOriginalFailurePolicy.Show(circuit.EntryText(record, webhook))
-	return policy == original || original == circuit.Unset && policy == string(admissionregistrationv1.Fail)
+	return circuit.RestoresOriginal(policy, circuit.FactOriginalFailurePolicy.Show(circuit.EntryText(record, webhook)))
 }
 
 // metadataField is a field of metadata, besides the labels and the

@@ -36,12 +36,17 @@ func InPlace(wh *admissionregistrationv1.MutatingWebhook, entry Entry) bool {
 }
 
 // Restored reports whether wh's failurePolicy is back at entry's
-// original: the original itself, or Fail, kube-apiserver's default, where
-// the original is unset.
+// original (RestoresOriginal).
 func Restored(wh *admissionregistrationv1.MutatingWebhook, entry Entry) bool {
-	now := PolicyString(wh.FailurePolicy)
-	return now == PolicyString(entry.OriginalFailurePolicy) ||
-		entry.OriginalFailurePolicy == nil && now == string(admissionregistrationv1.Fail)
+	return RestoresOriginal(PolicyString(wh.FailurePolicy), PolicyString(entry.OriginalFailurePolicy))
+}
+
+// RestoresOriginal reports whether failurePolicy policy puts back
+// original, both as PolicyString renders them: the original itself, or
+// Fail, kube-apiserver's default, where the original is unset. The guard's
+// rule judges it so in Go and in CEL (admission's restoresCEL).
+func RestoresOriginal(policy, original string) bool {
+	return policy == original || original == Unset && policy == string(admissionregistrationv1.Fail)
 }
 
 // Restore puts back what entry says was there, and removes the bypass

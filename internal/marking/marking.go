@@ -1,7 +1,6 @@
 package marking
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -293,41 +292,21 @@ func TemplateJSON() ([]byte, error) {
 	policy, binding := render(placeholderConfiguration, placeholderWebhook, placeholderDigest)
 	t := markingTemplate{Digest: templateDigest()}
 	var err error
-	if t.Policy, err = asJSONObject(policy); err != nil {
+	if t.Policy, err = circuit.ObjectJSON(policy); err != nil {
 		return nil, err
 	}
-	if t.Binding, err = asJSONObject(binding); err != nil {
+	if t.Binding, err = circuit.ObjectJSON(binding); err != nil {
 		return nil, err
 	}
-	// Readable: "&&" as it is, not \u0026\u0026.
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(t); err != nil {
+	data, err := circuit.IndentJSON(t)
+	if err != nil {
 		return nil, err
 	}
 	// The placeholders' own ID stands for the circuit's.
 	id := ID(placeholderConfiguration, placeholderWebhook)
-	return []byte(strings.ReplaceAll(buf.String(), id, placeholderID)), nil
+	return []byte(strings.ReplaceAll(string(data), id, placeholderID)), nil
 }
 
-// asJSONObject is obj as a JSON object, as "guard manifests" writes it:
-// without an empty status.
-func asJSONObject(obj any) (map[string]any, error) {
-	data, err := json.Marshal(obj)
-	if err != nil {
-		return nil, err
-	}
-	var out map[string]any
-	if err := json.Unmarshal(data, &out); err != nil {
-		return nil, err
-	}
-	if status, ok := out["status"].(map[string]any); ok && len(status) == 0 {
-		delete(out, "status")
-	}
-	return out, nil
-}
 
 // mutation is the policy's mutation: on a canary, the
 // LoadedAnnotation with digest, and the ArmedAnnotation while the policy

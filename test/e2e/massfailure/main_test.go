@@ -9,16 +9,12 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	appsv1 "k8s.io/api/apps/v1"
-	"sigs.k8s.io/yaml"
 
-	"github.com/webhook-guard/webhook-guard/internal/cli/factory"
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
 )
 
@@ -74,17 +70,10 @@ func startGuard(t *testing.T, name string, id *harness.Identity, cfg string, wh 
 	return g
 }
 
-// shippedLeaseNamespace is the --leader-election-namespace of the kustomize
-// base's Deployment, which install.yaml and the chart share.
+// shippedLeaseNamespace is harness.ShippedLeaseNamespace.
 func shippedLeaseNamespace(t *testing.T) string {
 	t.Helper()
-	root, err := harness.RepoRoot()
+	ns, err := harness.ShippedLeaseNamespace()
 	require.NoError(t, err)
-	data, err := os.ReadFile(filepath.Join(root, "deploy", "kustomize", "base", "deployment.yaml"))
-	require.NoError(t, err)
-	d := &appsv1.Deployment{}
-	require.NoError(t, yaml.Unmarshal(data, d))
-	ns, ok := factory.LeaseNamespaceOf(d)
-	require.True(t, ok, "the shipped Deployment does not say where its Lease is")
 	return ns
 }
