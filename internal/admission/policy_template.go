@@ -89,4 +89,3 @@ func PolicyTemplateJSON() ([]byte, error) {
 // listPlaceholder is an indented list whose only element is a list
 // placeholder.
 var listPlaceholder = regexp.MustCompile(`\[\s*"(` + PlaceholderMutatingNames + `|` + PlaceholderValidatingNames + `)"\s*\]`)
-

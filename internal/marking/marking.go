@@ -307,7 +307,6 @@ func TemplateJSON() ([]byte, error) {
 	return []byte(strings.ReplaceAll(string(data), id, placeholderID)), nil
 }
 
-
 // mutation is the policy's mutation: on a canary, the
 // LoadedAnnotation with digest, and the ArmedAnnotation while the policy
 // is armed; otherwise the unmutated label (the
