@@ -21,6 +21,7 @@ import (
 
 	"github.com/webhook-guard/webhook-guard/internal/breaker"
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
+	"github.com/webhook-guard/webhook-guard/internal/config"
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
 )
 
@@ -263,6 +264,8 @@ type massCase struct {
 	// defaults leaves every circuit setting at its default (fleet.defaults)
 	// and makes the webhooks hang (fleet.hang).
 	defaults bool
+	// hold is holdWhenAllFail where defaults is false.
+	hold int
 	// differs says which settings differ from the defaults, for the table.
 	differs string
 }
@@ -273,6 +276,8 @@ type massCase struct {
 var massCases = []massCase{
 	{name: "tuned", mode: "Ignore",
 		differs: "differs from the defaults: holdWhenAllFail 0 (off), probe.timeout 1s; webhooks answer HTTP 500 at once"},
+	{name: "held", mode: "Ignore", hold: config.DefaultHoldWhenAllFail,
+		differs: "differs from the defaults: probe.timeout 1s; holdWhenAllFail at its default; webhooks answer HTTP 500 at once"},
 	{name: "defaults", mode: "Ignore", defaults: true,
 		differs: "every default (holdWhenAllFail 3, openAfter 3, closeAfter 5, probe every 1s, probe timeout the webhooks' timeoutSeconds 1); webhooks hang"},
 	{name: "defaults-bypass", mode: "Bypass", defaults: true,
@@ -281,11 +286,7 @@ var massCases = []massCase{
 
 // massCaseNames limits the mass failure to some of its cases
 // (-mass-cases), for investigation.
-var massCaseNames = flag.String("mass-cases", "", "Comma-separated mass failure cases to run (default all): tuned, defaults, defaults-bypass.")
-
-// tunedHold is the tuned case's holdWhenAllFail (-tuned-hold), for
-// investigation: 0 (off) unless told.
-var tunedHold = flag.Int("tuned-hold", 0, "holdWhenAllFail in the tuned mass failure case (0: off; the table's note then no longer says so).")
+var massCaseNames = flag.String("mass-cases", "", "Comma-separated mass failure cases to run (default all): tuned, held, defaults, defaults-bypass.")
 
 // massFailure makes every webhook of a fleet fail at once, then recover,
 // inside the Deployment's CPU limit, in each massCase.
@@ -326,7 +327,7 @@ func massFailureCase(ctx context.Context, b *Bench, env *harness.Env, limit floa
 		// holdWhenAllFail 0 in the tuned case: every target of the guard
 		// fails at once here, which the hold takes for the guard's own
 		// network, for at most its bound.
-		r, err := startGuard(ctx, env, f, c.mode, *tunedHold, limit, true)
+		r, err := startGuard(ctx, env, f, c.mode, c.hold, limit, true)
 		if err != nil {
 			return nil, err
 		}
@@ -344,15 +345,18 @@ func massFailureCase(ctx context.Context, b *Bench, env *harness.Env, limit floa
 		cores, throttled = append(cores, res.openCores), append(throttled, 100*res.openThrottled)
 	}
 	name := fmt.Sprintf("%d webhooks in %d configurations, %s", n, len(f.configs), c.mode)
-	if c.defaults {
+	switch {
+	case c.defaults:
 		name += ", every other default"
-	} else {
+	case c.hold > 0:
+		name += ", tuned but the hold"
+	default:
 		name += ", tuned"
 	}
 	// The goals: 4 s at 100 webhooks (openAfter intervals and
 	// one more), 10 s at 1,000. With the default hold, its bound more.
 	openGoal := float64(openAfter)*interval.Seconds() + 1
-	if c.defaults {
+	if c.defaults || c.hold > 0 {
 		openGoal += breaker.HoldBoundIntervals * interval.Seconds()
 	}
 	if n >= 1000 {

@@ -62,7 +62,7 @@ type Prober struct {
 	SystemRootsPEM []byte
 	// Stalls, when set, tells how long the guard itself did not run
 	// during a probe (a StallMonitor). A probe that timed out while the
-	// guard was stalled for a tenth of its timeout or more is Unknown,
+	// guard was stalled at its deadline (stalledAtDeadline) is Unknown,
 	// not a webhook timeout: an overloaded or throttled guard must never
 	// open healthy webhooks.
 	Stalls interface {
@@ -119,9 +119,28 @@ func (p *Prober) rootsFor(key [32]byte, caBundle []byte) (*x509.CertPool, bool) 
 	return pool, true
 }
 
-// stallShare is the share of a probe's timeout the guard may be stalled
-// before a timeout counts for nothing.
+// stallShare sets the window before a probe's deadline in which a stall
+// of the guard can have turned an answer into a timeout: the last
+// 1/stallShare of the timeout.
 const stallShare = 10
+
+// stalledAtDeadline reports whether the guard itself was not running
+// when a probe's timeout fired: stalled for at least half of the last
+// 1/stallShare of the timeout. Only such a stall can turn an answer into
+// a timeout: an answer that arrives during a stall earlier in the probe is
+// read as soon as the guard runs again, before the deadline. Counting
+// every stall in the probe instead, or the stalls after the deadline
+// while the probe returns, discounted nearly every timeout of a guard at
+// its CPU limit, where the CFS quota stops it for tens of milliseconds in
+// many 100 ms periods: a thousand hanging webhooks did not all open in
+// two minutes (hack/bench, the mass failure with every default).
+func stalledAtDeadline(stalls interface {
+	Stalled(from, to time.Time) time.Duration
+}, deadline time.Time, timeout time.Duration) (time.Duration, bool) {
+	window := timeout / stallShare
+	stalled := stalls.Stalled(deadline.Add(-window), deadline)
+	return stalled, stalled >= window/2
+}
 
 // endpoint is where and how to reach a webhook.
 type endpoint struct {
@@ -142,10 +161,11 @@ func (p *Prober) Probe(ctx context.Context, wh admissionregistrationv1.MutatingW
 		end := time.Now()
 		res.Duration = end.Sub(start)
 		if res.Outcome == OutcomeFailed && res.Reason == ReasonTimeout && p.Stalls != nil {
-			if stalled := p.Stalls.Stalled(start, end); stalled >= probeTimeout(wh, spec)/stallShare {
+			timeout := probeTimeout(wh, spec)
+			if stalled, ok := stalledAtDeadline(p.Stalls, start.Add(timeout), timeout); ok {
 				res = Result{Outcome: OutcomeUnknown, Duration: res.Duration, Err: fmt.Errorf(
-					"timed out while webhook-guard itself did not run for %s of the probe's %s (CPU throttling or starvation of the guard, not the webhook): %w",
-					stalled.Round(time.Millisecond), res.Duration.Round(time.Millisecond), res.Err)}
+					"timed out while webhook-guard itself did not run for %s before the probe's deadline, %s after it was sent (CPU throttling or starvation of the guard, not the webhook): %w",
+					stalled.Round(time.Millisecond), timeout, res.Err)}
 			}
 		}
 		res.Slow = res.Outcome == OutcomeFailed && res.Reason == ReasonTimeout && probeTimeout(wh, spec) < webhookTimeout(wh)

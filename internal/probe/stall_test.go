@@ -48,6 +48,7 @@ func TestProbe_aTimeoutWhileTheGuardStalledIsUnknown(t *testing.T) {
 	}{
 		"stalled for half the timeout":           {stalled: 100 * time.Millisecond, want: OutcomeUnknown},
 		"stalled for a tenth of the timeout":     {stalled: 20 * time.Millisecond, want: OutcomeUnknown},
+		"stalled for a twentieth":                {stalled: 10 * time.Millisecond, want: OutcomeUnknown},
 		"a few milliseconds of scheduling noise": {stalled: 5 * time.Millisecond, want: OutcomeFailed},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -57,6 +58,46 @@ func TestProbe_aTimeoutWhileTheGuardStalledIsUnknown(t *testing.T) {
 			if tc.want == OutcomeUnknown {
 				assert.Contains(t, res.Err.Error(), "webhook-guard itself did not run")
 			} else {
+				assert.Equal(t, ReasonTimeout, res.Reason)
+			}
+		})
+	}
+}
+
+// Only a stall at the probe's deadline discounts its timeout. A guard at
+// its CPU limit is stalled for tens of milliseconds in many CFS periods,
+// so nearly every probe window holds some stall; a hanging webhook's
+// timeouts must still count, or its circuit never opens. An answer that
+// arrives during an earlier stall is read before the deadline.
+func TestProbe_onlyAStallAtTheDeadlineDiscountsATimeout(t *testing.T) {
+	wh, _ := localWebhook(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		select {
+		case <-r.Context().Done():
+		case <-time.After(5 * time.Second):
+		}
+	})
+	const timeout = 300 * time.Millisecond
+	for name, tc := range map[string]struct {
+		// from and to place the stall after the probe is sent.
+		from, to time.Duration
+		want     Outcome
+	}{
+		"a stall of a third of the timeout, early in the probe": {from: 20 * time.Millisecond, to: 120 * time.Millisecond, want: OutcomeFailed},
+		"a stall of a third, in the middle":                     {from: 100 * time.Millisecond, to: 200 * time.Millisecond, want: OutcomeFailed},
+		"a stall across the deadline":                           {from: 250 * time.Millisecond, to: 400 * time.Millisecond, want: OutcomeUnknown},
+		"a stall after the deadline, while the probe returns":   {from: 305 * time.Millisecond, to: 600 * time.Millisecond, want: OutcomeFailed},
+		"a stall from the start past the deadline":              {from: 0, to: 350 * time.Millisecond, want: OutcomeUnknown},
+	} {
+		t.Run(name, func(t *testing.T) {
+			m := &StallMonitor{}
+			sent := time.Now()
+			m.stalls = []stall{{from: sent.Add(tc.from), to: sent.Add(tc.to)}}
+			m.last = sent.Add(time.Hour) // no stall in progress beyond the one placed
+			p := &Prober{Discovery: testDiscovery(), Stalls: m}
+			res := p.Probe(context.Background(), wh, Spec{Timeout: timeout})
+			require.Equal(t, tc.want, res.Outcome, "%v", res.Err)
+			if tc.want == OutcomeFailed {
 				assert.Equal(t, ReasonTimeout, res.Reason)
 			}
 		})
