@@ -281,11 +281,11 @@ func (r *ProbeRunner) ProbeOnce(ctx context.Context, t config.Target) {
 	// After an Unknown the probe looks for the guard's own recovery: a
 	// starved guard's probes time out, each timeout drops its connection,
 	// and unbudgeted re-dials would keep it starved (at a thousand
-	// targets it never caught up). A failing webhook's probes fail, not
-	// Unknown, so an opening never waits for the budget.
+	// targets it never caught up). A target with a failure counted is
+	// never budgeted, so an opening never waits for the budget.
 	st, _ := r.State.Get(t.Key())
 	pathDone := r.startPathProbe(ctx, t, obj, view, wh)
-	res, diagnosis := r.probe(ctx, t, obj, wh, open || st.Unknowns > 0)
+	res, diagnosis := r.probe(ctx, t, obj, wh, st.RecoveryProbe(open))
 	if errors.Is(res.Err, probe.ErrRecoveryDialBudget) {
 		// Not sent: nothing is known about the webhook, and nothing
 		// counts, not even an Unknown.

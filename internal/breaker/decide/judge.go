@@ -84,6 +84,21 @@ func (c *Counts) ExpireFailures(after int) {
 	}
 }
 
+// RecoveryProbe reports whether a target's next probe looks for recovery
+// (probe.Spec.Recovery: its new connection, if it needs one, comes from
+// the recovery budget, and a probe that gets none is not sent): an open
+// circuit's probe, or the probe after an Unknown of a target with no
+// failure counted, which looks for the guard's own recovery from a stall.
+// A target with a failure counted is on its way to opening, and its
+// probes are never budgeted: the budget does not stall an opening. A
+// guard throttled by a thousand hanging webhooks says Unknown for many of
+// their timeouts, and with its probes budgeted at 100 new connections a
+// second it took 105 s to open them all (hack/bench, the mass failure
+// with every default).
+func (c Counts) RecoveryProbe(open bool) bool {
+	return open || c.Unknowns > 0 && c.Failures == 0
+}
+
 // UnknownWhileOpen reports whether an open circuit's probe has said
 // Unknown for closeAfter intervals in a row: long enough that the probe
 // alone could have closed it had it run. From then on the apiserver's own
