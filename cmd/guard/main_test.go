@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/webhook-guard/webhook-guard/internal/cli"
 	"github.com/webhook-guard/webhook-guard/internal/cli/factory"
@@ -20,7 +21,7 @@ import (
 
 // noCluster fails the test if a command tries to reach a cluster.
 func noCluster(t *testing.T) factory.Loader {
-	return func(string, string) (*rest.Config, error) {
+	return func(clientcmd.ClientConfig) (*rest.Config, error) {
 		t.Fatal("the command reached for the cluster before validating its input")
 		return nil, nil
 	}

@@ -142,6 +142,7 @@ func NewCmd(streams cli.IOStreams, f *factory.Factory) *cobra.Command {
 	cli.AddOutputFlag(fs, &o.Output)
 	fs.BoolVar(&o.ExitCode, "exit-code", false, "Exit 3 when a circuit is open, 4 when the installation has no leader, 5 when the guard policy is not enforced (see above).")
 	fs.DurationVar(&o.Wait, "wait", 0, "Look again every 2s, for up to this long, until every circuit is closed, a leader leads and the guard policy is enforced; print the last look.")
+	f.RegisterCompletions(cmd)
 	return cmd
 }
 
@@ -158,8 +159,8 @@ func (o *Options) Validate() error {
 }
 
 // Complete builds the clients.
-func (o *Options) Complete() error {
-	return o.Factory.Complete()
+func (o *Options) Complete(ctx context.Context) error {
+	return o.Factory.Complete(ctx)
 }
 
 // Run reads the configuration, the objects and the counts (again until
@@ -206,7 +207,7 @@ func (o *Options) Run(ctx context.Context) error {
 // the apiserver from the Lease's holder, noting in rep where it looked and
 // what it could not read; noLeader is set when nobody leads.
 func (o *Options) leaderRows(ctx context.Context, rep *statusReport) (rows []statusapi.Row, noLeader bool) {
-	namespace := o.Namespace
+	namespace := o.GuardNamespace
 	if o.Endpoint != "" {
 		var err error
 		token := ""
@@ -240,7 +241,7 @@ func (o *Options) leaderRows(ctx context.Context, rep *statusReport) (rows []sta
 // look reads everything once. found is what keeps the status from
 // exiting 0 (the ExitError --exit-code returns); nil when all is well.
 func (o *Options) look(ctx context.Context) (statusReport, *cli.ExitError) {
-	cfg, c, namespace := o.Config, o.Client, o.Namespace
+	cfg, c, namespace := o.Config, o.Client, o.GuardNamespace
 	rep := statusReport{Namespace: namespace, ConfigSource: o.ConfigSource, Instance: cfg.Instance}
 
 	rows, noLeader := o.leaderRows(ctx, &rep)
@@ -306,7 +307,7 @@ func (o *Options) look(ctx context.Context) (statusReport, *cli.ExitError) {
 func (o *Options) policyEnforced(ctx context.Context) (string, error) {
 	cfg := o.Config
 	opts := admission.Options{Instance: cfg.Instance, Managed: cfg.Managed(circuit.KindMutating), ManagedValidating: cfg.Managed(circuit.KindValidating)}
-	opts.BreakerUsername = "system:serviceaccount:" + o.Namespace + ":" + circuit.DefaultServiceAccount
+	opts.BreakerUsername = "system:serviceaccount:" + o.GuardNamespace + ":" + circuit.DefaultServiceAccount
 	policy, _ := admission.RenderPolicy(opts)
 	if err := o.Client.Get(ctx, client.ObjectKeyFromObject(policy), policy); err == nil {
 		if breaker, ok := admission.PolicyBreaker(policy); ok {
