@@ -56,11 +56,11 @@ prints the objects it would write or delete, as kubectl's -o name does
 mutatingadmissionpolicy.admissionregistration.k8s.io/NAME).
 
 It refuses while the installation has a leader (its leader-election Lease
-in --namespace has a holder and has not expired): the leader would open
+has a holder and has not expired): the leader would open
 the circuits again. Stop the guard first, release, then delete the rest:
 
   kubectl -n webhook-guard-system scale deployment webhook-guard --replicas 0
-  guard release --all
+  guard release --all -n webhook-guard-system
   kustomize build ... | kubectl delete -f -
 
 --scale-down does the first step itself and waits up to --timeout for the
@@ -84,7 +84,7 @@ The service's token could neither add the override nor delete a policy.`
 type Options struct {
 	// Factory owns --config (default: the installed configuration),
 	// -n/--namespace (where the Lease and the Deployment are),
-	// --deployment, --kubeconfig and --context, and builds the clients.
+	// --deployment and kubectl's connection flags, and builds the clients.
 	*factory.Factory
 	cli.IOStreams
 	// All releases every target and deletes the guard policy (--all).

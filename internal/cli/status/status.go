@@ -74,10 +74,11 @@ policy is enforced; 3 when a target's circuit is open; 4 when the
 installation has no leader (which wins over 3: without a leader nothing
 opens or closes a circuit); 5 when the guard policy (and its binding) is
 missing or not the rule the guard renders for the breaker
-it was rendered for (else system:serviceaccount:<--namespace>:webhook-guard),
+it was rendered for (else system:serviceaccount:<namespace>:webhook-guard),
 which wins over both:
 the owned fields are then unguarded. There is no leader when the
-leader-election Lease in --namespace does not exist, has no holder or has
+leader-election Lease (in the installation's namespace unless its
+Deployment's --leader-election-namespace says otherwise) does not exist, has no holder or has
 expired; with --endpoint, when nothing answers there. A Lease that cannot
 be read, a leader whose /status cannot be reached through the apiserver,
 or an endpoint that refuses the request, is not "no leader": it is
@@ -89,6 +90,11 @@ without --exit-code.
 0, and prints the last look (as cmctl check api --wait does); with
 --exit-code, its status is the last look's. The chart's helm test runs
 "guard status --exit-code --wait 60s".
+
+The installation is the one in -n/--namespace. Without -n, as in kubectl,
+it is the kubeconfig context's namespace when the guard's Deployment
+(--deployment) is there; else the namespace of the only Deployment of
+that name in the cluster; else webhook-guard-system. -v=1 says which.
 
 -o json|yaml prints the report for scripts: {namespace, configSource,
 instance, lease, leader, targets, orphanedRecords, guardPolicy,
@@ -102,7 +108,7 @@ record, as kubectl's -o name does
 type Options struct {
 	// Factory owns --config (default: the installed configuration),
 	// -n/--namespace (where the Deployment, the Lease and the status
-	// reader are), --deployment, --kubeconfig and --context, and builds
+	// reader are), --deployment and kubectl's connection flags, and builds
 	// the clients.
 	*factory.Factory
 	cli.IOStreams

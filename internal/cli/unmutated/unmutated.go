@@ -74,7 +74,7 @@ line, which prints nothing on stdout.`
 // Options are the flags of "guard unmutated".
 type Options struct {
 	// Factory owns --config (default: the installed configuration),
-	// -n/--namespace, --deployment, --kubeconfig and --context, and builds
+	// -n/--namespace, --deployment and kubectl's connection flags, and builds
 	// the clients.
 	*factory.Factory
 	cli.IOStreams

@@ -206,7 +206,7 @@ type callMetrics struct {
 type Options struct {
 	// Factory owns --config (the GuardConfiguration that says which
 	// webhooks are managed; default: the installed one), -n/--namespace,
-	// --deployment, --kubeconfig and --context, and builds the clients.
+	// --deployment and kubectl's connection flags, and builds the clients.
 	*factory.Factory
 	cli.IOStreams
 	// Window reports the calls between two scrapes of /metrics that far
