@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -95,6 +98,7 @@ func newRootCommand(streams cli.IOStreams, load factory.Loader) *cobra.Command {
 		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: false},
 	}
 	root.SetFlagErrorFunc(usage)
+	addKlogFlags(root.PersistentFlags(), streams.ErrOut)
 	build := versioncmd.Build{Version: version, Commit: commit}
 	root.AddCommand(
 		runcmd.NewCmd(streams, factory.New(load), build),
@@ -106,6 +110,28 @@ func newRootCommand(streams cli.IOStreams, load factory.Loader) *cobra.Command {
 		versioncmd.NewCmd(streams, build),
 	)
 	return root
+}
+
+// addKlogFlags adds kubectl's -v/--v and --vmodule to fs: the verbosity
+// of client-go's klog log (-v=6 prints every request and its response
+// status, -v=8 their bodies, as in kubectl). klog writes to errOut, each
+// line once. Every invocation starts at -v=0, as kubectl's process does.
+func addKlogFlags(fs *pflag.FlagSet, errOut io.Writer) {
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	for name, value := range map[string]string{"v": "0", "vmodule": "", "logtostderr": "false", "one_output": "true"} {
+		if err := klogFlags.Set(name, value); err != nil {
+			panic(fmt.Sprintf("klog flag %s: %v", name, err))
+		}
+	}
+	klog.SetOutput(errOut)
+	for _, name := range []string{"v", "vmodule"} {
+		pf := pflag.PFlagFromGoFlag(klogFlags.Lookup(name))
+		if name == "v" {
+			pf.Shorthand = "v"
+		}
+		fs.AddFlag(pf)
+	}
 }
 
 // displayName is how the binary invoked as arg0 names itself in help and

@@ -5,14 +5,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/webhook-guard/webhook-guard/internal/cli"
 	"github.com/webhook-guard/webhook-guard/internal/cli/factory"
@@ -20,7 +24,7 @@ import (
 
 // noCluster fails the test if a command tries to reach a cluster.
 func noCluster(t *testing.T) factory.Loader {
-	return func(string, string) (*rest.Config, error) {
+	return func(clientcmd.ClientConfig) (*rest.Config, error) {
 		t.Fatal("the command reached for the cluster before validating its input")
 		return nil, nil
 	}
@@ -130,4 +134,108 @@ func TestRun_pluginNameAndCompletion(t *testing.T) {
 		assert.Contains(t, stdout.String(), "guard", shell)
 		assert.Greater(t, stdout.Len(), 1000, "%s: a completion script", shell)
 	}
+}
+
+const completionKubeconfig = `apiVersion: v1
+kind: Config
+current-context: prod-eu
+clusters:
+- name: eu
+  cluster: {server: "https://eu.example.com"}
+- name: us
+  cluster: {server: "https://us.example.com"}
+users:
+- name: admin
+  user: {token: a}
+- name: reader
+  user: {token: r}
+contexts:
+- name: prod-eu
+  context: {cluster: eu, user: admin}
+- name: prod-us
+  context: {cluster: us, user: admin}
+- name: staging
+  context: {cluster: eu, user: reader}
+`
+
+// complete runs cobra's hidden __complete command, as the shells' scripts
+// do, and returns the completions it offers and its directive line.
+func complete(t *testing.T, load factory.Loader, args ...string) []string {
+	t.Helper()
+	var stdout, stderr strings.Builder
+	require.NoError(t, run(context.Background(), append([]string{"__complete"}, args...), &stdout, &stderr, load, "guard"), stderr.String())
+	return strings.Split(strings.TrimSuffix(stdout.String(), "\n"), "\n")
+}
+
+// --context, --cluster and --user complete, as in kubectl, to the names in
+// the kubeconfig that --kubeconfig (or $KUBECONFIG) names, on every
+// command that reaches a cluster, without reaching it.
+func TestRun_completesContextsClustersAndUsersFromTheKubeconfig(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, os.WriteFile(path, []byte(completionKubeconfig), 0o600))
+	noFiles := ":4" // cobra.ShellCompDirectiveNoFileComp
+	for name, tc := range map[string]struct {
+		args []string
+		want []string
+	}{
+		"every context":                   {[]string{"status", "--kubeconfig", path, "--context", ""}, []string{"prod-eu", "prod-us", "staging", noFiles}},
+		"the contexts with a prefix":      {[]string{"status", "--kubeconfig", path, "--context", "prod"}, []string{"prod-eu", "prod-us", noFiles}},
+		"release's contexts":              {[]string{"release", "--kubeconfig", path, "--context", "st"}, []string{"staging", noFiles}},
+		"webhooks' contexts":              {[]string{"webhooks", "--kubeconfig", path, "--context", ""}, []string{"prod-eu", "prod-us", "staging", noFiles}},
+		"unmutated's contexts":            {[]string{"unmutated", "--kubeconfig", path, "--context", "prod-u"}, []string{"prod-us", noFiles}},
+		"run's contexts":                  {[]string{"run", "--kubeconfig", path, "--context", ""}, []string{"prod-eu", "prod-us", "staging", noFiles}},
+		"the clusters":                    {[]string{"status", "--kubeconfig", path, "--cluster", ""}, []string{"eu", "us", noFiles}},
+		"the users":                       {[]string{"status", "--kubeconfig", path, "--user", "r"}, []string{"reader", noFiles}},
+		"a kubeconfig that is not there":  {[]string{"status", "--kubeconfig", path + ".missing", "--context", ""}, []string{noFiles}},
+		"--kubeconfig=PATH, in one piece": {[]string{"status", "--kubeconfig=" + path, "--context", "s"}, []string{"staging", noFiles}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			assert.Equal(t, tc.want, complete(t, noCluster(t), tc.args...))
+		})
+	}
+	t.Run("$KUBECONFIG, as kubectl reads it", func(t *testing.T) {
+		t.Setenv("KUBECONFIG", path)
+		assert.Equal(t, []string{"prod-eu", "prod-us", noFiles}, complete(t, noCluster(t), "status", "--context", "p"))
+	})
+}
+
+// Namespaces and configuration names come from the cluster (proven against
+// a real apiserver in test/e2e); without one, they complete to nothing,
+// not to an error or to file names.
+func TestRun_completesNothingFromAClusterItCannotReach(t *testing.T) {
+	unreachable := func(clientcmd.ClientConfig) (*rest.Config, error) { return nil, errors.New("no cluster here") }
+	assert.Equal(t, []string{":4"}, complete(t, unreachable, "status", "-n", ""))
+	assert.Equal(t, []string{":4"}, complete(t, unreachable, "release", ""))
+}
+
+// -v sets klog's verbosity as in kubectl: at 6, client-go logs every
+// request with its response status, on stderr; each invocation starts at
+// 0 again.
+func TestRun_verbosityIsKlogs(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}`, http.StatusNotFound)
+	}))
+	defer srv.Close()
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, os.WriteFile(path, []byte(`apiVersion: v1
+kind: Config
+current-context: c
+clusters: [{name: c, cluster: {server: "`+srv.URL+`"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+`), 0o600))
+	cfg := writeConfig(t, validConfig)
+	status := func(args ...string) string {
+		var stdout, stderr strings.Builder
+		_ = run(context.Background(), append([]string{"status", "--kubeconfig", path, "--config", cfg, "-n", "guard"}, args...), &stdout, &stderr, factory.LoadRESTConfig, "guard")
+		return stderr.String()
+	}
+	// The first request the client makes: discovery of the API groups.
+	request := `url="` + srv.URL + `/apis"`
+	assert.NotContains(t, status(), request, "-v 0 logs no request")
+	for _, v := range [][]string{{"-v", "6"}, {"-v=6"}, {"--v", "6"}} {
+		stderr := status(v...)
+		assert.Regexp(t, `(?m)^I\d{4} .*"Response".*verb="GET" `+regexp.QuoteMeta(request)+` status="404 Not Found"`, stderr, v)
+	}
+	assert.NotContains(t, status(), request, "the next invocation starts at 0")
 }

@@ -240,9 +240,9 @@ func Dash(s string) string {
 type Command interface {
 	// Validate checks the flags and arguments.
 	Validate() error
-	// Complete fills in what the flags leave out (clients, the installed
-	// configuration).
-	Complete() error
+	// Complete fills in what the flags leave out (clients, the
+	// installation's namespace, the installed configuration).
+	Complete(ctx context.Context) error
 	// Run does the command's work.
 	Run(ctx context.Context) error
 }
@@ -253,7 +253,7 @@ func RunE(o Command) func(*cobra.Command, []string) error {
 		if err := o.Validate(); err != nil {
 			return err
 		}
-		if err := o.Complete(); err != nil {
+		if err := o.Complete(cmd.Context()); err != nil {
 			return err
 		}
 		return o.Run(cmd.Context())

@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	certmanagerv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
@@ -14,10 +14,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/webhook-guard/webhook-guard/internal/circuit"
@@ -44,30 +46,40 @@ const (
 	configKey    = "config.yaml"
 )
 
-// Loader loads the REST configuration of a kubeconfig file and context;
-// empty strings mean the defaults. LoadRESTConfig is the real one; tests
-// pass one that fails the test, to prove a command validated its input
-// before it reached for the cluster.
-type Loader func(kubeconfig, context string) (*rest.Config, error)
+// Loader loads the REST configuration of the kubeconfig the connection
+// flags choose. LoadRESTConfig is the real one; tests pass one that fails
+// the test, to prove a command validated its input before it reached for
+// the cluster.
+type Loader func(clientcmd.ClientConfig) (*rest.Config, error)
 
 // Factory owns the flags that say which cluster, installation and
 // configuration a command works on, and builds its clients once.
 // Commands bind the flags they take (AddKubeconfigFlags,
-// AddInstallationFlags, AddConfigFlag), then call ReadConfigFile in
-// Validate and Complete in Complete.
+// AddInstallationFlags, AddConfigFlag), call ReadConfigFile in Validate
+// and Complete in Complete, and RegisterCompletions once the flags are
+// bound.
 type Factory struct {
-	// Kubeconfig is the kubeconfig file (--kubeconfig). Default empty:
-	// $KUBECONFIG, else the pod's ServiceAccount in a cluster, else
-	// ~/.kube/config, as controller-runtime's GetConfig finds it.
-	Kubeconfig string
-	// Context is the kubeconfig context (--context). Default empty: the
-	// kubeconfig's current context.
-	Context string
-	// Namespace is the installation's namespace (-n, --namespace): its
-	// Deployment and status reader are there, and its Lease unless the
-	// Deployment says otherwise (LeaseNamespace). Default
-	// circuit.DefaultNamespace, whatever the kubeconfig context says.
-	Namespace string
+	// ConfigFlags are kubectl's connection flags, from k8s.io/cli-runtime,
+	// with kubectl's names, defaults and meanings: --kubeconfig,
+	// --context, --cluster, --user, --server, --tls-server-name,
+	// --certificate-authority, --client-certificate, --client-key,
+	// --insecure-skip-tls-verify, --token, --as, --as-group, --as-uid,
+	// --as-user-extra, --request-timeout, --disable-compression,
+	// --proxy-url (AddKubeconfigFlags) and -n/--namespace
+	// (AddInstallationFlags). The kubeconfig is found as kubectl finds it:
+	// --kubeconfig, else $KUBECONFIG, else ~/.kube/config, else the pod's
+	// ServiceAccount in a cluster. --cache-dir is left out: no command
+	// caches discovery.
+	ConfigFlags *genericclioptions.ConfigFlags
+	// GuardNamespace is the installation's namespace: its Deployment and
+	// status reader are there, and its Lease unless the Deployment says
+	// otherwise (LeaseNamespace). Complete finds it (FindInstallation)
+	// when the command binds AddInstallationFlags. Default
+	// circuit.DefaultNamespace.
+	GuardNamespace string
+	// GuardNamespaceSource says how GuardNamespace was found, for people
+	// and for -v.
+	GuardNamespaceSource string
 	// Deployment is the guard's Deployment (--deployment), whose volume
 	// "config" names the ConfigMap of the installed configuration.
 	// Default DefaultDeployment.
@@ -90,14 +102,9 @@ type Factory struct {
 	KubeClient kubernetes.Interface
 	Client     client.Client
 
-	// connection holds the connection flags kubectl has (k8s.io/cli-runtime's
-	// ConfigFlags), with kubectl's names and meanings, applied on top of the
-	// loaded configuration (AddKubeconfigFlags). "guard release" and
-	// "unmutated --clear" run as an administrator, which --as makes easy.
-	// cli-runtime itself is not imported: its genericclioptions package
-	// brings kustomize's API and kubectl's printers into the service's
-	// binary.
-	connection connectionFlags
+	// installation is set when the command binds AddInstallationFlags:
+	// Complete then finds GuardNamespace.
+	installation bool
 	// leaseNamespace is LeaseNamespace's answer, once found.
 	leaseNamespace string
 
@@ -110,24 +117,31 @@ func New(load Loader) *Factory {
 	if load == nil {
 		load = LoadRESTConfig
 	}
-	f := &Factory{Namespace: circuit.DefaultNamespace, Deployment: DefaultDeployment, load: load}
-	return f
+	flags := genericclioptions.NewConfigFlags(false)
+	flags.CacheDir = nil
+	return &Factory{ConfigFlags: flags, GuardNamespace: circuit.DefaultNamespace, Deployment: DefaultDeployment, load: load}
 }
 
-// AddKubeconfigFlags adds --kubeconfig and --context to fs.
+// AddKubeconfigFlags adds kubectl's connection flags (ConfigFlags) to fs,
+// all but -n/--namespace, which AddInstallationFlags adds.
 func (f *Factory) AddKubeconfigFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&f.Kubeconfig, "kubeconfig", "", "Kubeconfig file; default: $KUBECONFIG, else the pod's ServiceAccount in a cluster, else ~/.kube/config.")
-	fs.StringVar(&f.Context, "context", "", "Kubeconfig context; default: its current context.")
-	fs.StringVar(&f.connection.as, "as", "", "Username to impersonate for the operation (kubectl's --as).")
-	fs.StringArrayVar(&f.connection.asGroups, "as-group", nil, "Group to impersonate for the operation; repeat for several (kubectl's --as-group).")
-	fs.StringVar(&f.connection.token, "token", "", "Bearer token for authentication to the API server (kubectl's --token).")
-	fs.StringVar(&f.connection.server, "server", "", "The address and port of the Kubernetes API server (kubectl's --server).")
-	fs.StringVar(&f.connection.timeout, "request-timeout", "0", "How long to wait for a single request to the API server: a duration with a unit (30s, 1m) or whole seconds; 0 waits as long as it takes (kubectl's --request-timeout).")
+	ns := f.ConfigFlags.Namespace
+	f.ConfigFlags.Namespace = nil
+	f.ConfigFlags.AddFlags(fs)
+	f.ConfigFlags.Namespace = ns
 }
 
-// AddInstallationFlags adds -n/--namespace and --deployment to fs.
+// NamespaceUsage is -n/--namespace's usage.
+const NamespaceUsage = "As in kubectl, the namespace of the request: here, the guard's installation (its Deployment, installed configuration and status reader; " +
+	"its Lease is where the Deployment's --leader-election-namespace says). " +
+	"Default: the kubeconfig context's namespace when the guard's Deployment (--deployment) is there, " +
+	"else the namespace of the only Deployment of that name in the cluster, else " + circuit.DefaultNamespace + "."
+
+// AddInstallationFlags adds -n/--namespace (kubectl's, from ConfigFlags)
+// and --deployment to fs; Complete then finds the installation.
 func (f *Factory) AddInstallationFlags(fs *pflag.FlagSet) {
-	fs.StringVarP(&f.Namespace, "namespace", "n", f.Namespace, "Namespace of the guard's installation (its Deployment and installed configuration; its Lease is where the Deployment's --leader-election-namespace says): where the guard runs, not where your objects are, so unlike kubectl's -n it does not default to the kubeconfig context's namespace.")
+	f.installation = true
+	fs.StringVarP(f.ConfigFlags.Namespace, "namespace", "n", *f.ConfigFlags.Namespace, NamespaceUsage)
 	fs.StringVar(&f.Deployment, "deployment", f.Deployment, "The guard's Deployment, whose volume \"config\" names the installed ConfigMap.")
 }
 
@@ -141,8 +155,8 @@ func (f *Factory) AddConfigFlag(fs *pflag.FlagSet, usage string) {
 const InstalledConfigUsage = "GuardConfiguration file; default: the one installed in the cluster (the ConfigMap --deployment mounts)."
 
 // AddInstallationReaderFlags adds the flags of a command that reads an
-// installation from the cluster: --config (with configUsage), -n/--namespace,
-// --deployment, --kubeconfig and --context.
+// installation from the cluster: --config (with configUsage),
+// -n/--namespace, --deployment and kubectl's connection flags.
 func (f *Factory) AddInstallationReaderFlags(fs *pflag.FlagSet, configUsage string) {
 	f.AddConfigFlag(fs, configUsage)
 	f.AddInstallationFlags(fs)
@@ -163,18 +177,35 @@ func (f *Factory) ReadConfigFile() error {
 	return nil
 }
 
-// Complete loads the REST configuration and builds the clients, once.
-// Building them sends no request.
-func (f *Factory) Complete() error {
+// Complete builds the clients, once, and, when the command binds
+// AddInstallationFlags, finds the installation (FindInstallation), which
+// reads the guard's Deployment.
+func (f *Factory) Complete(ctx context.Context) error {
+	if err := f.buildClients(); err != nil {
+		return err
+	}
+	if !f.installation {
+		return nil
+	}
+	return f.FindInstallation(ctx)
+}
+
+// buildClients loads the REST configuration and builds the clients, once.
+// It sends no request.
+func (f *Factory) buildClients() error {
 	if f.RESTConfig != nil {
 		return nil
 	}
-	rc, err := f.load(f.Kubeconfig, f.Context)
+	// clientcmd parses --request-timeout too, but its error names no
+	// flag and is no usage error.
+	if t := f.ConfigFlags.Timeout; t != nil && *t != "" {
+		if _, err := requestTimeout(*t); err != nil {
+			return cli.Usagef("--request-timeout %q: %v", *t, err)
+		}
+	}
+	rc, err := f.load(f.ConfigFlags.ToRawKubeConfigLoader())
 	if err != nil {
 		return fmt.Errorf("loading kubeconfig: %w", err)
-	}
-	if err := f.applyConnectionFlags(rc); err != nil {
-		return err
 	}
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
@@ -185,44 +216,6 @@ func (f *Factory) Complete() error {
 		return fmt.Errorf("creating a client: %w", err)
 	}
 	f.RESTConfig, f.KubeClient, f.Client = rc, cs, c
-	return nil
-}
-
-// connectionFlags are kubectl's connection flags the Factory binds.
-type connectionFlags struct {
-	as       string
-	asGroups []string
-	token    string
-	server   string
-	timeout  string
-}
-
-// applyConnectionFlags sets what --as, --as-group, --token, --server and
-// --request-timeout say on rc, as kubectl's overrides do.
-func (f *Factory) applyConnectionFlags(rc *rest.Config) error {
-	c := f.connection
-	if c.as != "" || len(c.asGroups) > 0 {
-		rc.Impersonate = rest.ImpersonationConfig{UserName: c.as, Groups: c.asGroups}
-	}
-	if c.token != "" {
-		rc.BearerToken, rc.BearerTokenFile = c.token, ""
-		rc.Username, rc.Password = "", ""
-		rc.CertFile, rc.KeyFile, rc.CertData, rc.KeyData = "", "", nil, nil
-		rc.ExecProvider, rc.AuthProvider = nil, nil
-	}
-	if c.server != "" {
-		rc.Host = c.server
-	}
-	if c.timeout == "" {
-		c.timeout = "0"
-	}
-	timeout, err := requestTimeout(c.timeout)
-	if err != nil {
-		return cli.Usagef("--request-timeout %q: %v", c.timeout, err)
-	}
-	if timeout > 0 {
-		rc.Timeout = timeout
-	}
 	return nil
 }
 
@@ -242,6 +235,55 @@ func requestTimeout(s string) (time.Duration, error) {
 	return d, nil
 }
 
+// FindInstallation sets GuardNamespace, the installation's namespace, as
+// kubectl chooses a namespace and then looks for the guard's Deployment:
+// -n/--namespace when given; else the kubeconfig context's namespace (a
+// pod's own in a cluster) when the Deployment --deployment is there; else
+// the namespace of the only Deployment of that name in the cluster; else
+// circuit.DefaultNamespace, as shipped. Several Deployments of that name,
+// and no -n, is an error that names their namespaces. A Deployment that
+// cannot be read or listed (RBAC) counts as absent. It needs the clients
+// (Complete).
+func (f *Factory) FindInstallation(ctx context.Context) error {
+	if ns := *f.ConfigFlags.Namespace; ns != "" {
+		f.setGuardNamespace(ns, "-n/--namespace")
+		return nil
+	}
+	contextNS, _, err := f.ConfigFlags.ToRawKubeConfigLoader().Namespace()
+	if err == nil && contextNS != "" {
+		d := &appsv1.Deployment{}
+		if err := f.Client.Get(ctx, client.ObjectKey{Namespace: contextNS, Name: f.Deployment}, d); err == nil {
+			f.setGuardNamespace(contextNS, "the kubeconfig context's namespace, where Deployment "+f.Deployment+" is")
+			return nil
+		}
+	}
+	list := &appsv1.DeploymentList{}
+	if err := f.Client.List(ctx, list, client.MatchingFields{"metadata.name": f.Deployment}); err == nil {
+		var namespaces []string
+		for _, d := range list.Items {
+			if d.Name == f.Deployment {
+				namespaces = append(namespaces, d.Namespace)
+			}
+		}
+		switch len(namespaces) {
+		case 0:
+		case 1:
+			f.setGuardNamespace(namespaces[0], "the only Deployment "+f.Deployment+" in the cluster")
+			return nil
+		default:
+			return cli.Usagef("Deployments named %s in namespaces %s, none in the kubeconfig context's namespace: say which installation with -n/--namespace",
+				f.Deployment, strings.Join(namespaces, ", "))
+		}
+	}
+	f.setGuardNamespace(circuit.DefaultNamespace, "the default: no Deployment "+f.Deployment+" found")
+	return nil
+}
+
+func (f *Factory) setGuardNamespace(ns, source string) {
+	f.GuardNamespace, f.GuardNamespaceSource, f.leaseNamespace = ns, source, ""
+	klog.V(1).InfoS("The guard's installation", "namespace", ns, "foundBy", source)
+}
+
 // ReadInstalledConfig reads, unless Config is already set, the
 // GuardConfiguration the guard's Deployment mounts: its volume "config"
 // names the ConfigMap (kustomize suffixes its name with a hash), whose
@@ -250,7 +292,7 @@ func (f *Factory) ReadInstalledConfig(ctx context.Context) error {
 	if f.Config != nil {
 		return nil
 	}
-	ns, name := f.Namespace, f.Deployment
+	ns, name := f.GuardNamespace, f.Deployment
 	d := &appsv1.Deployment{}
 	if err := f.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, d); err != nil {
 		return fmt.Errorf("reading the guard's Deployment %s/%s: %w", ns, name, err)
@@ -281,16 +323,12 @@ func (f *Factory) ReadInstalledConfig(ctx context.Context) error {
 	return nil
 }
 
-// LoadRESTConfig loads the REST configuration the way controller-runtime's
-// GetConfig does, with the kubeconfig and context given as arguments
-// rather than as process-wide flags: an explicit kubeconfig first; else,
-// without $KUBECONFIG and without a context, the pod's ServiceAccount when
-// in a cluster; else client-go's default loading rules ($KUBECONFIG,
-// ~/.kube/config). Like GetConfig, it turns client-side rate limiting off
-// (QPS -1) unless the kubeconfig sets it: the apiserver's priority and
-// fairness limits instead.
-func LoadRESTConfig(kubeconfig, context string) (*rest.Config, error) {
-	rc, err := loadRESTConfig(kubeconfig, context)
+// LoadRESTConfig loads the REST configuration of cc, as kubectl loads it
+// from its connection flags. Like controller-runtime's GetConfig, it turns
+// client-side rate limiting off (QPS -1) unless the kubeconfig sets it:
+// the apiserver's priority and fairness limits instead.
+func LoadRESTConfig(cc clientcmd.ClientConfig) (*rest.Config, error) {
+	rc, err := cc.ClientConfig()
 	if err != nil {
 		return nil, err
 	}
@@ -298,16 +336,4 @@ func LoadRESTConfig(kubeconfig, context string) (*rest.Config, error) {
 		rc.QPS = -1
 	}
 	return rc, nil
-}
-
-func loadRESTConfig(kubeconfig, context string) (*rest.Config, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	if kubeconfig != "" {
-		rules = &clientcmd.ClientConfigLoadingRules{ExplicitPath: kubeconfig}
-	} else if os.Getenv(clientcmd.RecommendedConfigPathEnvVar) == "" && context == "" {
-		if rc, err := rest.InClusterConfig(); err == nil {
-			return rc, nil
-		}
-	}
-	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: context}).ClientConfig()
 }

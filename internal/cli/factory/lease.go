@@ -25,7 +25,7 @@ func (f *Factory) LeaseNamespace(ctx context.Context) string {
 		return f.leaseNamespace
 	}
 	d := &appsv1.Deployment{}
-	if err := f.Client.Get(ctx, client.ObjectKey{Namespace: f.Namespace, Name: f.Deployment}, d); err != nil {
+	if err := f.Client.Get(ctx, client.ObjectKey{Namespace: f.GuardNamespace, Name: f.Deployment}, d); err != nil {
 		d = nil
 	}
 	f.noteLeaseNamespace(d)
@@ -36,7 +36,7 @@ func (f *Factory) LeaseNamespace(ctx context.Context) string {
 // it cannot be read), keeps the Lease, for LeaseNamespace: read once,
 // whoever reads the Deployment first.
 func (f *Factory) noteLeaseNamespace(d *appsv1.Deployment) {
-	f.leaseNamespace = f.Namespace
+	f.leaseNamespace = f.GuardNamespace
 	if d == nil {
 		return
 	}

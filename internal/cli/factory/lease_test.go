@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 )
@@ -61,8 +62,8 @@ func TestFactory_LeaseNamespace(t *testing.T) {
 		"the installation's, without a Deployment": {nil, "guard"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			f := New(func(string, string) (*rest.Config, error) { return &rest.Config{}, nil })
-			f.Namespace = "guard"
+			f := New(func(clientcmd.ClientConfig) (*rest.Config, error) { return &rest.Config{}, nil })
+			f.GuardNamespace = "guard"
 			f.Client = fake.NewClientBuilder().WithScheme(Scheme).WithObjects(tc.objs...).Build()
 			assert.Equal(t, tc.want, f.LeaseNamespace(context.Background()))
 		})
@@ -76,8 +77,8 @@ func TestFactory_LeaseNamespace_fromTheInstalledConfigsRead(t *testing.T) {
 	d.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 		LocalObjectReference: corev1.LocalObjectReference{Name: "webhook-guard-config"}}}}}
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "guard", Name: "webhook-guard-config"}, Data: map[string]string{"config.yaml": installed}}
-	f := New(func(string, string) (*rest.Config, error) { return &rest.Config{}, nil })
-	f.Namespace = "guard"
+	f := New(func(clientcmd.ClientConfig) (*rest.Config, error) { return &rest.Config{}, nil })
+	f.GuardNamespace = "guard"
 	f.Client = fake.NewClientBuilder().WithScheme(Scheme).WithObjects(d, cm).Build()
 	require.NoError(t, f.ReadInstalledConfig(context.Background()))
 	require.NoError(t, f.Client.Delete(context.Background(), d))

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/webhook-guard/webhook-guard/internal/cli"
 	"github.com/webhook-guard/webhook-guard/internal/cli/factory"
@@ -27,7 +28,7 @@ func TestDispatch_manifestsPolicyRendersManagedNames(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "guard.yaml")
 	require.NoError(t, os.WriteFile(cfg, []byte(validConfig), 0o600))
 	var stdout, stderr bytes.Buffer
-	cmd := NewCmd(cli.IOStreams{Out: &stdout, ErrOut: &stderr}, factory.New(func(string, string) (*rest.Config, error) {
+	cmd := NewCmd(cli.IOStreams{Out: &stdout, ErrOut: &stderr}, factory.New(func(clientcmd.ClientConfig) (*rest.Config, error) {
 		t.Fatal("manifests reached for a cluster")
 		return nil, nil
 	}))
@@ -51,7 +52,7 @@ func TestDispatch_manifestsRbacGrantsThePathProbeInItsServicesNamespace(t *testi
 	for _, kind := range []string{"rbac", "targets"} {
 		t.Run(kind, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			cmd := NewCmd(cli.IOStreams{Out: &stdout, ErrOut: &stderr}, factory.New(func(string, string) (*rest.Config, error) {
+			cmd := NewCmd(cli.IOStreams{Out: &stdout, ErrOut: &stderr}, factory.New(func(clientcmd.ClientConfig) (*rest.Config, error) {
 				t.Fatal("manifests reached for a cluster")
 				return nil, nil
 			}))

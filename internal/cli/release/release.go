@@ -56,11 +56,11 @@ prints the objects it would write or delete, as kubectl's -o name does
 mutatingadmissionpolicy.admissionregistration.k8s.io/NAME).
 
 It refuses while the installation has a leader (its leader-election Lease
-in --namespace has a holder and has not expired): the leader would open
+has a holder and has not expired): the leader would open
 the circuits again. Stop the guard first, release, then delete the rest:
 
   kubectl -n webhook-guard-system scale deployment webhook-guard --replicas 0
-  guard release --all
+  guard release --all -n webhook-guard-system
   kustomize build ... | kubectl delete -f -
 
 --scale-down does the first step itself and waits up to --timeout for the
@@ -84,7 +84,7 @@ The service's token could neither add the override nor delete a policy.`
 type Options struct {
 	// Factory owns --config (default: the installed configuration),
 	// -n/--namespace (where the Lease and the Deployment are),
-	// --deployment, --kubeconfig and --context, and builds the clients.
+	// --deployment and kubectl's connection flags, and builds the clients.
 	*factory.Factory
 	cli.IOStreams
 	// All releases every target and deletes the guard policy (--all).
@@ -136,17 +136,19 @@ func NewCmd(streams cli.IOStreams, f *factory.Factory) *cobra.Command {
 			}
 			return nil
 		},
-		RunE: cli.RunE(o),
+		ValidArgsFunction: f.CompleteConfigurations,
+		RunE:              cli.RunE(o),
 	}
 	fs := cmd.Flags()
 	f.AddInstallationReaderFlags(fs, factory.InstalledConfigUsage)
 	fs.BoolVar(&o.All, "all", false, "Release every target, and delete the guard policy and its binding.")
-	fs.StringVar(&o.Breaker, "breaker", "", "The service's username, which signs its entries; default: system:serviceaccount:<--namespace>:webhook-guard.")
+	fs.StringVar(&o.Breaker, "breaker", "", "The service's username, which signs its entries; default: system:serviceaccount:<the installation's namespace, -n>:webhook-guard.")
 	fs.BoolVar(&o.DryRun, "dry-run", false, "Print what would be done; write nothing.")
 	fs.BoolVar(&o.ScaleDown, "scale-down", false, "Scale --deployment to 0 replicas first, and wait up to --timeout until nobody leads.")
 	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "How long --scale-down waits for the leader to go.")
 	cli.AddOutputFlag(fs, &o.Output)
 	fs.Lookup("output").Usage += " Other than table only with --dry-run."
+	f.RegisterCompletions(cmd)
 	return cmd
 }
 
@@ -170,15 +172,19 @@ func (o *Options) Validate() error {
 	if conf, hook, _ := strings.Cut(o.Target, "/"); !o.All && (conf == "" || strings.HasSuffix(o.Target, "/") && hook == "") {
 		return cli.Usagef("%q: want CONFIGURATION or CONFIGURATION/WEBHOOK", o.Target)
 	}
-	if o.Breaker == "" {
-		o.Breaker = "system:serviceaccount:" + o.Namespace + ":" + circuit.DefaultServiceAccount
-	}
 	return o.ReadConfigFile()
 }
 
-// Complete builds the clients.
-func (o *Options) Complete() error {
-	return o.Factory.Complete()
+// Complete builds the clients and finds the installation, whose
+// namespace names the default --breaker.
+func (o *Options) Complete(ctx context.Context) error {
+	if err := o.Factory.Complete(ctx); err != nil {
+		return err
+	}
+	if o.Breaker == "" {
+		o.Breaker = "system:serviceaccount:" + o.GuardNamespace + ":" + circuit.DefaultServiceAccount
+	}
+	return nil
 }
 
 // configuration is one webhook configuration to release, and its
@@ -389,11 +395,11 @@ func (o *Options) stopLeader(ctx context.Context, lease string) error {
 		return nil
 	case !o.ScaleDown:
 		return fmt.Errorf("%s leads (Lease %s/%s) and would open the circuits again: stop the guard first (kubectl -n %s scale deployment %s --replicas 0), or pass --scale-down",
-			holder, leaseNS, lease, o.Namespace, o.Deployment)
+			holder, leaseNS, lease, o.GuardNamespace, o.Deployment)
 	}
 	scale := []byte(`{"spec":{"replicas":0}}`)
-	if _, err := o.KubeClient.AppsV1().Deployments(o.Namespace).Patch(ctx, o.Deployment, types.MergePatchType, scale, metav1.PatchOptions{FieldManager: FieldManager}, "scale"); err != nil {
-		return fmt.Errorf("scaling Deployment %s/%s to 0: %w", o.Namespace, o.Deployment, err)
+	if _, err := o.KubeClient.AppsV1().Deployments(o.GuardNamespace).Patch(ctx, o.Deployment, types.MergePatchType, scale, metav1.PatchOptions{FieldManager: FieldManager}, "scale"); err != nil {
+		return fmt.Errorf("scaling Deployment %s/%s to 0: %w", o.GuardNamespace, o.Deployment, err)
 	}
 	fmt.Fprintf(o.Out, "deployment/%s scaled to 0\n", o.Deployment)
 	deadline := time.Now().Add(o.Timeout)
@@ -423,9 +429,9 @@ func (o *Options) replicas(ctx context.Context) (*int32, error) {
 	if !o.ScaleDown {
 		return nil, nil
 	}
-	scale, err := o.KubeClient.AppsV1().Deployments(o.Namespace).GetScale(ctx, o.Deployment, metav1.GetOptions{})
+	scale, err := o.KubeClient.AppsV1().Deployments(o.GuardNamespace).GetScale(ctx, o.Deployment, metav1.GetOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("reading the replicas of Deployment %s/%s before scaling it down: %w", o.Namespace, o.Deployment, err)
+		return nil, fmt.Errorf("reading the replicas of Deployment %s/%s before scaling it down: %w", o.GuardNamespace, o.Deployment, err)
 	}
 	return &scale.Spec.Replicas, nil
 }
@@ -441,12 +447,12 @@ func (o *Options) scaleBack(ctx context.Context, replicas int32, cause error) er
 	// A fresh context: ctx may be what ended the release.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	if _, err := o.KubeClient.AppsV1().Deployments(o.Namespace).Patch(ctx, o.Deployment, types.MergePatchType, body, metav1.PatchOptions{FieldManager: FieldManager}, "scale"); err != nil {
+	if _, err := o.KubeClient.AppsV1().Deployments(o.GuardNamespace).Patch(ctx, o.Deployment, types.MergePatchType, body, metav1.PatchOptions{FieldManager: FieldManager}, "scale"); err != nil {
 		return fmt.Errorf("%w; and scaling Deployment %s/%s back to %d replicas failed too, so nothing runs the circuits: scale it up yourself (kubectl -n %s scale deployment %s --replicas %d): %v",
-			cause, o.Namespace, o.Deployment, replicas, o.Namespace, o.Deployment, replicas, err)
+			cause, o.GuardNamespace, o.Deployment, replicas, o.GuardNamespace, o.Deployment, replicas, err)
 	}
 	fmt.Fprintf(o.Out, "deployment/%s scaled back to %d: the release failed, and the guard runs again\n", o.Deployment, replicas)
-	return fmt.Errorf("%w; Deployment %s/%s was scaled back to %d replicas, so the guard runs the circuits again", cause, o.Namespace, o.Deployment, replicas)
+	return fmt.Errorf("%w; Deployment %s/%s was scaled back to %d replicas, so the guard runs the circuits again", cause, o.GuardNamespace, o.Deployment, replicas)
 }
 
 // plan reads one configuration and plans its release; with print, it

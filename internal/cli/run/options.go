@@ -21,7 +21,8 @@ import (
 // in AddFlags, the only place they are set.
 type Options struct {
 	// Factory owns --config (the GuardConfiguration file, required),
-	// --kubeconfig and --context, and builds the clients.
+	// kubectl's connection flags (no -n: the service needs no
+	// installation to find), and builds the clients.
 	*factory.Factory
 	cli.IOStreams
 	// Build is the binary's version and commit, logged at start and

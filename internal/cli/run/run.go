@@ -90,12 +90,13 @@ func NewCmd(streams cli.IOStreams, f *factory.Factory, build version.Build) *cob
 		RunE: cli.RunE(o),
 	}
 	o.AddFlags(cmd.Flags())
+	f.RegisterCompletions(cmd)
 	return cmd
 }
 
 // Complete builds the clients (Validate has read the configuration).
-func (o *Options) Complete() error {
-	return o.Factory.Complete()
+func (o *Options) Complete(ctx context.Context) error {
+	return o.Factory.Complete(ctx)
 }
 
 // Run starts the service and returns when ctx is done or the manager

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/webhook-guard/webhook-guard/internal/cli"
 	"github.com/webhook-guard/webhook-guard/internal/cli/factory"
@@ -31,7 +32,7 @@ import (
 
 // noCluster fails the test if the command reaches for a cluster.
 func noCluster(t *testing.T) factory.Loader {
-	return func(string, string) (*rest.Config, error) {
+	return func(clientcmd.ClientConfig) (*rest.Config, error) {
 		t.Fatal("the command reached for the cluster before validating its input")
 		return nil, nil
 	}
@@ -128,7 +129,7 @@ func TestRunFlags_takesTheFlagsItsCallersPass(t *testing.T) {
 	o, err := parseRunFlags("--kubeconfig", "kc", "--config", "c.yaml", "--zap-log-level", "debug", "--leader-elect",
 		"--leader-election-namespace=ns", "--cert-secret=", "--webhook-cert-dir=/tmp/certs")
 	require.NoError(t, err)
-	assert.Equal(t, "kc", o.Kubeconfig)
+	assert.Equal(t, "kc", *o.ConfigFlags.KubeConfig)
 	assert.Equal(t, "c.yaml", o.ConfigPath)
 	assert.True(t, o.LeaderElect)
 	assert.Equal(t, "ns", o.LeaderElectionNamespace)

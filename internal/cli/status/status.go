@@ -74,10 +74,11 @@ policy is enforced; 3 when a target's circuit is open; 4 when the
 installation has no leader (which wins over 3: without a leader nothing
 opens or closes a circuit); 5 when the guard policy (and its binding) is
 missing or not the rule the guard renders for the breaker
-it was rendered for (else system:serviceaccount:<--namespace>:webhook-guard),
+it was rendered for (else system:serviceaccount:<namespace>:webhook-guard),
 which wins over both:
 the owned fields are then unguarded. There is no leader when the
-leader-election Lease in --namespace does not exist, has no holder or has
+leader-election Lease (in the installation's namespace unless its
+Deployment's --leader-election-namespace says otherwise) does not exist, has no holder or has
 expired; with --endpoint, when nothing answers there. A Lease that cannot
 be read, a leader whose /status cannot be reached through the apiserver,
 or an endpoint that refuses the request, is not "no leader": it is
@@ -89,6 +90,11 @@ without --exit-code.
 0, and prints the last look (as cmctl check api --wait does); with
 --exit-code, its status is the last look's. The chart's helm test runs
 "guard status --exit-code --wait 60s".
+
+The installation is the one in -n/--namespace. Without -n, as in kubectl,
+it is the kubeconfig context's namespace when the guard's Deployment
+(--deployment) is there; else the namespace of the only Deployment of
+that name in the cluster; else webhook-guard-system. -v=1 says which.
 
 -o json|yaml prints the report for scripts: {namespace, configSource,
 instance, lease, leader, targets, orphanedRecords, guardPolicy,
@@ -102,7 +108,7 @@ record, as kubectl's -o name does
 type Options struct {
 	// Factory owns --config (default: the installed configuration),
 	// -n/--namespace (where the Deployment, the Lease and the status
-	// reader are), --deployment, --kubeconfig and --context, and builds
+	// reader are), --deployment and kubectl's connection flags, and builds
 	// the clients.
 	*factory.Factory
 	cli.IOStreams
@@ -142,6 +148,7 @@ func NewCmd(streams cli.IOStreams, f *factory.Factory) *cobra.Command {
 	cli.AddOutputFlag(fs, &o.Output)
 	fs.BoolVar(&o.ExitCode, "exit-code", false, "Exit 3 when a circuit is open, 4 when the installation has no leader, 5 when the guard policy is not enforced (see above).")
 	fs.DurationVar(&o.Wait, "wait", 0, "Look again every 2s, for up to this long, until every circuit is closed, a leader leads and the guard policy is enforced; print the last look.")
+	f.RegisterCompletions(cmd)
 	return cmd
 }
 
@@ -158,8 +165,8 @@ func (o *Options) Validate() error {
 }
 
 // Complete builds the clients.
-func (o *Options) Complete() error {
-	return o.Factory.Complete()
+func (o *Options) Complete(ctx context.Context) error {
+	return o.Factory.Complete(ctx)
 }
 
 // Run reads the configuration, the objects and the counts (again until
@@ -206,7 +213,7 @@ func (o *Options) Run(ctx context.Context) error {
 // the apiserver from the Lease's holder, noting in rep where it looked and
 // what it could not read; noLeader is set when nobody leads.
 func (o *Options) leaderRows(ctx context.Context, rep *statusReport) (rows []statusapi.Row, noLeader bool) {
-	namespace := o.Namespace
+	namespace := o.GuardNamespace
 	if o.Endpoint != "" {
 		var err error
 		token := ""
@@ -240,7 +247,7 @@ func (o *Options) leaderRows(ctx context.Context, rep *statusReport) (rows []sta
 // look reads everything once. found is what keeps the status from
 // exiting 0 (the ExitError --exit-code returns); nil when all is well.
 func (o *Options) look(ctx context.Context) (statusReport, *cli.ExitError) {
-	cfg, c, namespace := o.Config, o.Client, o.Namespace
+	cfg, c, namespace := o.Config, o.Client, o.GuardNamespace
 	rep := statusReport{Namespace: namespace, ConfigSource: o.ConfigSource, Instance: cfg.Instance}
 
 	rows, noLeader := o.leaderRows(ctx, &rep)
@@ -306,7 +313,7 @@ func (o *Options) look(ctx context.Context) (statusReport, *cli.ExitError) {
 func (o *Options) policyEnforced(ctx context.Context) (string, error) {
 	cfg := o.Config
 	opts := admission.Options{Instance: cfg.Instance, Managed: cfg.Managed(circuit.KindMutating), ManagedValidating: cfg.Managed(circuit.KindValidating)}
-	opts.BreakerUsername = "system:serviceaccount:" + o.Namespace + ":" + circuit.DefaultServiceAccount
+	opts.BreakerUsername = "system:serviceaccount:" + o.GuardNamespace + ":" + circuit.DefaultServiceAccount
 	policy, _ := admission.RenderPolicy(opts)
 	if err := o.Client.Get(ctx, client.ObjectKeyFromObject(policy), policy); err == nil {
 		if breaker, ok := admission.PolicyBreaker(policy); ok {

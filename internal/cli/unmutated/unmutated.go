@@ -74,7 +74,7 @@ line, which prints nothing on stdout.`
 // Options are the flags of "guard unmutated".
 type Options struct {
 	// Factory owns --config (default: the installed configuration),
-	// -n/--namespace, --deployment, --kubeconfig and --context, and builds
+	// -n/--namespace, --deployment and kubectl's connection flags, and builds
 	// the clients.
 	*factory.Factory
 	cli.IOStreams
@@ -113,6 +113,7 @@ func NewCmd(streams cli.IOStreams, f *factory.Factory) *cobra.Command {
 	fs.BoolVar(&o.Clear, "clear", false, "Remove the mark from every listed object (after repairing them).")
 	cli.AddOutputFlag(fs, &o.Output)
 	fs.BoolVar(&o.ExitCode, "exit-code", false, "Exit 3 when objects carry a mark (see above).")
+	f.RegisterCompletions(cmd)
 	return cmd
 }
 
@@ -127,8 +128,8 @@ func (o *Options) Validate() error {
 
 // Complete builds the clients: a metadata client, and a discovery client
 // that reads discovery once, with a REST mapper on it.
-func (o *Options) Complete() error {
-	if err := o.Factory.Complete(); err != nil {
+func (o *Options) Complete(ctx context.Context) error {
+	if err := o.Factory.Complete(ctx); err != nil {
 		return err
 	}
 	// Listing every kind a */* webhook matches lists deprecated ones

@@ -108,7 +108,7 @@ func (o *Options) Validate() error {
 }
 
 // Complete has nothing to complete: the version reaches no cluster.
-func (o *Options) Complete() error { return nil }
+func (o *Options) Complete(context.Context) error { return nil }
 
 // Run prints the version.
 func (o *Options) Run(context.Context) error {

@@ -206,7 +206,7 @@ type callMetrics struct {
 type Options struct {
 	// Factory owns --config (the GuardConfiguration that says which
 	// webhooks are managed; default: the installed one), -n/--namespace,
-	// --deployment, --kubeconfig and --context, and builds the clients.
+	// --deployment and kubectl's connection flags, and builds the clients.
 	*factory.Factory
 	cli.IOStreams
 	// Window reports the calls between two scrapes of /metrics that far
@@ -233,6 +233,7 @@ func NewCmd(streams cli.IOStreams, f *factory.Factory) *cobra.Command {
 	f.AddInstallationReaderFlags(fs, "GuardConfiguration file, for which webhooks the guard manages; default: the one installed in the cluster (the ConfigMap --deployment mounts).")
 	fs.DurationVar(&o.Window, "window", 0, "Report the calls of this window (for example 10s or 5m) from two scrapes of /metrics, instead of the cumulative counts since the apiserver started.")
 	cli.AddOutputFlag(fs, &o.Output)
+	f.RegisterCompletions(cmd)
 	return cmd
 }
 
@@ -249,8 +250,8 @@ func (o *Options) Validate() error {
 }
 
 // Complete builds the clients.
-func (o *Options) Complete() error {
-	return o.Factory.Complete()
+func (o *Options) Complete(ctx context.Context) error {
+	return o.Factory.Complete(ctx)
 }
 
 // Run lists the webhooks and prints them; what it could not read goes to

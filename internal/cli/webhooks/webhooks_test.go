@@ -13,6 +13,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
 	"github.com/webhook-guard/webhook-guard/internal/apimetrics"
@@ -251,7 +252,7 @@ func TestWebhooksCommand_badInputTouchesNothing(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			cmd := NewCmd(cli.IOStreams{Out: &stdout, ErrOut: &stderr}, factory.New(func(string, string) (*rest.Config, error) {
+			cmd := NewCmd(cli.IOStreams{Out: &stdout, ErrOut: &stderr}, factory.New(func(clientcmd.ClientConfig) (*rest.Config, error) {
 				t.Fatal("the command reached for the cluster before validating its input")
 				return nil, nil
 			}))
