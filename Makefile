@@ -121,8 +121,9 @@ microbench: ## Run the Go benchmarks of the internal packages (no cluster).
 STATICCHECK_MATRIX := default:\nfailpoints: -tags=failpoints\n
 
 .PHONY: lint
-lint: ## gofmt, go vet, staticcheck (default and failpoints builds) and golangci-lint with .golangci.yml, on the root module and the hack module (builds both linters into the cache first if missing: about 5 minutes the first time).
+lint: ## gofmt, the user docs' wording (internal/docs TestUserDocs: no issue numbers, sessions, commit hashes or "this machine" in README.md, docs/ and the chart README, nor history in Go comments), go vet, staticcheck (default and failpoints builds) and golangci-lint with .golangci.yml, on the root module and the hack module (builds both linters into the cache first if missing: about 5 minutes the first time).
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
+	go test $(GOFLAGS_BUILD) -count=1 -run '^TestUserDocs_' ./internal/docs
 	go vet ./...
 	go vet -C $(HACK) ./...
 	@staticcheck="$$(hack/tools/staticcheck.sh)"; golangci_lint="$$(hack/tools/golangci-lint.sh)"; rc=0; \

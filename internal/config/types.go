@@ -97,9 +97,9 @@ const (
 	// open nothing. Only the direct probe opens and closes the circuit.
 	WithoutPathProbeReport WithoutPathProbe = "Report"
 	// WithoutPathProbeOpen: the apiserver's failing calls alone open the
-	// circuit, as before path probes. Anyone whose requests make the
-	// webhook fail can then open it, and a Bypass circuit so opened
-	// closes by trial after MinOpen.
+	// circuit, with no path probe to confirm them. Anyone whose requests
+	// make the webhook fail can then open it, and a Bypass circuit so
+	// opened closes by trial after MinOpen.
 	WithoutPathProbeOpen WithoutPathProbe = "Open"
 )
 

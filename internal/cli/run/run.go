@@ -224,7 +224,7 @@ func (o *Options) Run(ctx context.Context) error {
 	state.HoldWhenAllFail = cfg.HoldWhenAllFail
 	triggers := map[circuit.Kind]chan<- event.GenericEvent{}
 	// Where the apiserver does not serve MutatingAdmissionPolicy, the
-	// breaker works as before and says so once.
+	// breaker runs without marking and says so once.
 	clientset := o.KubeClient
 	var marker *marking.Keeper
 	if markingProblem != "" {
