@@ -42,6 +42,25 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 {{- end }}
 {{- end }}
 
+{{/*
+webhook-guard.markingServed is "true" where the cluster serves
+admissionregistration.k8s.io/v1 MutatingAdmissionPolicy (Kubernetes 1.36 or
+later, the API not turned off), as the guard checks by discovery at start;
+"" elsewhere. helm install and upgrade read the cluster's discovery;
+helm template knows only what --api-versions lists.
+*/}}
+{{- define "webhook-guard.markingServed" -}}
+{{- if .Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy" -}}true{{- end -}}
+{{- end }}
+
+{{/*
+webhook-guard.markingRendered is "true" when the marking policies are
+rendered: marking.enabled and the cluster serves them.
+*/}}
+{{- define "webhook-guard.markingRendered" -}}
+{{- if and .Values.marking.enabled (include "webhook-guard.markingServed" .) -}}true{{- end -}}
+{{- end }}
+
 {{/* webhook-guard.image is the manager's image reference. */}}
 {{- define "webhook-guard.image" -}}
 {{- $repository := .Values.image.repository -}}
@@ -71,8 +90,8 @@ webhook-guard.validate fails the release with the guard's own words when
 values.schema.json was skipped (--skip-schema-validation): the approvals.
 */}}
 {{- define "webhook-guard.validate" -}}
-{{- if not .Values.targets -}}
-{{- fail "targets: Required value: list at least one approved webhook" -}}
+{{- if .Values.marking.policies -}}
+{{- fail "marking.policies is no longer read: the chart renders the marking policies of the targets itself. Drop --set-file marking.policies=..." -}}
 {{- end -}}
 {{- range $i, $t := .Values.targets -}}
 {{- if eq ($t.mode | default "") "Observe" -}}
@@ -100,9 +119,6 @@ SHA-256 of the template's digest, a space and "<configuration>/<webhook>")
 put in (TestTemplateJSON_filledIsRender does the same in Go).
 */}}
 {{- define "webhook-guard.marking" -}}
-{{- if .Values.marking.policies -}}
-{{- fail "marking.policies is no longer read: the chart renders the marking policies of the targets itself. Drop --set-file marking.policies=..." -}}
-{{- end -}}
 {{- $template := .Files.Get "files/marking.json" -}}
 {{- $digest := (fromJson $template).digest -}}
 {{- $objs := list -}}
