@@ -138,6 +138,21 @@ func TestHelm_installsWithoutMarkingAndTheGuardRuns(t *testing.T) {
 	assert.NotContains(t, kindsOf(t, manifest.stdout), mapKind)
 	assert.Contains(t, kindsOf(t, manifest.stdout), "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy", "the guard policy is installed")
 
+	createTarget(t, ctx, ns, wh)
+	g := startInstalledGuard(t, ctx, circuit.DefaultServiceAccount)
+	require.Eventually(t, func() bool {
+		if exited, code := g.Exited(); exited {
+			require.FailNow(t, "the guard exited", "exit code %d; logs:\n%s", code, g.Logs())
+		}
+		return strings.Contains(g.Logs(), "Marking unavailable")
+	}, time.Minute, 100*time.Millisecond, "the guard never said that marking is unavailable")
+	cycleTarget(t, ctx, g, wh, ns)
+}
+
+// createTarget creates the target's configuration: one webhook,
+// failurePolicy Fail, for ConfigMap creates in ns, served by wh.
+func createTarget(t *testing.T, ctx context.Context, ns string, wh *harness.Webhook) {
+	t.Helper()
 	hook := harness.ConfigMapWebhook(targetWebhook, ns, wh.URL(mutatePath), wh.CA.CertPEM, admissionregistrationv1.Fail)
 	cfgObj := &admissionregistrationv1.MutatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: targetName},
@@ -145,18 +160,18 @@ func TestHelm_installsWithoutMarkingAndTheGuardRuns(t *testing.T) {
 	}
 	require.NoError(t, env.Client.Create(ctx, cfgObj))
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), cfgObj) })
+}
 
-	g := startInstalledGuard(t, ctx)
+// cycleTarget makes the target's webhook slow until g has opened its
+// circuit in Bypass mode (nothing marks what is admitted meanwhile), then
+// healthy until g has closed it; g's logs must show no refusal.
+func cycleTarget(t *testing.T, ctx context.Context, g *harness.Guard, wh *harness.Webhook, ns string) {
+	t.Helper()
 	notExited := func() {
 		if exited, code := g.Exited(); exited {
 			require.FailNow(t, "the guard exited", "exit code %d; logs:\n%s", code, g.Logs())
 		}
 	}
-	require.Eventually(t, func() bool {
-		notExited()
-		return strings.Contains(g.Logs(), "Marking unavailable")
-	}, time.Minute, 100*time.Millisecond, "the guard never said that marking is unavailable")
-
 	wh.SetBehaviour(mutatePath, harness.Delayed(2*time.Second, harness.Allow()))
 	require.Eventually(t, func() bool {
 		notExited()
@@ -191,14 +206,14 @@ func owned(ctx context.Context, t *testing.T) (admissionregistrationv1.FailurePo
 }
 
 // startInstalledGuard runs the real guard as the chart's ServiceAccount
-// with the installed configuration, the Deployment's leader election
+// serviceAccount with the installed configuration, the Deployment's leader election
 // flags, and without the webhook server and the certificate it needs (no
 // pod network here).
-func startInstalledGuard(t *testing.T, ctx context.Context) *harness.Guard {
+func startInstalledGuard(t *testing.T, ctx context.Context, serviceAccount string) *harness.Guard {
 	t.Helper()
 	cm := &corev1.ConfigMap{}
 	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Namespace: releaseNamespace, Name: "webhook-guard-config"}, cm))
-	id, err := env.ServiceAccount(ctx, releaseNamespace, circuit.DefaultServiceAccount)
+	id, err := env.ServiceAccount(ctx, releaseNamespace, serviceAccount)
 	require.NoError(t, err)
 	args := []string{"--leader-elect", "--leader-election-namespace", metav1.NamespaceSystem}
 	bin, err := env.BuildGuard()
@@ -206,7 +221,7 @@ func startInstalledGuard(t *testing.T, ctx context.Context) *harness.Guard {
 	if help, _ := exec.Command(bin, "run", "--help").CombinedOutput(); bytes.Contains(help, []byte("-cert-secret")) {
 		args = append(args, "--cert-secret=")
 	}
-	g, err := env.StartGuard(harness.GuardOptions{Name: "nomap", Kubeconfig: id.KubeconfigPath, Config: cm.Data["config.yaml"], Args: args, WithoutMarking: true})
+	g, err := env.StartGuard(harness.GuardOptions{Name: serviceAccount, Kubeconfig: id.KubeconfigPath, Config: cm.Data["config.yaml"], Args: args, WithoutMarking: true})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		g.Stop()
@@ -215,4 +230,43 @@ func startInstalledGuard(t *testing.T, ctx context.Context) *harness.Guard {
 		}
 	})
 	return g
+}
+
+// TestHelm_guardRunsAsTheServiceAccountNamed: with serviceAccount.create
+// false and a name, the chart creates no ServiceAccount and binds its RBAC,
+// the guard policy and the release hook to the one named, which the
+// platform created (here with an annotation, as a workload identity
+// would); the real guard, as that account, opens and closes the target's
+// circuit.
+func TestHelm_guardRunsAsTheServiceAccountNamed(t *testing.T) {
+	ctx := context.Background()
+	const name = "platform-guard"
+	ns := "nomap-sa-e2e"
+	require.NoError(t, env.EnsureNamespace(ctx, ns))
+	require.NoError(t, env.EnsureNamespace(ctx, releaseNamespace))
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: releaseNamespace, Name: name, Annotations: map[string]string{"iam.example.com/role": "guard"}}}
+	require.NoError(t, env.Client.Create(ctx, sa))
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), sa) })
+	wh, err := harness.StartWebhook(harness.WebhookOptions{Host: "127.0.0.1"})
+	require.NoError(t, err)
+	t.Cleanup(wh.Close)
+	wh.SetBehaviour(mutatePath, harness.Allow())
+
+	install := runHelm(t, "install", "webhook-guard", chartDir, "--namespace", releaseNamespace, "-f", valuesFile(t, values),
+		"--set", "serviceAccount.create=false,serviceAccount.name="+name)
+	require.NoError(t, install.err, "helm install:\n%s%s", install.stdout, install.stderr)
+	t.Cleanup(func() { runHelm(t, "uninstall", "webhook-guard", "--namespace", releaseNamespace, "--no-hooks") })
+	manifest := runHelm(t, "get", "manifest", "webhook-guard", "--namespace", releaseNamespace)
+	require.NoError(t, manifest.err, manifest.stderr)
+	assert.NotContains(t, manifest.stdout, "kind: ServiceAccount", "serviceAccount.create=false")
+	assert.NotContains(t, manifest.stdout, "serviceaccount:"+releaseNamespace+":webhook-guard'", "the guard policy exempts the named account only")
+	assert.Contains(t, manifest.stdout, "serviceAccountName: "+name)
+	hooks := runHelm(t, "get", "hooks", "webhook-guard", "--namespace", releaseNamespace)
+	require.NoError(t, hooks.err, hooks.stderr)
+	assert.Contains(t, hooks.stdout, "--breaker=system:serviceaccount:"+releaseNamespace+":"+name)
+	assert.Contains(t, hooks.stdout, "serviceAccountName: "+name+"-release", "the release identity the guard policy names")
+
+	createTarget(t, ctx, ns, wh)
+	g := startInstalledGuard(t, ctx, name)
+	cycleTarget(t, ctx, g, wh, ns)
 }

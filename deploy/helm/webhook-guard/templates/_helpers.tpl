@@ -6,6 +6,20 @@ second installation beside it (instance) needs other ClusterRole names,
 which this chart does not render.
 */}}
 
+{{/* webhook-guard.serviceAccountName is the guard's ServiceAccount. */}}
+{{- define "webhook-guard.serviceAccountName" -}}
+{{- .Values.serviceAccount.name | default "webhook-guard" -}}
+{{- end }}
+
+{{/*
+webhook-guard.releaseServiceAccountName is the pre-delete hook's
+ServiceAccount: the guard's with "-release" (circuit.ReleaseSuffix), the
+release identity the guard policy lets hand circuits back.
+*/}}
+{{- define "webhook-guard.releaseServiceAccountName" -}}
+{{- printf "%s-release" (include "webhook-guard.serviceAccountName" .) -}}
+{{- end }}
+
 {{/* webhook-guard.namespace is where every namespaced object goes. */}}
 {{- define "webhook-guard.namespace" -}}
 {{- .Values.namespace.name | default .Release.Namespace -}}
@@ -90,6 +104,20 @@ webhook-guard.validate fails the release with the guard's own words when
 values.schema.json was skipped (--skip-schema-validation): the approvals.
 */}}
 {{- define "webhook-guard.validate" -}}
+{{- /*
+One release per cluster: the cluster-wide names are fixed. On install and
+upgrade (lookup reads nothing in helm template), a ClusterRole
+webhook-guard-targets of another Helm release refuses this one in words
+that say what to do, before Helm's own ownership error.
+*/ -}}
+{{- with lookup "rbac.authorization.k8s.io/v1" "ClusterRole" "" "webhook-guard-targets" -}}
+{{- $owner := .metadata.annotations | default dict -}}
+{{- $name := get $owner "meta.helm.sh/release-name" -}}
+{{- $namespace := get $owner "meta.helm.sh/release-namespace" -}}
+{{- if and $name (or (ne $name $.Release.Name) (ne $namespace $.Release.Namespace)) -}}
+{{- fail (printf "webhook-guard is already installed in this cluster as release %q in namespace %q: its cluster-wide objects (ClusterRoles, bindings, the guard policy) have fixed names, so a cluster runs one release of this chart. Upgrade that release (helm upgrade %s -n %s), or uninstall it first" $name $namespace $name $namespace) -}}
+{{- end -}}
+{{- end -}}
 {{- if .Values.marking.policies -}}
 {{- fail "marking.policies is no longer read: the chart renders the marking policies of the targets itself. Drop --set-file marking.policies=..." -}}
 {{- end -}}
@@ -147,7 +175,7 @@ test runs the guard with the same.
 - --config=/etc/webhook-guard/config.yaml
 - --namespace={{ include "webhook-guard.namespace" . }}
 - --deployment=webhook-guard
-- --breaker=system:serviceaccount:{{ include "webhook-guard.namespace" . }}:webhook-guard
+- --breaker=system:serviceaccount:{{ include "webhook-guard.namespace" . }}:{{ include "webhook-guard.serviceAccountName" . }}
 {{- end }}
 
 {{/*
@@ -179,7 +207,7 @@ The guard only reads these objects: its ServiceAccount may not write them.
 {{- $template := .Files.Get "files/policy.json" -}}
 {{- $t := fromJson $template -}}
 {{- $ns := include "webhook-guard.namespace" . -}}
-{{- $breaker := printf "system:serviceaccount:%s:webhook-guard" $ns -}}
+{{- $breaker := printf "system:serviceaccount:%s:%s" $ns (include "webhook-guard.serviceAccountName" .) -}}
 {{- $releaser := printf "%s-release" $breaker -}}
 {{- $name := printf "webhook-guard%s" (.Values.instance | empty | ternary "" (printf "-%s" .Values.instance)) -}}
 {{- $managed := dict "Mutating" (dict) "Validating" (dict) -}}
