@@ -68,6 +68,21 @@ func valuesFile(t *testing.T, content string) string {
 // kindsOf is the apiVersion/kind of each object of a YAML stream.
 func kindsOf(t *testing.T, stream string) []string {
 	t.Helper()
+	return objectsOf(t, stream, func(obj map[string]any) string { return fmt.Sprintf("%s/%s", obj["apiVersion"], obj["kind"]) })
+}
+
+// namesOf is the kind/name of each object of a YAML stream.
+func namesOf(t *testing.T, stream string) []string {
+	t.Helper()
+	return objectsOf(t, stream, func(obj map[string]any) string {
+		meta, _ := obj["metadata"].(map[string]any)
+		return fmt.Sprintf("%s/%s", obj["kind"], meta["name"])
+	})
+}
+
+// objectsOf is what f says of each object of a YAML stream.
+func objectsOf(t *testing.T, stream string, f func(map[string]any) string) []string {
+	t.Helper()
 	r := utilyaml.NewYAMLReader(bufio.NewReader(strings.NewReader(stream)))
 	var out []string
 	for {
@@ -79,7 +94,7 @@ func kindsOf(t *testing.T, stream string) []string {
 		var obj map[string]any
 		require.NoError(t, yaml.Unmarshal(doc, &obj))
 		if len(obj) > 0 {
-			out = append(out, fmt.Sprintf("%s/%s", obj["apiVersion"], obj["kind"]))
+			out = append(out, f(obj))
 		}
 	}
 }
@@ -258,7 +273,8 @@ func TestHelm_guardRunsAsTheServiceAccountNamed(t *testing.T) {
 	t.Cleanup(func() { runHelm(t, "uninstall", "webhook-guard", "--namespace", releaseNamespace, "--no-hooks") })
 	manifest := runHelm(t, "get", "manifest", "webhook-guard", "--namespace", releaseNamespace)
 	require.NoError(t, manifest.err, manifest.stderr)
-	assert.NotContains(t, manifest.stdout, "kind: ServiceAccount", "serviceAccount.create=false")
+	assert.NotContains(t, namesOf(t, manifest.stdout), "ServiceAccount/"+name, "serviceAccount.create=false")
+	assert.NotContains(t, namesOf(t, manifest.stdout), "ServiceAccount/webhook-guard")
 	assert.NotContains(t, manifest.stdout, "serviceaccount:"+releaseNamespace+":webhook-guard'", "the guard policy exempts the named account only")
 	assert.Contains(t, manifest.stdout, "serviceAccountName: "+name)
 	hooks := runHelm(t, "get", "hooks", "webhook-guard", "--namespace", releaseNamespace)
