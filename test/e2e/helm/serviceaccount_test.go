@@ -53,7 +53,8 @@ func TestChart_serviceAccountValues(t *testing.T) {
 		objs, _ := render(t, "serviceAccount.create=false,serviceAccount.name=platform-guard")
 		for k := range objs {
 			if strings.HasPrefix(k, "ServiceAccount ") {
-				assert.Contains(t, []string{"ServiceAccount " + ns + "/platform-guard-release", "ServiceAccount " + ns + "/webhook-guard-status-reader"}, k)
+				// The release hook's, the status reader's and the helm test Pod's.
+				assert.Contains(t, []string{"ServiceAccount " + ns + "/platform-guard-release", "ServiceAccount " + ns + "/webhook-guard-status-reader", "ServiceAccount " + ns + "/webhook-guard-test"}, k)
 			}
 		}
 		pod := objs["Deployment "+ns+"/webhook-guard"]["spec"].(object)["template"].(object)["spec"].(object)
