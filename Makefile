@@ -56,6 +56,12 @@ manifests: ## Regenerate the generated/ folders of deploy/kustomize/components/e
 	mv $(CHART)/files/marking.json.tmp $(CHART)/files/marking.json
 	go run -C $(HACK) $(GOFLAGS_BUILD) ./policytemplate > $(CHART)/files/policy.json.tmp
 	mv $(CHART)/files/policy.json.tmp $(CHART)/files/policy.json
+	@$(MAKE) --no-print-directory docs
+
+.PHONY: docs
+docs: ## Regenerate the values tables from the chart's values.yaml: the chart's README.md (hack/chartdocs: every key, its type, default and comment) and the one in docs/operating.md. Tests fail while either is out of date.
+	go run -C $(HACK) $(GOFLAGS_BUILD) ./chartdocs -chart $(CURDIR)/$(CHART)
+	UPDATE_DOCS=1 go test $(GOFLAGS_BUILD) -count=1 -run '^TestChartValues_' ./deploy >/dev/null
 
 # generate writes "guard manifests $(2) --config $(1)/config.yaml" to
 # $(1)/generated/$(3) through a temporary file, so a failed run leaves the
@@ -180,5 +186,7 @@ release: ## Write dist/install.yaml (overlays/default with the image RELEASE_IMG
 	RELEASE_PLATFORMS="$(RELEASE_PLATFORMS)" COMMIT="$(COMMIT)" hack/release.sh "$(VERSION)" "$(RELEASE_IMG)" "$(DIST)" "$(KUSTOMIZE)" "$(HELM)"
 
 .PHONY: helm-lint
-helm-lint: ## Run "helm lint --strict" on deploy/helm/webhook-guard with the example targets as values (builds helm into the cache first if missing).
+helm-lint: ## Run "helm lint --strict" on deploy/helm/webhook-guard with its default values, with the example targets, and with each values file of its ci/ folder (builds helm into the cache first if missing).
+	"$(HELM)" lint --strict $(CHART)
 	"$(HELM)" lint --strict $(CHART) -f $(EXAMPLE_TARGETS)/config.yaml
+	@for f in $(CHART)/ci/*-values.yaml; do echo "helm lint --strict -f $$f"; "$(HELM)" lint --strict $(CHART) -f "$$f" || exit 1; done

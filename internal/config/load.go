@@ -49,10 +49,9 @@ func convert(f *file) (*Configuration, field.ErrorList) {
 	if f.Kind != Kind {
 		errs = append(errs, field.NotSupported(field.NewPath("kind"), f.Kind, []string{Kind}))
 	}
+	// No target is a guard that runs idle: installed before the first
+	// webhook is approved, it probes and changes nothing.
 	targets := field.NewPath("targets")
-	if len(f.Targets) == 0 {
-		errs = append(errs, field.Required(targets, "list at least one approved webhook"))
-	}
 	cfg := &Configuration{HoldWhenAllFail: DefaultHoldWhenAllFail}
 	if f.HoldWhenAllFail != nil {
 		cfg.HoldWhenAllFail = *f.HoldWhenAllFail

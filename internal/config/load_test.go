@@ -276,10 +276,6 @@ func TestParse_malformed(t *testing.T) {
 			"apiVersion: v1\nkind: GuardConfiguration\n" + minimalTarget,
 			`invalid GuardConfiguration: apiVersion: Unsupported value: "v1": supported values: "config.webhook-guard.io/v1alpha1"`,
 		},
-		"an empty target list is rejected": {
-			header + "targets: []\n",
-			"invalid GuardConfiguration: targets: Required value: list at least one approved webhook",
-		},
 		"a configuration name that is not a DNS subdomain is rejected": {
 			header + "targets:\n- configuration: Slow_Mutator\n  webhook: a.example.com\n  allowAdmissionWithoutMutation: true\n",
 			"invalid GuardConfiguration: targets[0].configuration: Invalid value: \"Slow_Mutator\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
@@ -382,4 +378,18 @@ func TestParse_observeNeedsNoApprovalAndIsNotManaged(t *testing.T) {
 		"only the webhooks the breaker may write are managed")
 	assert.Empty(t, cfg.Managed(circuit.KindValidating), "a configuration with only Observe targets is not managed")
 	assert.Equal(t, []string{"watched", "mixed"}, cfg.Names(circuit.KindMutating), "Names still lists every target configuration")
+}
+
+func TestParse_noTargetIsAnIdleGuard(t *testing.T) {
+	for name, doc := range map[string]string{
+		"an empty list": header + "targets: []\n",
+		"no list":       header,
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg, err := Parse([]byte(doc))
+			require.NoError(t, err)
+			assert.Empty(t, cfg.Targets)
+			assert.Equal(t, DefaultHoldWhenAllFail, cfg.HoldWhenAllFail)
+		})
+	}
 }

@@ -121,6 +121,9 @@ func (o *Options) Run(ctx context.Context) error {
 	go startcheck.WarnInterceptors(logf.IntoContext(ctx, setupLog), o.Client,
 		startcheck.Interception{Namespace: o.LeaderElectionNamespace, LeaderElection: o.LeaderElect, Config: cfg})
 	setupLog.Info("Starting webhook-guard", "version", o.Build.Version, "identity", identity, "targets", len(cfg.Targets))
+	if len(cfg.Targets) == 0 {
+		setupLog.Info("No target: the guard runs idle, probing and changing nothing, until a webhook is approved in its configuration")
+	}
 
 	// Marking what is admitted without a mutating webhook needs
 	// MutatingAdmissionPolicy (GA in 1.36). Asked before the manager is

@@ -6,6 +6,20 @@ second installation beside it (instance) needs other ClusterRole names,
 which this chart does not render.
 */}}
 
+{{/* webhook-guard.serviceAccountName is the guard's ServiceAccount. */}}
+{{- define "webhook-guard.serviceAccountName" -}}
+{{- .Values.serviceAccount.name | default "webhook-guard" -}}
+{{- end }}
+
+{{/*
+webhook-guard.releaseServiceAccountName is the pre-delete hook's
+ServiceAccount: the guard's with "-release" (circuit.ReleaseSuffix), the
+release identity the guard policy lets hand circuits back.
+*/}}
+{{- define "webhook-guard.releaseServiceAccountName" -}}
+{{- printf "%s-release" (include "webhook-guard.serviceAccountName" .) -}}
+{{- end }}
+
 {{/* webhook-guard.namespace is where every namespaced object goes. */}}
 {{- define "webhook-guard.namespace" -}}
 {{- .Values.namespace.name | default .Release.Namespace -}}
@@ -42,6 +56,25 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 {{- end }}
 {{- end }}
 
+{{/*
+webhook-guard.markingServed is "true" where the cluster serves
+admissionregistration.k8s.io/v1 MutatingAdmissionPolicy (Kubernetes 1.36 or
+later, the API not turned off), as the guard checks by discovery at start;
+"" elsewhere. helm install and upgrade read the cluster's discovery;
+helm template knows only what --api-versions lists.
+*/}}
+{{- define "webhook-guard.markingServed" -}}
+{{- if .Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy" -}}true{{- end -}}
+{{- end }}
+
+{{/*
+webhook-guard.markingRendered is "true" when the marking policies are
+rendered: marking.enabled and the cluster serves them.
+*/}}
+{{- define "webhook-guard.markingRendered" -}}
+{{- if and .Values.marking.enabled (include "webhook-guard.markingServed" .) -}}true{{- end -}}
+{{- end }}
+
 {{/* webhook-guard.image is the manager's image reference. */}}
 {{- define "webhook-guard.image" -}}
 {{- $repository := .Values.image.repository -}}
@@ -71,8 +104,22 @@ webhook-guard.validate fails the release with the guard's own words when
 values.schema.json was skipped (--skip-schema-validation): the approvals.
 */}}
 {{- define "webhook-guard.validate" -}}
-{{- if not .Values.targets -}}
-{{- fail "targets: Required value: list at least one approved webhook" -}}
+{{- /*
+One release per cluster: the cluster-wide names are fixed. On install and
+upgrade (lookup reads nothing in helm template), a ClusterRole
+webhook-guard-targets of another Helm release refuses this one in words
+that say what to do, before Helm's own ownership error.
+*/ -}}
+{{- with lookup "rbac.authorization.k8s.io/v1" "ClusterRole" "" "webhook-guard-targets" -}}
+{{- $owner := .metadata.annotations | default dict -}}
+{{- $name := get $owner "meta.helm.sh/release-name" -}}
+{{- $namespace := get $owner "meta.helm.sh/release-namespace" -}}
+{{- if and $name (or (ne $name $.Release.Name) (ne $namespace $.Release.Namespace)) -}}
+{{- fail (printf "webhook-guard is already installed in this cluster as release %q in namespace %q: its cluster-wide objects (ClusterRoles, bindings, the guard policy) have fixed names, so a cluster runs one release of this chart. Upgrade that release (helm upgrade %s -n %s), or uninstall it first" $name $namespace $name $namespace) -}}
+{{- end -}}
+{{- end -}}
+{{- if .Values.marking.policies -}}
+{{- fail "marking.policies is no longer read: the chart renders the marking policies of the targets itself. Drop --set-file marking.policies=..." -}}
 {{- end -}}
 {{- range $i, $t := .Values.targets -}}
 {{- if eq ($t.mode | default "") "Observe" -}}
@@ -100,9 +147,6 @@ SHA-256 of the template's digest, a space and "<configuration>/<webhook>")
 put in (TestTemplateJSON_filledIsRender does the same in Go).
 */}}
 {{- define "webhook-guard.marking" -}}
-{{- if .Values.marking.policies -}}
-{{- fail "marking.policies is no longer read: the chart renders the marking policies of the targets itself. Drop --set-file marking.policies=..." -}}
-{{- end -}}
 {{- $template := .Files.Get "files/marking.json" -}}
 {{- $digest := (fromJson $template).digest -}}
 {{- $objs := list -}}
@@ -131,7 +175,7 @@ test runs the guard with the same.
 - --config=/etc/webhook-guard/config.yaml
 - --namespace={{ include "webhook-guard.namespace" . }}
 - --deployment=webhook-guard
-- --breaker=system:serviceaccount:{{ include "webhook-guard.namespace" . }}:webhook-guard
+- --breaker=system:serviceaccount:{{ include "webhook-guard.namespace" . }}:{{ include "webhook-guard.serviceAccountName" . }}
 {{- end }}
 
 {{/*
@@ -163,7 +207,7 @@ The guard only reads these objects: its ServiceAccount may not write them.
 {{- $template := .Files.Get "files/policy.json" -}}
 {{- $t := fromJson $template -}}
 {{- $ns := include "webhook-guard.namespace" . -}}
-{{- $breaker := printf "system:serviceaccount:%s:webhook-guard" $ns -}}
+{{- $breaker := printf "system:serviceaccount:%s:%s" $ns (include "webhook-guard.serviceAccountName" .) -}}
 {{- $releaser := printf "%s-release" $breaker -}}
 {{- $name := printf "webhook-guard%s" (.Values.instance | empty | ternary "" (printf "-%s" .Values.instance)) -}}
 {{- $managed := dict "Mutating" (dict) "Validating" (dict) -}}
