@@ -25,7 +25,9 @@ import (
 )
 
 // version and commit are set at build time with -ldflags
-// "-X main.version=... -X main.commit=..." (Makefile, Dockerfile).
+// "-X main.version=... -X main.commit=..." (Makefile, Dockerfile,
+// hack/release.sh); versioncmd.New falls back to what go build recorded
+// where they are unset.
 var (
 	version = "dev"
 	commit  = "unknown"
@@ -95,7 +97,7 @@ func newRootCommand(streams cli.IOStreams, load factory.Loader) *cobra.Command {
 		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: false},
 	}
 	root.SetFlagErrorFunc(usage)
-	build := versioncmd.Build{Version: version, Commit: commit}
+	build := versioncmd.New(version, commit)
 	root.AddCommand(
 		runcmd.NewCmd(streams, factory.New(load), build),
 		status.NewCmd(streams, factory.New(load)),
