@@ -176,6 +176,10 @@ HELM ?= $$(hack/tools/helm.sh)
 # IMAGE_PLATFORMS those of its image index.
 RELEASE_PLATFORMS ?= linux/amd64 linux/arm64 darwin/arm64 windows/amd64
 IMAGE_PLATFORMS ?= linux/amd64 linux/arm64
+# RELEASE_COMMIT is the commit a release names (guard version, the
+# image's org.opencontainers.image.revision): COMMIT when given, else the
+# full hash of HEAD.
+RELEASE_COMMIT = $(if $(filter command line environment environment override,$(origin COMMIT)),$(COMMIT),$(shell git rev-parse HEAD 2>/dev/null || echo unknown))
 # CYCLONEDX_GOMOD defaults to the pinned build in the cache (built if
 # missing: hack/tools/cyclonedx-gomod.sh).
 CYCLONEDX_GOMOD ?= $$(hack/tools/cyclonedx-gomod.sh)
@@ -183,7 +187,7 @@ CYCLONEDX_GOMOD ?= $$(hack/tools/cyclonedx-gomod.sh)
 .PHONY: release
 release: ## Write a release of VERSION=vX.Y.Z into dist/ without a container daemon: the plugin archives kubectl-webhook_guard_<VERSION>_<os>_<arch>.tar.gz for RELEASE_PLATFORMS, a CycloneDX SBOM per binary, the image index for IMAGE_PLATFORMS as the OCI layout dist/image (scratch, user 65532) and its SBOM, install.yaml and the chart webhook-guard-<X.Y.Z>.tgz with the image IMAGE_REPO (or IMG's repository) by digest, the krew manifest webhook-guard.yaml, and SHA256SUMS over all of them; print their sha256 (hack/release.sh).
 	@[[ "$(VERSION)" =~ ^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$$ ]] || { echo "release: VERSION must be vMAJOR.MINOR.PATCH[-PRERELEASE], not \"$(VERSION)\": make release VERSION=v0.2.0" >&2; exit 1; }
-	RELEASE_PLATFORMS="$(RELEASE_PLATFORMS)" IMAGE_PLATFORMS="$(IMAGE_PLATFORMS)" COMMIT="$(COMMIT)" CYCLONEDX_GOMOD="$(CYCLONEDX_GOMOD)" \
+	RELEASE_PLATFORMS="$(RELEASE_PLATFORMS)" IMAGE_PLATFORMS="$(IMAGE_PLATFORMS)" COMMIT="$(RELEASE_COMMIT)" CYCLONEDX_GOMOD="$(CYCLONEDX_GOMOD)" \
 		hack/release.sh "$(VERSION)" "$(RELEASE_IMG)" "$(DIST)" "$(KUSTOMIZE)" "$(HELM)"
 
 .PHONY: release-push

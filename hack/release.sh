@@ -81,6 +81,10 @@ elif [[ ${image##*/} == *:* ]]; then
 fi
 tag=${tag:-$version}
 
+if [ -n "$(git -C "$root" status --porcelain 2>/dev/null)" ]; then
+  echo "release: warning: the tree has uncommitted changes; this release is not the commit $commit" >&2
+fi
+
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$dist"
