@@ -97,8 +97,8 @@ promtool-test: ## Run "promtool test rules" on deploy/kustomize/components/prome
 	promtool="$$(hack/tools/promtool.sh)"; PROMTOOL="$$promtool" go test $(GOFLAGS_BUILD) -count=1 -run '^TestPrometheusRule_promtoolRuleTests$$' -v ./deploy
 
 .PHONY: e2e
-e2e: tools ## Run the e2e tests against a real kube-apiserver and etcd (test/e2e/helm also runs helm, and an OCI registry on loopback that it pushes the released chart to).
-	KUBEBUILDER_ASSETS="$$(hack/tools/install.sh)" HELM="$$(hack/tools/helm.sh)" REGISTRY="$$(hack/tools/registry.sh)" go test $(GOFLAGS_BUILD) -count=1 -timeout 40m ./test/e2e/...
+e2e: tools ## Run the e2e tests against a real kube-apiserver and etcd (test/e2e/helm also runs helm, and an OCI registry on loopback that it pushes the released image and chart to, and krew).
+	KUBEBUILDER_ASSETS="$$(hack/tools/install.sh)" HELM="$$(hack/tools/helm.sh)" REGISTRY="$$(hack/tools/registry.sh)" KREW="$$(hack/tools/krew.sh)" CYCLONEDX_GOMOD="$$(hack/tools/cyclonedx-gomod.sh)" go test $(GOFLAGS_BUILD) -count=1 -timeout 40m ./test/e2e/...
 
 # FUZZ lists package:target pairs for make fuzz.
 FUZZ := ./internal/config:FuzzParse ./internal/circuit:FuzzDecode ./internal/breaker/decide:FuzzPlan ./internal/admission:FuzzHandler ./internal/admission:FuzzRule_CELAgreesWithGo
@@ -155,10 +155,12 @@ docker-build: ## Build the container image (IMG, default webhook-guard:latest; n
 	$(CONTAINER_TOOL) build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t $(IMG) .
 
 .PHONY: tools
-tools: ## Build kube-apiserver, etcd, kubectl, kustomize, helm, the distribution OCI registry and the conformance suite's cert-manager webhook from source into the cache if missing (about 18 minutes the first time on a 2-core machine).
+tools: ## Build kube-apiserver, etcd, kubectl, kustomize, helm, the distribution OCI registry, krew, cyclonedx-gomod and the conformance suite's cert-manager webhook from source into the cache if missing (about 18 minutes the first time on a 2-core machine).
 	@hack/tools/install.sh >/dev/null
 	@hack/tools/helm.sh >/dev/null
 	@hack/tools/registry.sh >/dev/null
+	@hack/tools/krew.sh >/dev/null
+	@hack/tools/cyclonedx-gomod.sh >/dev/null
 	@hack/conformance/install.sh >/dev/null
 
 ##@ Release
@@ -176,14 +178,28 @@ RELEASE_IMG = $(if $(filter command line environment environment override,$(orig
 # missing: hack/tools/install.sh, hack/tools/helm.sh).
 KUSTOMIZE ?= $$(hack/tools/install.sh)/kustomize
 HELM ?= $$(hack/tools/helm.sh)
-# RELEASE_PLATFORMS are the os/arch pairs of the kubectl-guard archives
-# (the krew plugin) a release builds.
-RELEASE_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+# RELEASE_PLATFORMS are the os/arch pairs of the plugin archives
+# (kubectl-webhook_guard, the krew plugin) a release builds;
+# IMAGE_PLATFORMS those of its image index.
+RELEASE_PLATFORMS ?= linux/amd64 linux/arm64 darwin/arm64 windows/amd64
+IMAGE_PLATFORMS ?= linux/amd64 linux/arm64
+# RELEASE_COMMIT is the commit a release names (guard version, the
+# image's org.opencontainers.image.revision): COMMIT when given, else the
+# full hash of HEAD.
+RELEASE_COMMIT = $(if $(filter command line environment environment override,$(origin COMMIT)),$(COMMIT),$(shell git rev-parse HEAD 2>/dev/null || echo unknown))
+# CYCLONEDX_GOMOD defaults to the pinned build in the cache (built if
+# missing: hack/tools/cyclonedx-gomod.sh).
+CYCLONEDX_GOMOD ?= $$(hack/tools/cyclonedx-gomod.sh)
 
 .PHONY: release
-release: ## Write dist/install.yaml (overlays/default with the image RELEASE_IMG), dist/webhook-guard-<X.Y.Z>.tgz (the chart, image RELEASE_IMG; what "helm push" pushes), dist/kubectl-guard_<VERSION>_<os>_<arch>.tar.gz for each of RELEASE_PLATFORMS, dist/guard.yaml (their krew plugin manifest, from deploy/krew/guard.yaml) and dist/SHA256SUMS over all of them, and print their sha256, for VERSION=vX.Y.Z; RELEASE_IMG is IMG when given, else IMAGE_REPO:VERSION (IMAGE_REPO default ghcr.io/webhook-guard/webhook-guard).
+release: ## Write a release of VERSION=vX.Y.Z into dist/ without a container daemon: the plugin archives kubectl-webhook_guard_<VERSION>_<os>_<arch>.tar.gz for RELEASE_PLATFORMS, a CycloneDX SBOM per binary, the image index for IMAGE_PLATFORMS as the OCI layout dist/image (scratch, user 65532) and its SBOM, install.yaml and the chart webhook-guard-<X.Y.Z>.tgz with the image IMAGE_REPO (or IMG's repository) by digest, the krew manifest webhook-guard.yaml, and SHA256SUMS over all of them; print their sha256 (hack/release.sh).
 	@[[ "$(VERSION)" =~ ^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$$ ]] || { echo "release: VERSION must be vMAJOR.MINOR.PATCH[-PRERELEASE], not \"$(VERSION)\": make release VERSION=v0.2.0" >&2; exit 1; }
-	RELEASE_PLATFORMS="$(RELEASE_PLATFORMS)" COMMIT="$(COMMIT)" hack/release.sh "$(VERSION)" "$(RELEASE_IMG)" "$(DIST)" "$(KUSTOMIZE)" "$(HELM)"
+	RELEASE_PLATFORMS="$(RELEASE_PLATFORMS)" IMAGE_PLATFORMS="$(IMAGE_PLATFORMS)" COMMIT="$(RELEASE_COMMIT)" CYCLONEDX_GOMOD="$(CYCLONEDX_GOMOD)" \
+		hack/release.sh "$(VERSION)" "$(RELEASE_IMG)" "$(DIST)" "$(KUSTOMIZE)" "$(HELM)"
+
+.PHONY: release-push
+release-push: ## Push the image index of dist/image to RELEASE_IMG (IMAGE_REPO:VERSION unless IMG is given) with go-containerregistry and the docker credentials of ~/.docker/config.json, and print REPOSITORY@DIGEST, the reference install.yaml and the chart name; then "helm push dist/webhook-guard-<X.Y.Z>.tgz oci://...".
+	go run -C $(HACK) $(GOFLAGS_BUILD) ./image push -layout $(abspath $(DIST))/image -to "$(RELEASE_IMG)"
 
 .PHONY: helm-lint
 helm-lint: ## Run "helm lint --strict" on deploy/helm/webhook-guard with its default values, with the example targets, and with each values file of its ci/ folder (builds helm into the cache first if missing).

@@ -28,7 +28,9 @@ import (
 )
 
 // version and commit are set at build time with -ldflags
-// "-X main.version=... -X main.commit=..." (Makefile, Dockerfile).
+// "-X main.version=... -X main.commit=..." (Makefile, Dockerfile,
+// hack/release.sh); versioncmd.New falls back to what go build recorded
+// where they are unset.
 var (
 	version = "dev"
 	commit  = "unknown"
@@ -99,7 +101,7 @@ func newRootCommand(streams cli.IOStreams, load factory.Loader) *cobra.Command {
 	}
 	root.SetFlagErrorFunc(usage)
 	addKlogFlags(root.PersistentFlags(), streams.ErrOut)
-	build := versioncmd.Build{Version: version, Commit: commit}
+	build := versioncmd.New(version, commit)
 	root.AddCommand(
 		runcmd.NewCmd(streams, factory.New(load), build),
 		status.NewCmd(streams, factory.New(load)),

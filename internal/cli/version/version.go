@@ -19,11 +19,12 @@ const unknownCommit = "unknown"
 
 // Build is what the binary was built from.
 type Build struct {
-	// Version is the release, "dev" for a local build (-ldflags -X
-	// main.version, Makefile and Dockerfile).
+	// Version is the release (-ldflags -X main.version, Makefile and
+	// Dockerfile), else the main module's version go build recorded, else
+	// "dev" (New).
 	Version string
-	// Commit is the git commit, "unknown" outside a checkout (-ldflags -X
-	// main.commit).
+	// Commit is the git commit (-ldflags -X main.commit), else the
+	// vcs.revision go build recorded, else "unknown" (New).
 	Commit string
 }
 
@@ -39,15 +40,60 @@ func (b Build) Revision() string {
 	if b.Commit != unknownCommit && b.Commit != "" {
 		return b.Commit
 	}
-	rev := unknownCommit
-	if info, ok := debug.ReadBuildInfo(); ok {
+	return New(devVersion, unknownCommit).Commit
+}
+
+// devVersion is the version of a binary built without -X main.version
+// and outside a module version (go build in a checkout).
+const devVersion = "dev"
+
+// New is the binary's Build: version and commit as -ldflags -X set them
+// (main.version, main.commit), and where they are unset ("dev",
+// "unknown" or empty) what the Go toolchain recorded in the binary
+// (runtime/debug.ReadBuildInfo): the main module's version (a tag, or a
+// pseudo-version go build derives from the checkout's commit; go install
+// module@vX.Y.Z sets it too) and the setting vcs.revision (with "-dirty"
+// when vcs.modified). So a plain "go build ./cmd/guard" in a checkout
+// still says which commit it is.
+func New(version, commit string) Build {
+	info, _ := debug.ReadBuildInfo()
+	return fromBuildInfo(version, commit, info)
+}
+
+// fromBuildInfo is New with the build info given (nil when there is none).
+func fromBuildInfo(version, commit string, info *debug.BuildInfo) Build {
+	b := Build{Version: version, Commit: commit}
+	if b.Version == "" {
+		b.Version = devVersion
+	}
+	if b.Commit == "" {
+		b.Commit = unknownCommit
+	}
+	if info == nil {
+		return b
+	}
+	if b.Version == devVersion && info.Main.Version != "" && info.Main.Version != "(devel)" {
+		b.Version = info.Main.Version
+	}
+	if b.Commit == unknownCommit {
+		var rev string
+		var modified bool
 		for _, s := range info.Settings {
-			if s.Key == "vcs.revision" {
+			switch s.Key {
+			case "vcs.revision":
 				rev = s.Value
+			case "vcs.modified":
+				modified = s.Value == "true"
+			}
+		}
+		if rev != "" {
+			b.Commit = rev
+			if modified {
+				b.Commit += "-dirty"
 			}
 		}
 	}
-	return rev
+	return b
 }
 
 // Info is what "guard version -o json|yaml" prints, as kubectl version -o

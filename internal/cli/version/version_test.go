@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"runtime"
+	"runtime/debug"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -68,4 +69,37 @@ func execute(build Build, args ...string) (string, error) {
 	cmd.SilenceErrors, cmd.SilenceUsage = true, true
 	err := cmd.ExecuteContext(context.Background())
 	return stdout.String(), err
+}
+
+func TestNew_fallsBackToWhatGoBuildRecorded(t *testing.T) {
+	recorded := &debug.BuildInfo{
+		Main: debug.Module{Path: "github.com/webhook-guard/webhook-guard", Version: "v0.1.1-0.20260101000000-0123456789ab+dirty"},
+		Settings: []debug.BuildSetting{
+			{Key: "vcs", Value: "git"},
+			{Key: "vcs.revision", Value: "0123456789abcdef0123456789abcdef01234567"},
+			{Key: "vcs.modified", Value: "true"},
+		},
+	}
+	clean := &debug.BuildInfo{
+		Main:     debug.Module{Path: "github.com/webhook-guard/webhook-guard", Version: "v0.1.0"},
+		Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "fedcba9876543210fedcba9876543210fedcba98"}, {Key: "vcs.modified", Value: "false"}},
+	}
+	for name, tc := range map[string]struct {
+		version, commit string
+		info            *debug.BuildInfo
+		want            Build
+	}{
+		"ldflags win over the build info": {"v1.2.3", "abc1234", recorded, Build{Version: "v1.2.3", Commit: "abc1234"}},
+		"a plain go build in a modified checkout says so": {"dev", "unknown", recorded,
+			Build{Version: "v0.1.1-0.20260101000000-0123456789ab+dirty", Commit: "0123456789abcdef0123456789abcdef01234567-dirty"}},
+		"a plain go build at a tag":                   {"dev", "unknown", clean, Build{Version: "v0.1.0", Commit: "fedcba9876543210fedcba9876543210fedcba98"}},
+		"empty ldflags are unset ones":                {"", "", clean, Build{Version: "v0.1.0", Commit: "fedcba9876543210fedcba9876543210fedcba98"}},
+		"a devel main module keeps dev":               {"dev", "unknown", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}, Build{Version: "dev", Commit: "unknown"}},
+		"no build info keeps dev and unknown":         {"dev", "unknown", nil, Build{Version: "dev", Commit: "unknown"}},
+		"a version from ldflags keeps the vcs commit": {"v2.0.0", "unknown", clean, Build{Version: "v2.0.0", Commit: "fedcba9876543210fedcba9876543210fedcba98"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			assert.Equal(t, tc.want, fromBuildInfo(tc.version, tc.commit, tc.info))
+		})
+	}
 }
