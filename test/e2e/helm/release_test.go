@@ -78,7 +78,7 @@ func TestRelease_writesInstallYAMLAndTheChart(t *testing.T) {
 	files := runHelm(t, "show", "values", chart)
 	require.NoError(t, files.err)
 	_, digest, _ := strings.Cut(pinned, "@")
-	assert.Contains(t, files.stdout, "  repository: registry.example.com:5000/team/webhook-guard\n  tag: \""+version+"\"\n  digest: \""+digest+"\"\n")
+	assert.Equal(t, chartImage{Repository: "registry.example.com:5000/team/webhook-guard", Tag: version, Digest: digest}, valuesImage(t, files.stdout))
 
 	t.Run("a version that is no vX.Y.Z is refused", func(t *testing.T) {
 		out, err := makeRelease(t, "VERSION=9e6c6ef-dirty", "DIST="+t.TempDir())
@@ -106,8 +106,8 @@ func TestRelease_writesInstallYAMLAndTheChart(t *testing.T) {
 			assert.Contains(t, string(install), "image: "+pinned+"\n")
 			values := runHelm(t, "show", "values", filepath.Join(dist, "webhook-guard-1.2.3.tgz"))
 			require.NoError(t, values.err, values.stderr)
-			assert.Contains(t, values.stdout, "  repository: "+repo+"\n  tag: \"v1.2.3\"\n")
 			_, digest, _ := strings.Cut(pinned, "@")
+			assert.Equal(t, chartImage{Repository: repo, Tag: "v1.2.3", Digest: digest}, valuesImage(t, values.stdout))
 			digests = append(digests, digest)
 			releases = append(releases, readSHA256SUMS(t, dist))
 		}
@@ -273,4 +273,22 @@ func releaseEnv() []string {
 		environ = append(environ, kv)
 	}
 	return environ
+}
+
+// chartImage is the image the chart's values name.
+type chartImage struct {
+	Repository string `json:"repository"`
+	Tag        string `json:"tag"`
+	Digest     string `json:"digest"`
+}
+
+// valuesImage reads image.repository, tag and digest from a chart's
+// values ("helm show values"), whatever comments stand between them.
+func valuesImage(t *testing.T, values string) chartImage {
+	t.Helper()
+	var v struct {
+		Image chartImage `json:"image"`
+	}
+	require.NoError(t, yaml.Unmarshal([]byte(values), &v))
+	return v.Image
 }
