@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -271,6 +272,10 @@ func (f *Factory) FindInstallation(ctx context.Context) error {
 			f.setGuardNamespace(namespaces[0], "the only Deployment "+f.Deployment+" in the cluster")
 			return nil
 		default:
+			if slices.Contains(namespaces, circuit.DefaultNamespace) {
+				f.setGuardNamespace(circuit.DefaultNamespace, "the default namespace, one of the Deployments "+f.Deployment+" in "+strings.Join(namespaces, ", "))
+				return nil
+			}
 			return cli.Usagef("Deployments named %s in namespaces %s, none in the kubeconfig context's namespace: say which installation with -n/--namespace",
 				f.Deployment, strings.Join(namespaces, ", "))
 		}

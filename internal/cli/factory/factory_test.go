@@ -86,7 +86,8 @@ func TestLoadRESTConfig_kubeconfigAndContext(t *testing.T) {
 // -n/--namespace is kubectl's: the flag, else the kubeconfig context's
 // namespace. The installation is there when -n says so, or when its
 // Deployment is in the context's namespace; else it is the only
-// Deployment of its name in the cluster; else the shipped namespace.
+// Deployment of its name in the cluster, or of several the one in the
+// shipped namespace; else the shipped namespace.
 func TestFactory_FindInstallation(t *testing.T) {
 	path := writeKubeconfig(t)
 	deployment := func(ns, name string) client.Object {
@@ -109,6 +110,8 @@ func TestFactory_FindInstallation(t *testing.T) {
 		"not in the context's namespace: the only one in the cluster": {
 			objs: []client.Object{deployment("ops", DefaultDeployment), deployment("team-a", "other")}, want: "ops"},
 		"none anywhere: the shipped namespace": {objs: []client.Object{deployment("team-a", "other")}, want: circuit.DefaultNamespace},
+		"several, one in the shipped namespace: that one": {
+			objs: []client.Object{deployment("ops-1", DefaultDeployment), deployment(circuit.DefaultNamespace, DefaultDeployment)}, want: circuit.DefaultNamespace},
 		"several elsewhere is an error that names them": {
 			objs:    []client.Object{deployment("ops-1", DefaultDeployment), deployment("ops-2", DefaultDeployment)},
 			wantErr: "Deployments named webhook-guard in namespaces ops-1, ops-2, none in the kubeconfig context's namespace: say which installation with -n/--namespace"},
