@@ -75,12 +75,7 @@ func markingFlags(flags map[string]string) map[string]string {
 	if *withMarking {
 		return flags
 	}
-	if flags == nil {
-		flags = map[string]string{}
-	}
-	flags["runtime-config"] = "admissionregistration.k8s.io/v1/mutatingadmissionpolicies=false,admissionregistration.k8s.io/v1/mutatingadmissionpolicybindings=false"
-	flags["disable-admission-plugins"] = "MutatingAdmissionPolicy"
-	return flags
+	return harness.WithoutMutatingAdmissionPolicy(flags)
 }
 
 // Env returns the shared control plane.

@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/webhook-guard/webhook-guard/test/e2e/e2etest"
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
 )
 
@@ -78,33 +79,10 @@ targets:
   mode: ` + mode + "\n"
 }
 
-// startGuard runs the guard binary as id with cfg and the binary's lease
-// timings, its Lease where the shipped Deployment keeps it
-// (shippedLeaseNamespace), and waits until it leads: until wh has answered
-// three of its probes on path. Its logs are printed when t fails, or
-// always with BADDAY_LOGS set.
+// startGuard is e2etest.StartLeader on this package's control plane: its logs are printed when t fails, or always with BADDAY_LOGS set.
 func startGuard(t *testing.T, name string, id *harness.Identity, cfg string, wh *harness.Webhook, path string) *harness.Guard {
 	t.Helper()
-	g, err := env.StartGuard(harness.GuardOptions{Name: name, Kubeconfig: id.KubeconfigPath, Config: cfg,
-		Args: []string{"--leader-elect", "--leader-election-namespace", shippedLeaseNamespace(t)}})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		g.Stop()
-		if t.Failed() || os.Getenv("BADDAY_LOGS") != "" {
-			t.Logf("guard logs:\n%s", g.Logs())
-		}
-	})
-	probes := func() int { return wh.Calls(path) - wh.APIServerCalls(path) }
-	require.Eventually(t, func() bool { return probes() >= 3 }, time.Minute, 100*time.Millisecond, "the guard never led and probed")
-	return g
-}
-
-// shippedLeaseNamespace is harness.ShippedLeaseNamespace.
-func shippedLeaseNamespace(t *testing.T) string {
-	t.Helper()
-	ns, err := harness.ShippedLeaseNamespace()
-	require.NoError(t, err)
-	return ns
+	return e2etest.StartLeader(t, env, name, id, cfg, wh, path, os.Getenv("BADDAY_LOGS") != "")
 }
 
 // configMapTarget is a webhook of its own that answers on path, and a

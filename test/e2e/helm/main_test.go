@@ -16,9 +16,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -95,17 +93,6 @@ func runHelm(t *testing.T, args ...string) helmResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	home := t.TempDir()
-	cmd := exec.CommandContext(ctx, helmBin, args...)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(),
-		"KUBECONFIG="+env.KubeconfigPath,
-		"HELM_CACHE_HOME="+filepath.Join(home, "cache"),
-		"HELM_CONFIG_HOME="+filepath.Join(home, "config"),
-		"HELM_DATA_HOME="+filepath.Join(home, "data"),
-	)
-	var stdout, stderr strings.Builder
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	return helmResult{stdout: stdout.String(), stderr: stderr.String(), err: err}
+	r := env.RunHelm(ctx, helmBin, root, t.TempDir(), args...)
+	return helmResult{stdout: r.Stdout, stderr: r.Stderr, err: r.Err}
 }

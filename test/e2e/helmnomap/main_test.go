@@ -11,9 +11,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -52,13 +50,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	start := time.Now()
-	env, err = harness.Start(harness.Options{APIServerFlags: map[string]string{
-		// MutatingAdmissionPolicy off, API and admission plugin (which
-		// would wait for informers of the API and keep the apiserver from
-		// becoming ready), as on a cluster before 1.36.
-		"runtime-config":            "admissionregistration.k8s.io/v1/mutatingadmissionpolicies=false,admissionregistration.k8s.io/v1/mutatingadmissionpolicybindings=false",
-		"disable-admission-plugins": "MutatingAdmissionPolicy",
-	}})
+	env, err = harness.Start(harness.Options{APIServerFlags: harness.WithoutMutatingAdmissionPolicy(nil)})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e/helmnomap: starting the control plane:", err)
 		os.Exit(1)
@@ -81,17 +73,6 @@ func runHelm(t *testing.T, args ...string) helmResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	home := t.TempDir()
-	cmd := exec.CommandContext(ctx, helmBin, args...)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(),
-		"KUBECONFIG="+env.KubeconfigPath,
-		"HELM_CACHE_HOME="+filepath.Join(home, "cache"),
-		"HELM_CONFIG_HOME="+filepath.Join(home, "config"),
-		"HELM_DATA_HOME="+filepath.Join(home, "data"),
-	)
-	var stdout, stderr strings.Builder
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	return helmResult{stdout: stdout.String(), stderr: stderr.String(), err: err}
+	r := env.RunHelm(ctx, helmBin, root, t.TempDir(), args...)
+	return helmResult{stdout: r.Stdout, stderr: r.Stderr, err: r.Err}
 }

@@ -13,8 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
-
+	"github.com/webhook-guard/webhook-guard/test/e2e/e2etest"
 	"github.com/webhook-guard/webhook-guard/test/e2e/harness"
 )
 
@@ -50,30 +49,8 @@ func namespace(t *testing.T, name string) string {
 	return name
 }
 
-// startGuard runs the guard binary as id with cfg and the binary's lease
-// timings, its Lease where the shipped Deployment keeps it, and waits
-// until it leads: until wh has answered three of its probes on path. Its
-// logs are printed when t fails.
+// startGuard is e2etest.StartLeader on this package's control plane.
 func startGuard(t *testing.T, name string, id *harness.Identity, cfg string, wh *harness.Webhook, path string) *harness.Guard {
 	t.Helper()
-	g, err := env.StartGuard(harness.GuardOptions{Name: name, Kubeconfig: id.KubeconfigPath, Config: cfg,
-		Args: []string{"--leader-elect", "--leader-election-namespace", shippedLeaseNamespace(t)}})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		g.Stop()
-		if t.Failed() {
-			t.Logf("guard logs:\n%s", g.Logs())
-		}
-	})
-	probes := func() int { return wh.Calls(path) - wh.APIServerCalls(path) }
-	require.Eventually(t, func() bool { return probes() >= 3 }, time.Minute, 100*time.Millisecond, "the guard never led and probed")
-	return g
-}
-
-// shippedLeaseNamespace is harness.ShippedLeaseNamespace.
-func shippedLeaseNamespace(t *testing.T) string {
-	t.Helper()
-	ns, err := harness.ShippedLeaseNamespace()
-	require.NoError(t, err)
-	return ns
+	return e2etest.StartLeader(t, env, name, id, cfg, wh, path, false)
 }

@@ -35,15 +35,11 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "partition:", err)
 		os.Exit(1)
 	}
-	env, err = harness.Start(harness.Options{APIServerFlags: map[string]string{
+	// An apiserver without MutatingAdmissionPolicy, as before 1.36 or with
+	// the API turned off: the breaker must work without marking.
+	env, err = harness.Start(harness.Options{APIServerFlags: harness.WithoutMutatingAdmissionPolicy(map[string]string{
 		"egress-selector-config-file": cfg,
-		// An apiserver without MutatingAdmissionPolicy, as before 1.36 or
-		// with the API turned off: the breaker must work without marking.
-		// (The admission plugin must go too: it waits for informers of the
-		// API and would keep the apiserver from becoming ready.)
-		"runtime-config":            "admissionregistration.k8s.io/v1/mutatingadmissionpolicies=false,admissionregistration.k8s.io/v1/mutatingadmissionpolicybindings=false",
-		"disable-admission-plugins": "MutatingAdmissionPolicy",
-	}})
+	})})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "partition: starting the control plane:", err)
 		proxy.Close()
