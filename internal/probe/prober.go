@@ -65,9 +65,7 @@ type Prober struct {
 	// guard was stalled at its deadline (stalledAtDeadline) is Unknown,
 	// not a webhook timeout: an overloaded or throttled guard must never
 	// open healthy webhooks.
-	Stalls interface {
-		Stalled(from, to time.Time) time.Duration
-	}
+	Stalls Stalls
 	// Pool, when set, keeps connections between probes (see
 	// ConnectionPool). Nil opens a fresh connection for every probe.
 	Pool *ConnectionPool
@@ -119,6 +117,12 @@ func (p *Prober) rootsFor(key [32]byte, caBundle []byte) (*x509.CertPool, bool) 
 	return pool, true
 }
 
+// Stalls tells how long the guard itself did not run between two times
+// (a StallMonitor).
+type Stalls interface {
+	Stalled(from, to time.Time) time.Duration
+}
+
 // stallShare sets the window before a probe's deadline in which a stall
 // of the guard can have turned an answer into a timeout: the last
 // 1/stallShare of the timeout.
@@ -134,9 +138,7 @@ const stallShare = 10
 // its CPU limit, where the CFS quota stops it for tens of milliseconds in
 // many 100 ms periods: a thousand hanging webhooks did not all open in
 // two minutes (hack/bench, the mass failure with every default).
-func stalledAtDeadline(stalls interface {
-	Stalled(from, to time.Time) time.Duration
-}, deadline time.Time, timeout time.Duration) (time.Duration, bool) {
+func stalledAtDeadline(stalls Stalls, deadline time.Time, timeout time.Duration) (time.Duration, bool) {
 	window := timeout / stallShare
 	stalled := stalls.Stalled(deadline.Add(-window), deadline)
 	return stalled, stalled >= window/2
@@ -160,15 +162,15 @@ func (p *Prober) Probe(ctx context.Context, wh admissionregistrationv1.MutatingW
 	defer func() {
 		end := time.Now()
 		res.Duration = end.Sub(start)
+		timeout := probeTimeout(wh, spec)
 		if res.Outcome == OutcomeFailed && res.Reason == ReasonTimeout && p.Stalls != nil {
-			timeout := probeTimeout(wh, spec)
 			if stalled, ok := stalledAtDeadline(p.Stalls, start.Add(timeout), timeout); ok {
 				res = Result{Outcome: OutcomeUnknown, Duration: res.Duration, Err: fmt.Errorf(
 					"timed out while webhook-guard itself did not run for %s before the probe's deadline, %s after it was sent (CPU throttling or starvation of the guard, not the webhook): %w",
 					stalled.Round(time.Millisecond), timeout, res.Err)}
 			}
 		}
-		res.Slow = res.Outcome == OutcomeFailed && res.Reason == ReasonTimeout && probeTimeout(wh, spec) < webhookTimeout(wh)
+		res.Slow = res.Outcome == OutcomeFailed && res.Reason == ReasonTimeout && timeout < webhookTimeout(wh)
 	}()
 
 	kind := spec.Kind
